@@ -1,0 +1,119 @@
+//! Agent components. An agent is an entity in one arena ([`InArena`]); whoever decides for it
+//! (scripted bot, random, language model, keyboard) writes the same [`Action`].
+
+use bevy::prelude::{Component, Entity};
+
+use super::arena::ArenaAgents;
+
+/// The arena an agent lives in. Bevy keeps [`ArenaAgents`] on the arena in spawn order.
+#[derive(Component, Debug, Clone, Copy, PartialEq, Eq)]
+#[relationship(relationship_target = ArenaAgents)]
+pub struct InArena(#[entities] pub Entity);
+
+/// The agent's fixed place in its arena: slot `i` is the `i`-th agent spawned there.
+#[derive(Component, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Agent {
+    /// Index of the agent within its arena (spawn order).
+    pub slot: u16,
+}
+
+/// Index of the agent's team in the scene's `teams` list.
+#[derive(Component, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Team(pub u8);
+
+/// Index of the agent's role in the scene's list of distinct roles.
+#[derive(Component, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Role(pub u8);
+
+/// Which registered policy decides for this agent (an index into the policy registry).
+#[derive(Component, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PolicyHandle(pub u16);
+
+/// The action chosen this step: an index into the family's action names.
+#[derive(Component, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Action(pub u8);
+
+/// Which actions are legal this step: bit `i` set means action `i` may be chosen.
+#[derive(Component, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActionMask(pub u32);
+
+impl ActionMask {
+    /// All of the first `n` actions legal.
+    pub fn all(n: usize) -> Self {
+        Self(if n >= 32 { u32::MAX } else { (1u32 << n) - 1 })
+    }
+    /// Only action `a` legal.
+    pub fn only(a: u8) -> Self {
+        Self(1u32 << a)
+    }
+    /// Whether action `a` is legal.
+    pub fn allows(self, a: u8) -> bool {
+        a < 32 && self.0 & (1u32 << a) != 0
+    }
+    /// Number of legal actions.
+    pub fn count(self) -> u32 {
+        self.0.count_ones()
+    }
+    /// The `k`-th legal action in increasing order, if there are that many.
+    pub fn nth(self, k: u32) -> Option<u8> {
+        let mut bits = self.0;
+        for _ in 0..k {
+            bits &= bits.wrapping_sub(1);
+        }
+        (bits != 0).then(|| bits.trailing_zeros() as u8)
+    }
+}
+
+/// The reward received this step.
+#[derive(Component, Debug, Clone, Copy, PartialEq, Default)]
+pub struct Reward(pub f32);
+
+/// The sum of rewards since the episode began.
+#[derive(Component, Debug, Clone, Copy, PartialEq, Default)]
+pub struct EpisodeReturn(pub f32);
+
+/// Termination (the rules ended the agent's episode) and truncation (a time limit did) are
+/// kept apart, as PettingZoo does: value bootstrapping later treats them differently.
+#[derive(Component, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Done {
+    /// The rules ended the episode for this agent.
+    pub terminated: bool,
+    /// The episode limit ended it.
+    pub truncated: bool,
+}
+
+/// Per-episode counters used by the social-outcome metrics.
+#[derive(Component, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AgentStats {
+    /// Steps on which the agent's reward was positive.
+    pub rewarded_steps: u32,
+    /// Sum of the step indices of those steps (for sustainability).
+    pub rewarded_time_sum: u64,
+    /// Steps the agent spent removed from play (zapped, timed out).
+    pub removed_steps: u32,
+}
+
+/// What the agent perceives this step, written by its family in `SimSystems::Observe`.
+/// One struct serves every family; fields a family does not use stay empty.
+#[derive(Component, Debug, Clone, Default, PartialEq)]
+pub struct Observation {
+    /// Step of the episode.
+    pub step: u32,
+    /// Egocentric view, row-major, `view_width * view_height` cell codes; row 0 is the
+    /// farthest row ahead of the agent. Codes are the family's (see its `ViewCode`).
+    pub view: Vec<u8>,
+    /// Width of `view` in cells.
+    pub view_width: u8,
+    /// Height of `view` in cells.
+    pub view_height: u8,
+    /// Column and row of the agent itself inside `view`.
+    pub view_self: (u8, u8),
+    /// Repeated games: (own action, other's action) of the most recent rounds, oldest first.
+    pub history: Vec<[u8; 2]>,
+    /// Repeated games: how often the other player chose each action so far.
+    pub other_counts: [u32; 2],
+    /// Steps left before the agent may fire its beam again (0: ready).
+    pub cooldown: u16,
+    /// The agent is removed from play this step (zapped).
+    pub removed: bool,
+}

@@ -1,0 +1,207 @@
+//! Repeated two-player matrix games.
+//!
+//! | | |
+//! |---|---|
+//! | agents | exactly 2 (slot 0 is the row player, slot 1 the column player; the game is symmetric) |
+//! | actions | 2 words from the scene (`actions`), the cooperative one first |
+//! | observation | the last `history` rounds as (own, other) pairs, oldest first, and how often the other chose each action |
+//! | reward | `payoffs[mine][theirs]` every round |
+//! | termination | after `rounds` rounds; truncation at `episode.max_steps` if smaller |
+//! | metrics | `cooperation_rate`, `mutual_cooperation`, `mutual_defection`, `payoff_per_round`, plus the social outcomes |
+
+use bevy::prelude::*;
+
+use crate::core::*;
+use crate::metrics::social_outcomes;
+use crate::scene::MatrixParams;
+
+/// Per-arena state of a repeated matrix game.
+#[derive(Component, Debug, Clone)]
+pub struct MatrixGame {
+    /// `payoffs[mine][theirs]` for the row player (symmetric game).
+    pub payoffs: [[f32; 2]; 2],
+    /// Rounds per episode.
+    pub rounds: u32,
+    /// Rounds shown in observations.
+    pub history_len: usize,
+    /// Every round of this episode: (slot 0's action, slot 1's action).
+    pub history: Vec<[u8; 2]>,
+}
+
+impl MatrixGame {
+    /// State for a fresh arena.
+    pub fn new(p: &MatrixParams) -> Self {
+        let g = |i: usize, j: usize| {
+            p.payoffs
+                .get(i)
+                .and_then(|r| r.get(j))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        Self {
+            payoffs: [[g(0, 0), g(0, 1)], [g(1, 0), g(1, 1)]],
+            rounds: p.rounds,
+            history_len: p.history as usize,
+            history: Vec::with_capacity(p.rounds as usize),
+        }
+    }
+    /// Payoffs of (slot 0, slot 1) for one round.
+    pub fn payoff(&self, a0: u8, a1: u8) -> (f32, f32) {
+        let (a0, a1) = (usize::from(a0.min(1)), usize::from(a1.min(1)));
+        (self.payoffs[a0][a1], self.payoffs[a1][a0])
+    }
+}
+
+fn pair(members: &ArenaAgents) -> Option<[Entity; 2]> {
+    match members.entities() {
+        [a, b] => Some([*a, *b]),
+        _ => None,
+    }
+}
+
+/// Clears the history of arenas starting an episode.
+pub fn reset_matrix_games(mut arenas: Query<(&EpisodeClock, &mut MatrixGame)>) {
+    for (clock, mut game) in &mut arenas {
+        if clock.phase == ArenaPhase::JustReset {
+            game.history.clear();
+        }
+    }
+}
+
+/// Writes each player's view of the recent rounds.
+pub fn observe_matrix_games(
+    arenas: Query<(&EpisodeClock, &MatrixGame, &ArenaAgents), Without<Idle>>,
+    mut agents: Query<&mut Observation>,
+) {
+    for (clock, game, members) in &arenas {
+        let Some(pair) = pair(members) else { continue };
+        let start = game.history.len().saturating_sub(game.history_len);
+        for (me, e) in pair.into_iter().enumerate() {
+            let Ok(mut obs) = agents.get_mut(e) else {
+                continue;
+            };
+            obs.step = clock.step;
+            obs.history.clear();
+            obs.history
+                .extend(game.history[start..].iter().map(|h| [h[me], h[1 - me]]));
+            let mut counts = [0u32; 2];
+            for h in &game.history {
+                counts[usize::from(h[1 - me].min(1))] += 1;
+            }
+            obs.other_counts = counts;
+        }
+    }
+}
+
+/// Plays the round: both actions go into the history, both players are paid, and the game
+/// terminates after its last round.
+pub fn play_matrix_rounds(
+    mut arenas: Query<(&mut EpisodeClock, &mut MatrixGame, &ArenaAgents), Without<Idle>>,
+    mut agents: Query<(&Action, &mut Reward)>,
+) {
+    for (mut clock, mut game, members) in &mut arenas {
+        let Some([e0, e1]) = pair(members) else {
+            continue;
+        };
+        let (Ok((a0, _)), Ok((a1, _))) = (agents.get(e0), agents.get(e1)) else {
+            continue;
+        };
+        let (a0, a1) = (a0.0.min(1), a1.0.min(1));
+        let (r0, r1) = game.payoff(a0, a1);
+        game.history.push([a0, a1]);
+        if let Ok((_, mut r)) = agents.get_mut(e0) {
+            r.0 += r0;
+        }
+        if let Ok((_, mut r)) = agents.get_mut(e1) {
+            r.0 += r1;
+        }
+        if game.history.len() as u32 >= game.rounds {
+            clock.terminated = true;
+        }
+    }
+}
+
+/// Fills the episode's metrics for arenas that just ended.
+pub fn summarize_matrix_games(
+    mut arenas: Query<(
+        &EpisodeClock,
+        &MatrixGame,
+        &ArenaAgents,
+        &mut EpisodeMetrics,
+    )>,
+    agents: Query<(&EpisodeReturn, &AgentStats)>,
+) {
+    for (clock, game, members, mut metrics) in &mut arenas {
+        if clock.phase != ArenaPhase::Ending {
+            continue;
+        }
+        let n = game.history.len().max(1) as f64;
+        let coop = game
+            .history
+            .iter()
+            .map(|h| (h[0] == 0) as u32 + (h[1] == 0) as u32)
+            .sum::<u32>() as f64;
+        let both_c = game
+            .history
+            .iter()
+            .filter(|h| h[0] == 0 && h[1] == 0)
+            .count() as f64;
+        let both_d = game
+            .history
+            .iter()
+            .filter(|h| h[0] == 1 && h[1] == 1)
+            .count() as f64;
+        let (returns, stats): (Vec<f32>, Vec<AgentStats>) = members
+            .entities()
+            .iter()
+            .filter_map(|&e| agents.get(e).ok())
+            .map(|(r, s)| (r.0, *s))
+            .unzip();
+        let total: f64 = returns.iter().map(|&r| f64::from(r)).sum();
+        metrics.0 = social_outcomes(&returns, &stats, clock.step);
+        metrics
+            .0
+            .insert("cooperation_rate".into(), coop / (2.0 * n));
+        metrics.0.insert("mutual_cooperation".into(), both_c / n);
+        metrics.0.insert("mutual_defection".into(), both_d / n);
+        metrics.0.insert(
+            "payoff_per_round".into(),
+            total / (returns.len().max(1) as f64 * n),
+        );
+    }
+}
+
+/// Adds a matrix game's state to the per-step hash.
+pub fn hash_matrix_game(world: &World, arena: Entity, hash: &mut StateHash) {
+    if let Some(g) = world.get::<MatrixGame>(arena) {
+        for h in &g.history {
+            hash.write(h);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prisoners_dilemma_payoffs() {
+        let g = MatrixGame::new(&MatrixParams::default());
+        assert_eq!(g.payoff(0, 0), (3.0, 3.0));
+        assert_eq!(g.payoff(0, 1), (0.0, 5.0));
+        assert_eq!(g.payoff(1, 0), (5.0, 0.0));
+        assert_eq!(g.payoff(1, 1), (1.0, 1.0));
+    }
+
+    #[test]
+    fn stag_hunt_payoffs() {
+        let p = MatrixParams {
+            payoffs: vec![vec![4.0, 0.0], vec![2.0, 2.0]],
+            ..MatrixParams::default()
+        };
+        let g = MatrixGame::new(&p);
+        assert_eq!(g.payoff(0, 0), (4.0, 4.0));
+        assert_eq!(g.payoff(0, 1), (0.0, 2.0));
+        assert_eq!(g.payoff(1, 1), (2.0, 2.0));
+    }
+}

@@ -1,0 +1,50 @@
+//! Social dilemmas: repeated matrix games ([`matrix`]), Commons Harvest ([`commons`]) and
+//! Clean Up ([`cleanup`]), with the grid mechanics the last two share ([`gridworld`]).
+//! Each module's header documents agents, actions, observation, rewards, termination and
+//! parameters. [`DilemmaPlugin`] adds every system; each runs only on arenas that carry
+//! its family's components.
+
+pub mod cleanup;
+mod codes;
+pub mod commons;
+pub mod gridworld;
+pub mod matrix;
+
+pub use codes::{GRID_ACTIONS, act, view};
+
+use bevy::prelude::*;
+
+use crate::core::*;
+
+/// The social-dilemma family.
+#[derive(Default)]
+pub struct DilemmaPlugin;
+
+impl Plugin for DilemmaPlugin {
+    fn build(&self, app: &mut App) {
+        app.add_systems(
+            SimSchedule,
+            (
+                (matrix::reset_matrix_games, gridworld::reset_grid_dilemmas)
+                    .in_set(SimSystems::Reset)
+                    .after(reset_arenas),
+                (
+                    matrix::observe_matrix_games,
+                    gridworld::observe_grid_dilemmas,
+                )
+                    .in_set(SimSystems::Observe),
+                (matrix::play_matrix_rounds, gridworld::apply_grid_actions)
+                    .in_set(ActSystems::Apply),
+                (commons::regrow_apples, cleanup::pollute_and_grow).in_set(SimSystems::Rules),
+                (
+                    matrix::summarize_matrix_games,
+                    gridworld::summarize_grid_dilemmas,
+                )
+                    .in_set(RecordSystems::Summarize),
+            ),
+        );
+        let mut hashers = app.world_mut().get_resource_or_init::<StateHashers>();
+        hashers.0.push(matrix::hash_matrix_game);
+        hashers.0.push(gridworld::hash_grid_dilemma);
+    }
+}

@@ -1,0 +1,157 @@
+//! Environment families. Each is a plugin over the shared core; [`spawn_arenas`] builds the
+//! arenas of a scene with the components its family needs.
+
+pub mod dilemma;
+
+use bevy::prelude::*;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::fmt;
+
+use crate::core::*;
+use crate::policy::PolicyRegistry;
+use crate::scene::{FamilySpec, Scene};
+use dilemma::{cleanup, commons, gridworld, matrix};
+
+/// The action words of a scene's family, by index.
+#[derive(Resource, Debug, Clone, Default)]
+pub struct ActionNames(pub Vec<String>);
+
+/// The scene a run was built from.
+#[derive(Resource, Debug, Clone)]
+pub struct ActiveScene(pub std::sync::Arc<Scene>);
+
+/// A scene that cannot be spawned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnError(pub String);
+
+impl fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SpawnError {}
+
+/// The action words of `scene`'s family.
+pub fn action_names(scene: &Scene) -> Vec<String> {
+    match &scene.spec.family {
+        FamilySpec::Matrix(m) => m.actions.clone(),
+        FamilySpec::CommonsHarvest(_) | FamilySpec::CleanUp(_) => dilemma::GRID_ACTIONS
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    }
+}
+
+/// Spawns `count` arenas of `scene`. Each runs `episodes` episodes (forever if `None`)
+/// with streams derived from `seed`. Registers the scene's policies.
+pub fn spawn_arenas(
+    world: &mut World,
+    scene: &Scene,
+    count: u32,
+    seed: u64,
+    episodes: Option<u32>,
+) -> Result<(), SpawnError> {
+    let mut handles = Vec::with_capacity(scene.agents.len());
+    {
+        let mut registry = world.get_resource_or_init::<PolicyRegistry>();
+        for a in &scene.agents {
+            handles.push(
+                registry
+                    .handle(&a.policy)
+                    .ok_or_else(|| SpawnError(format!("unknown policy {:?}", a.policy)))?,
+            );
+        }
+    }
+    let names = action_names(scene);
+    let n_actions = names.len();
+    let max_steps = scene.spec.episode.max_steps;
+    let grid_map = match &scene.spec.family {
+        FamilySpec::Matrix(_) => None,
+        _ => Some(gridworld::DilemmaMap::from_scene(scene)),
+    };
+    let mut entities = Vec::with_capacity(count as usize);
+    for index in 0..count {
+        let mut arena = world.spawn((
+            Arena { index },
+            EpisodeClock::new(max_steps),
+            ArenaRng(stream_rng(seed, index, 0, None)),
+            EpisodeMetrics::default(),
+        ));
+        match &scene.spec.family {
+            FamilySpec::Matrix(p) => {
+                arena.insert(matrix::MatrixGame::new(p));
+            }
+            FamilySpec::CommonsHarvest(p) => {
+                arena.insert((
+                    grid_map
+                        .clone()
+                        .unwrap_or_else(|| gridworld::DilemmaMap::from_scene(scene)),
+                    gridworld::DilemmaRules {
+                        view: p.view,
+                        zap: p.zap,
+                        clean_length: 0,
+                        apple_reward: p.apple_reward,
+                        random_facing: scene.spec.randomize.random_facing,
+                        shuffle_spawns: scene.spec.randomize.shuffle_spawns,
+                    },
+                    commons::HarvestRegrowth::new(p),
+                ));
+            }
+            FamilySpec::CleanUp(p) => {
+                arena.insert((
+                    grid_map
+                        .clone()
+                        .unwrap_or_else(|| gridworld::DilemmaMap::from_scene(scene)),
+                    gridworld::DilemmaRules {
+                        view: p.view,
+                        zap: p.zap,
+                        clean_length: p.clean_length,
+                        apple_reward: p.apple_reward,
+                        random_facing: scene.spec.randomize.random_facing,
+                        shuffle_spawns: scene.spec.randomize.shuffle_spawns,
+                    },
+                    cleanup::RiverPollution::new(p),
+                ));
+            }
+        }
+        let arena_entity = arena.id();
+        entities.push(arena_entity);
+        for (slot, (spec, handle)) in scene.agents.iter().zip(&handles).enumerate() {
+            let mut agent = world.spawn((
+                Agent { slot: slot as u16 },
+                InArena(arena_entity),
+                Team(spec.team),
+                Role(spec.role),
+                *handle,
+                Action::default(),
+                ActionMask::all(n_actions),
+                Reward::default(),
+                EpisodeReturn::default(),
+                Done::default(),
+                AgentStats::default(),
+                Observation::default(),
+                AgentRng(ChaCha8Rng::seed_from_u64(0)),
+            ));
+            if grid_map.is_some() {
+                agent.insert((
+                    GridPos::default(),
+                    Facing::default(),
+                    gridworld::Beams::default(),
+                ));
+            }
+        }
+    }
+    world.insert_resource(Arenas {
+        entities,
+        episode_budget: episodes,
+        seed,
+    });
+    world.insert_resource(ActionNames(names));
+    world.insert_resource(SceneTeams(
+        scene.team_names().iter().map(|s| s.to_string()).collect(),
+    ));
+    world.insert_resource(ActiveScene(std::sync::Arc::new(scene.clone())));
+    Ok(())
+}

@@ -1,0 +1,242 @@
+//! The headless runner: builds an [`App`] with [`SimPlugins`](crate::SimPlugins), spawns the
+//! arenas of a scene and steps until every arena has run its episodes.
+
+use bevy::app::{App, TaskPoolOptions, TaskPoolPlugin};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+use crate::SimPlugins;
+use crate::core::{RunProgress, StateHash};
+use crate::envs::{SpawnError, spawn_arenas};
+use crate::metrics::{EpisodeLog, MetricsWriter, peak_memory_bytes};
+use crate::replay::Recorder;
+use crate::scene::Scene;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The scene.
+    pub scene: Scene,
+    /// Number of arenas.
+    pub arenas: u32,
+    /// Episodes per arena.
+    pub episodes: u32,
+    /// Run seed.
+    pub seed: u64,
+    /// Worker threads for Bevy's task pools (`None`: one per core).
+    pub threads: Option<usize>,
+    /// `--metrics`: one JSON line per finished episode per arena.
+    pub metrics: Option<PathBuf>,
+    /// `--record`: replay file.
+    pub record: Option<PathBuf>,
+    /// Arenas to record.
+    pub record_arenas: Vec<u32>,
+    /// Keep the state hash of every step.
+    pub hash_steps: bool,
+}
+
+impl RunConfig {
+    /// A run of `scene` with defaults: 1 arena, 1 episode, seed 0.
+    pub fn new(scene: Scene) -> Self {
+        Self {
+            scene,
+            arenas: 1,
+            episodes: 1,
+            seed: 0,
+            threads: None,
+            metrics: None,
+            record: None,
+            record_arenas: vec![0],
+            hash_steps: false,
+        }
+    }
+}
+
+/// What went wrong in a run.
+#[derive(Debug, Error)]
+pub enum RunError {
+    /// A bad argument.
+    #[error("{0}")]
+    Config(String),
+    /// The scene could not be spawned.
+    #[error("cannot spawn the scene: {0}")]
+    Spawn(#[from] SpawnError),
+    /// An output file could not be written.
+    #[error("{path}: {source}")]
+    Output {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// Team names.
+    pub teams: Vec<String>,
+    /// Mean episode return per team (mean over that team's agents, then over episodes).
+    pub team_returns: Vec<f64>,
+    /// Mean of each metric over the episodes that report it.
+    pub metrics: BTreeMap<String, f64>,
+    /// Episodes finished.
+    pub episodes: u64,
+    /// Simulation steps.
+    pub steps: u64,
+    /// Agent-steps.
+    pub agent_steps: u64,
+    /// Wall time of the stepping loop.
+    pub wall: Duration,
+    /// Peak resident memory of the process.
+    pub peak_memory: Option<u64>,
+    /// Every step's state hash, when asked for.
+    pub step_hashes: Vec<u64>,
+}
+
+impl RunReport {
+    /// Agent-steps per second.
+    pub fn agent_steps_per_sec(&self) -> f64 {
+        self.agent_steps as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Builds the app of a run, arenas spawned, outputs opened; not yet stepped.
+pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
+    if cfg.arenas == 0 {
+        return Err(RunError::Config("--arenas must be at least 1".into()));
+    }
+    if cfg.episodes == 0 {
+        return Err(RunError::Config("--episodes must be at least 1".into()));
+    }
+    if let Some(&bad) = cfg.record_arenas.iter().find(|&&a| a >= cfg.arenas) {
+        return Err(RunError::Config(format!(
+            "--record-arenas names arena {bad}, but there are only {} (0 to {})",
+            cfg.arenas,
+            cfg.arenas - 1
+        )));
+    }
+    let mut app = App::new();
+    let pool = match cfg.threads {
+        Some(n) => TaskPoolOptions::with_num_threads(n.max(1)),
+        None => TaskPoolOptions::default(),
+    };
+    app.add_plugins(TaskPoolPlugin {
+        task_pool_options: pool,
+    })
+    .add_plugins(SimPlugins);
+    spawn_arenas(
+        app.world_mut(),
+        &cfg.scene,
+        cfg.arenas,
+        cfg.seed,
+        Some(cfg.episodes),
+    )?;
+    if let Some(path) = &cfg.metrics {
+        let w = MetricsWriter::create(
+            path,
+            cfg.scene
+                .team_names()
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        )
+        .map_err(|source| RunError::Output {
+            path: path.clone(),
+            source,
+        })?;
+        app.insert_resource(w);
+    }
+    if let Some(path) = &cfg.record {
+        let rec =
+            Recorder::create(path, cfg.record_arenas.clone(), app.world()).map_err(|source| {
+                RunError::Output {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+        app.insert_resource(rec);
+    }
+    if cfg.hash_steps {
+        app.insert_resource(StateHash::with_history());
+    }
+    app.finish();
+    app.cleanup();
+    Ok(app)
+}
+
+/// Runs `cfg` to the end; `on_progress` is called after every step.
+pub fn run(
+    cfg: &RunConfig,
+    mut on_progress: impl FnMut(&RunProgress),
+) -> Result<RunReport, RunError> {
+    let mut app = build_app(cfg)?;
+    let start = Instant::now();
+    loop {
+        app.update();
+        let progress = *app.world().resource::<RunProgress>();
+        on_progress(&progress);
+        if progress.idle_arenas >= cfg.arenas {
+            break;
+        }
+    }
+    let wall = start.elapsed();
+    let world = app.world_mut();
+    if let Some(mut w) = world.get_resource_mut::<MetricsWriter>() {
+        let path = w.path().to_path_buf();
+        let flushed = w.flush();
+        if let Some(source) = w.error.take().map(Err).unwrap_or(flushed).err() {
+            return Err(RunError::Output { path, source });
+        }
+    }
+    if let Some(mut rec) = world.get_resource_mut::<Recorder>() {
+        let flushed = rec.flush();
+        if let Some(source) = rec.error.take().map(Err).unwrap_or(flushed).err() {
+            return Err(RunError::Output {
+                path: cfg.record.clone().unwrap_or_default(),
+                source,
+            });
+        }
+    }
+    let progress = *world.resource::<RunProgress>();
+    let log = world.resource::<EpisodeLog>();
+    let teams: Vec<String> = cfg
+        .scene
+        .team_names()
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let n = log.episodes.len().max(1) as f64;
+    let mut team_returns = vec![0.0; teams.len()];
+    let mut sums: BTreeMap<String, (f64, u32)> = BTreeMap::new();
+    for e in &log.episodes {
+        for (t, r) in team_returns.iter_mut().zip(&e.team_returns) {
+            *t += r / n;
+        }
+        for (k, v) in &e.metrics {
+            let s = sums.entry(k.clone()).or_default();
+            s.0 += v;
+            s.1 += 1;
+        }
+    }
+    let step_hashes = world
+        .get_resource::<StateHash>()
+        .map(|h| h.history.clone())
+        .unwrap_or_default();
+    Ok(RunReport {
+        teams,
+        team_returns,
+        metrics: sums
+            .into_iter()
+            .map(|(k, (s, c))| (k, s / f64::from(c)))
+            .collect(),
+        episodes: progress.episodes,
+        steps: progress.steps,
+        agent_steps: progress.agent_steps,
+        wall,
+        peak_memory: peak_memory_bytes(),
+        step_hashes,
+    })
+}

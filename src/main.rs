@@ -1,0 +1,273 @@
+//! The `emergence` command line: run scenes headless, check scene files, list what ships.
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use emergence::envs::action_names;
+use emergence::headless::{RunConfig, RunReport, run};
+use emergence::policy::catalogue;
+use emergence::scene::{FamilySpec, Scene, find_scenes, load_scene};
+
+#[derive(Parser)]
+#[command(
+    name = "emergence",
+    version,
+    about = "Language-model agents in Bevy ECS multi-agent environments"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a scene headless: many arenas, many episodes, then a summary table.
+    Run(RunArgs),
+    /// Validate a scene file and print a summary of it.
+    Check {
+        /// The `.scene.ron` file.
+        scene: PathBuf,
+    },
+    /// List the shipped scenes, the families and the policies.
+    List {
+        /// Folder to look for scenes in.
+        #[arg(long, default_value = "scenes")]
+        scenes: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The `.scene.ron` file.
+    scene: PathBuf,
+    /// Number of arenas run side by side.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    arenas: u32,
+    /// Episodes each arena runs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    episodes: u32,
+    /// Run seed: the same seed gives the same trajectories.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Worker threads for Bevy's task pools (default: one per core).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
+    /// Write one JSON line per finished episode per arena to this file.
+    #[arg(long)]
+    metrics: Option<PathBuf>,
+    /// Write a replay of every step of the recorded arenas to this file.
+    #[arg(long)]
+    record: Option<PathBuf>,
+    /// Arenas to record, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    record_arenas: Vec<u32>,
+    /// Write every step's state hash (hex, one per line) to this file.
+    #[arg(long)]
+    hash_log: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => cmd_run(args),
+        Command::Check { scene } => cmd_check(&scene),
+        Command::List { scenes } => cmd_list(&scenes),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn refuse_overwrite_of_input(out: &Option<PathBuf>, scene: &Path, flag: &str) -> Result<()> {
+    if let Some(out) = out
+        && let (Ok(a), Ok(b)) = (out.canonicalize(), scene.canonicalize())
+        && a == b
+    {
+        anyhow::bail!(
+            "{flag} {} would overwrite the scene file; choose another path",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+fn cmd_run(args: RunArgs) -> Result<()> {
+    let scene = load_scene(&args.scene)?;
+    refuse_overwrite_of_input(&args.metrics, &args.scene, "--metrics")?;
+    refuse_overwrite_of_input(&args.record, &args.scene, "--record")?;
+    let cfg = RunConfig {
+        scene,
+        arenas: args.arenas,
+        episodes: args.episodes,
+        seed: args.seed,
+        threads: args.threads.map(usize::from),
+        metrics: args.metrics.clone(),
+        record: args.record.clone(),
+        record_arenas: args.record_arenas.clone(),
+        hash_steps: args.hash_log.is_some(),
+    };
+    let total = u64::from(cfg.arenas) * u64::from(cfg.episodes);
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} episodes  {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let started = std::time::Instant::now();
+    let report = run(&cfg, |p| {
+        if p.steps % 64 == 0 || p.episodes == total {
+            bar.set_position(p.episodes);
+            let secs = started.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!(
+                "{:.2}M agent-steps/s",
+                p.agent_steps as f64 / secs / 1e6
+            ));
+        }
+    })?;
+    bar.finish_and_clear();
+    if let Some(path) = &args.hash_log {
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("{}: cannot create the hash log", path.display()))?,
+        );
+        for h in &report.step_hashes {
+            writeln!(f, "{h:016x}").with_context(|| format!("{}: cannot write", path.display()))?;
+        }
+        f.flush()
+            .with_context(|| format!("{}: cannot write", path.display()))?;
+    }
+    print_report(&cfg, &report);
+    Ok(())
+}
+
+fn print_report(cfg: &RunConfig, r: &RunReport) {
+    println!(
+        "{} — {} arenas × {} episodes, seed {}",
+        cfg.scene.spec.name, cfg.arenas, cfg.episodes, cfg.seed
+    );
+    println!();
+    println!("{:<28} {:>14}", "team", "mean return");
+    for (t, v) in r.teams.iter().zip(&r.team_returns) {
+        println!("{t:<28} {v:>14.3}");
+    }
+    println!();
+    println!("{:<28} {:>14}", "metric (mean per episode)", "value");
+    for (k, v) in &r.metrics {
+        println!("{k:<28} {v:>14.4}");
+    }
+    println!();
+    println!("{:<28} {:>14}", "episodes", r.episodes);
+    println!("{:<28} {:>14}", "steps", r.steps);
+    println!("{:<28} {:>14}", "agent-steps", r.agent_steps);
+    println!("{:<28} {:>14.0}", "agent-steps/s", r.agent_steps_per_sec());
+    println!("{:<28} {:>14.3}", "wall time (s)", r.wall.as_secs_f64());
+    match r.peak_memory {
+        Some(b) => println!(
+            "{:<28} {:>14.1}",
+            "peak memory (MiB)",
+            b as f64 / (1024.0 * 1024.0)
+        ),
+        None => println!("{:<28} {:>14}", "peak memory (MiB)", "unknown"),
+    }
+    if let Some(p) = &cfg.metrics {
+        println!("metrics written to {}", p.display());
+    }
+    if let Some(p) = &cfg.record {
+        println!(
+            "replay of arenas {:?} written to {}",
+            cfg.record_arenas,
+            p.display()
+        );
+    }
+}
+
+fn describe(scene: &Scene) -> String {
+    let mut s = String::new();
+    let spec = &scene.spec;
+    s += &format!("scene     {}\n", spec.name);
+    if !spec.description.is_empty() {
+        s += &format!("about     {}\n", spec.description.trim());
+    }
+    s += &format!("family    {}\n", spec.family.name());
+    if scene.width > 0 {
+        s += &format!("map       {} × {}\n", scene.width, scene.height);
+    }
+    s += &format!("agents    {} per arena\n", scene.agent_count());
+    s += &format!("episode   {} steps at most\n", spec.episode.max_steps);
+    if let FamilySpec::Matrix(m) = &spec.family {
+        s += &format!("game      {} rounds, payoffs {:?}\n", m.rounds, m.payoffs);
+    }
+    s += &format!("actions   {}\n", action_names(scene).join(" "));
+    s += "teams\n";
+    for (i, t) in spec.teams.iter().enumerate() {
+        let n = scene.agents.iter().filter(|a| a.team as usize == i).count();
+        let role = t.role.as_deref().unwrap_or(&t.name);
+        s += &format!(
+            "  {:<16} {:>3} agents  role {:<14} policy {}\n",
+            t.name, n, role, t.policy
+        );
+    }
+    s
+}
+
+fn cmd_check(path: &Path) -> Result<()> {
+    let scene = load_scene(path)?;
+    print!("{}", describe(&scene));
+    println!("ok: {}", path.display());
+    Ok(())
+}
+
+fn cmd_list(dir: &Path) -> Result<()> {
+    println!("scenes (in {}):", dir.display());
+    let found = find_scenes(dir);
+    if found.is_empty() {
+        println!("  none found");
+    }
+    for p in found {
+        match load_scene(&p) {
+            Ok(s) => println!(
+                "  {:<52} {:<15} {}",
+                p.display(),
+                s.spec.family.name(),
+                s.spec.name
+            ),
+            Err(e) => println!("  {:<52} INVALID: {e}", p.display()),
+        }
+    }
+    println!();
+    println!("families:");
+    println!(
+        "  {:<16} repeated two-player matrix games (Prisoner's Dilemma, Stag Hunt, Chicken)",
+        "Matrix"
+    );
+    println!(
+        "  {:<16} Commons Harvest: apples regrow only near other apples; zapping beam",
+        "CommonsHarvest"
+    );
+    println!(
+        "  {:<16} Clean Up: apples grow only while the river is clean; cleaning beam",
+        "CleanUp"
+    );
+    println!();
+    println!("policies:");
+    for p in catalogue() {
+        println!("  {:<24} {:<30} {}", p.name, p.families.join(","), p.doc);
+    }
+    Ok(())
+}

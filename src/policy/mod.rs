@@ -1,0 +1,213 @@
+//! Policies: who decides for an agent. Each agent entity holds a [`PolicyHandle`]; the
+//! [`PolicyRegistry`] maps it to a [`Policy`]. In [`SimSystems::Decide`] every policy gets
+//! ALL its agents across all arenas in one call (the batched interface language models
+//! use), and writes the same [`Action`] component whoever it is.
+
+mod grid_bots;
+mod matrix_bots;
+mod random;
+
+use bevy::prelude::*;
+use rand_chacha::ChaCha8Rng;
+
+use crate::core::*;
+
+pub use grid_bots::{Cleaner, FreeRider, GreedyHarvester, SustainableHarvester};
+pub use matrix_bots::{AlwaysCooperate, AlwaysDefect, GrimTrigger, TitForTat};
+pub use random::RandomPolicy;
+
+/// One agent's decision request: what it sees, what it may do, its own random stream, and
+/// the action to fill in.
+pub struct Decision<'a> {
+    /// What the agent perceives this step.
+    pub obs: &'a Observation,
+    /// Which actions are legal.
+    pub mask: ActionMask,
+    /// The agent's own random stream (the only source of randomness a policy may use).
+    pub rng: &'a mut ChaCha8Rng,
+    /// The chosen action; policies must leave a legal one here.
+    pub action: &'a mut Action,
+}
+
+/// A decision maker for a batch of agents.
+pub trait Policy: Send + Sync + 'static {
+    /// Chooses an action for every agent of the batch (agents of many arenas).
+    fn decide(&mut self, batch: &mut [Decision<'_>]);
+}
+
+/// A named policy that scenes may ask for.
+pub struct PolicyInfo {
+    /// Name used in scenes.
+    pub name: &'static str,
+    /// One line for `emergence list`.
+    pub doc: &'static str,
+    /// Families it plays (by `FamilySpec::name`).
+    pub families: &'static [&'static str],
+    /// Makes a fresh instance.
+    pub make: fn() -> Box<dyn Policy>,
+}
+
+impl PolicyInfo {
+    /// Whether it plays `family`.
+    pub fn plays(&self, family: &str) -> bool {
+        self.families.contains(&family)
+    }
+}
+
+const ALL: &[&str] = &["Matrix", "CommonsHarvest", "CleanUp"];
+const MATRIX: &[&str] = &["Matrix"];
+const GRID: &[&str] = &["CommonsHarvest", "CleanUp"];
+const CLEANUP: &[&str] = &["CleanUp"];
+
+static CATALOGUE: &[PolicyInfo] = &[
+    PolicyInfo {
+        name: "random",
+        doc: "uniformly random legal action",
+        families: ALL,
+        make: || Box::new(RandomPolicy),
+    },
+    PolicyInfo {
+        name: "always_cooperate",
+        doc: "always plays the cooperative action",
+        families: MATRIX,
+        make: || Box::new(AlwaysCooperate),
+    },
+    PolicyInfo {
+        name: "always_defect",
+        doc: "always plays the defecting action",
+        families: MATRIX,
+        make: || Box::new(AlwaysDefect),
+    },
+    PolicyInfo {
+        name: "tit_for_tat",
+        doc: "cooperates first, then copies the other's last move",
+        families: MATRIX,
+        make: || Box::new(TitForTat),
+    },
+    PolicyInfo {
+        name: "grim_trigger",
+        doc: "cooperates until the other defects once, then defects forever",
+        families: MATRIX,
+        make: || Box::new(GrimTrigger),
+    },
+    PolicyInfo {
+        name: "greedy_harvester",
+        doc: "walks to the nearest visible apple and eats it; wanders otherwise",
+        families: GRID,
+        make: || Box::new(GreedyHarvester),
+    },
+    PolicyInfo {
+        name: "sustainable_harvester",
+        doc: "like greedy, but never eats the last apple of a patch",
+        families: GRID,
+        make: || Box::new(SustainableHarvester),
+    },
+    PolicyInfo {
+        name: "cleaner",
+        doc: "cleans visible river dirt with its beam; harvests when the river looks clean",
+        families: CLEANUP,
+        make: || Box::new(Cleaner),
+    },
+    PolicyInfo {
+        name: "free_rider",
+        doc: "harvests greedily and never cleans",
+        families: CLEANUP,
+        make: || Box::new(FreeRider),
+    },
+];
+
+/// Every policy a scene may name.
+pub fn catalogue() -> &'static [PolicyInfo] {
+    CATALOGUE
+}
+
+/// The policies of a run, indexed by [`PolicyHandle`].
+#[derive(Resource, Default)]
+pub struct PolicyRegistry {
+    entries: Vec<(String, Box<dyn Policy>)>,
+}
+
+impl PolicyRegistry {
+    /// The handle of policy `name`, creating it from the catalogue on first use.
+    pub fn handle(&mut self, name: &str) -> Option<PolicyHandle> {
+        if let Some(i) = self.entries.iter().position(|(n, _)| n == name) {
+            return Some(PolicyHandle(i as u16));
+        }
+        let info = catalogue().iter().find(|p| p.name == name)?;
+        self.entries.push((name.to_string(), (info.make)()));
+        Some(PolicyHandle((self.entries.len() - 1) as u16))
+    }
+    /// Registers a custom policy under `name` (replacing one of that name).
+    pub fn insert(&mut self, name: &str, policy: Box<dyn Policy>) -> PolicyHandle {
+        if let Some(i) = self.entries.iter().position(|(n, _)| n == name) {
+            self.entries[i].1 = policy;
+            return PolicyHandle(i as u16);
+        }
+        self.entries.push((name.to_string(), policy));
+        PolicyHandle((self.entries.len() - 1) as u16)
+    }
+    /// The name behind a handle.
+    pub fn name(&self, h: PolicyHandle) -> Option<&str> {
+        self.entries.get(h.0 as usize).map(|(n, _)| n.as_str())
+    }
+    /// Number of registered policies.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    /// Whether none is registered.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Groups every live agent by policy and lets each policy decide for its whole group.
+pub fn decide_actions(
+    mut registry: ResMut<PolicyRegistry>,
+    mut agents: Query<
+        (
+            &PolicyHandle,
+            &Observation,
+            &ActionMask,
+            &mut AgentRng,
+            &mut Action,
+        ),
+        Without<Idle>,
+    >,
+) {
+    let n = registry.entries.len();
+    let mut groups: Vec<Vec<Decision<'_>>> = (0..n).map(|_| Vec::new()).collect();
+    for (handle, obs, mask, rng, action) in agents.iter_mut() {
+        if let Some(g) = groups.get_mut(handle.0 as usize) {
+            g.push(Decision {
+                obs,
+                mask: *mask,
+                rng: &mut rng.into_inner().0,
+                action: action.into_inner(),
+            });
+        }
+    }
+    for (group, (_, policy)) in groups.iter_mut().zip(registry.entries.iter_mut()) {
+        if !group.is_empty() {
+            policy.decide(group);
+        }
+    }
+    // A policy must leave a legal action; fall back to the first legal one if it did not.
+    for group in &mut groups {
+        for d in group.iter_mut() {
+            if !d.mask.allows(d.action.0) {
+                d.action.0 = d.mask.nth(0).unwrap_or(0);
+            }
+        }
+    }
+}
+
+/// Adds the Decide step.
+#[derive(Default)]
+pub struct PolicyPlugin;
+
+impl Plugin for PolicyPlugin {
+    fn build(&self, app: &mut App) {
+        app.init_resource::<PolicyRegistry>()
+            .add_systems(SimSchedule, decide_actions.in_set(SimSystems::Decide));
+    }
+}

@@ -1,0 +1,66 @@
+//! Scenes as Bevy assets: the same [`parse_scene`](super::parse_scene) behind an
+//! `AssetLoader`, so a window can load and hot-reload `.scene.ron` files.
+
+use bevy::app::{App, Plugin};
+use bevy::asset::io::Reader;
+use bevy::asset::{Asset, AssetApp, AssetLoader, LoadContext};
+use bevy::reflect::TypePath;
+use std::path::PathBuf;
+
+use super::{Scene, SceneError, SceneErrorKind, parse_scene};
+
+/// A loaded scene.
+#[derive(Asset, TypePath, Debug, Clone)]
+pub struct SceneAsset(pub Scene);
+
+/// Loads `*.scene.ron` files.
+#[derive(Default, TypePath)]
+pub struct SceneAssetLoader;
+
+impl AssetLoader for SceneAssetLoader {
+    type Asset = SceneAsset;
+    type Settings = ();
+    type Error = SceneError;
+
+    async fn load(
+        &self,
+        reader: &mut dyn Reader,
+        _settings: &(),
+        load_context: &mut LoadContext<'_>,
+    ) -> Result<SceneAsset, SceneError> {
+        let path = PathBuf::from(load_context.path().to_string());
+        let mut bytes = Vec::new();
+        reader
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(|source| SceneError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        let src = String::from_utf8(bytes).map_err(|_| SceneError::Invalid {
+            path: path.clone(),
+            line: 1,
+            col: 1,
+            kind: SceneErrorKind::Rule {
+                what: "the file is not valid UTF-8 text".into(),
+                expected: "a UTF-8 RON file".into(),
+            },
+        })?;
+        parse_scene(&src, &path).map(SceneAsset)
+    }
+
+    fn extensions(&self) -> &[&str] {
+        &["scene.ron"]
+    }
+}
+
+/// Registers [`SceneAsset`] and its loader (needs Bevy's `AssetPlugin`).
+#[derive(Default)]
+pub struct SceneAssetPlugin;
+
+impl Plugin for SceneAssetPlugin {
+    fn build(&self, app: &mut App) {
+        app.init_asset::<SceneAsset>()
+            .register_asset_loader(SceneAssetLoader);
+    }
+}

@@ -1,0 +1,127 @@
+//! Scenes: RON files that describe an environment (family and parameters), its map, its
+//! teams and their policies. One parser, [`parse_scene`], serves the CLI and the Bevy asset
+//! loader alike; errors name `path:line:col`, what is wrong and what was expected.
+
+mod asset;
+mod error;
+mod locate;
+mod schema;
+mod validate;
+
+pub use asset::{SceneAsset, SceneAssetLoader, SceneAssetPlugin};
+pub use error::{SceneError, SceneErrorKind};
+pub use schema::*;
+
+use std::path::{Path, PathBuf};
+
+/// One agent of a scene, in slot order: teams in order, `count` agents each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSpec {
+    /// Index into `spec.teams`.
+    pub team: u8,
+    /// Index into [`Scene::roles`].
+    pub role: u8,
+    /// Policy name.
+    pub policy: String,
+}
+
+/// A checked scene, ready to spawn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scene {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// The scene as written (defaults filled in).
+    pub spec: SceneSpec,
+    /// Map width (0 for families without a map).
+    pub width: usize,
+    /// Map height.
+    pub height: usize,
+    /// The map's cells, row-major, as legend things.
+    pub cells: Vec<Thing>,
+    /// The agents of one arena, in slot order.
+    pub agents: Vec<AgentSpec>,
+    /// Distinct role names, in order of first appearance.
+    pub roles: Vec<String>,
+    /// Per team: its own spawn cells (row-major indices), empty if it uses the shared ones.
+    pub spawn_cells: Vec<Vec<usize>>,
+    /// Shared `Spawn` cells.
+    pub shared_spawns: Vec<usize>,
+}
+
+impl Scene {
+    /// Number of agents per arena.
+    pub fn agent_count(&self) -> usize {
+        self.agents.len()
+    }
+    /// The team names, in order.
+    pub fn team_names(&self) -> Vec<&str> {
+        self.spec.teams.iter().map(|t| t.name.as_str()).collect()
+    }
+}
+
+/// The RON options scenes are read with: `Some` may be left out, and a newtype variant may
+/// be written `CommonsHarvest(regrowth: ...)` instead of `CommonsHarvest((regrowth: ...))`.
+pub fn ron_options() -> ron::Options {
+    ron::Options::default().with_default_extension(
+        ron::extensions::Extensions::IMPLICIT_SOME
+            | ron::extensions::Extensions::UNWRAP_VARIANT_NEWTYPES,
+    )
+}
+
+/// Parses and validates a scene from its text; `path` is used in errors.
+pub fn parse_scene(src: &str, path: &Path) -> Result<Scene, SceneError> {
+    let spec: SceneSpec = ron_options()
+        .from_str(src)
+        .map_err(|e| SceneError::Invalid {
+            path: path.to_path_buf(),
+            line: e.span.start.line.max(1),
+            col: e.span.start.col.max(1),
+            kind: SceneErrorKind::Syntax(e.code.to_string()),
+        })?;
+    validate::validate(spec, path, src)
+}
+
+/// Reads, parses and validates a scene file.
+pub fn load_scene(path: &Path) -> Result<Scene, SceneError> {
+    let bytes = std::fs::read(path).map_err(|source| SceneError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let src = String::from_utf8(bytes).map_err(|e| {
+        let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let text = String::from_utf8_lossy(good);
+        let line = text.matches('\n').count() + 1;
+        let col = text.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        SceneError::Invalid {
+            path: path.to_path_buf(),
+            line,
+            col,
+            kind: SceneErrorKind::Rule {
+                what: "the file is not valid UTF-8 text".into(),
+                expected: "a UTF-8 RON file".into(),
+            },
+        }
+    })?;
+    parse_scene(&src, path)
+}
+
+/// The shipped scenes: every `*.scene.ron` under `dir`, sorted by path.
+pub fn find_scenes(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.to_string_lossy().ends_with(".scene.ron") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}

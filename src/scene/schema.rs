@@ -1,0 +1,261 @@
+//! The `.scene.ron` format as serde types. Every struct denies unknown fields, so a typo is
+//! an error that lists the allowed names. See `docs/scenes.md` for a commented example.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A scene file as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SceneSpec {
+    /// Short title.
+    pub name: String,
+    /// What the scene is for.
+    #[serde(default)]
+    pub description: String,
+    /// The environment family and its parameters.
+    pub family: FamilySpec,
+    /// ASCII map, one string per row, all rows the same length (grid families).
+    #[serde(default)]
+    pub map: Vec<String>,
+    /// What each map character stands for.
+    #[serde(default)]
+    pub legend: BTreeMap<char, Thing>,
+    /// Teams of agents.
+    pub teams: Vec<TeamSpec>,
+    /// Episode limits.
+    #[serde(default)]
+    pub episode: EpisodeSpec,
+    /// What changes from episode to episode.
+    #[serde(default)]
+    pub randomize: RandomizeSpec,
+}
+
+/// The environment family, with its parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum FamilySpec {
+    /// A repeated two-player matrix game (Prisoner's Dilemma, Stag Hunt, Chicken, ...).
+    Matrix(MatrixParams),
+    /// Commons Harvest (Melting Pot): apples regrow only near other apples.
+    CommonsHarvest(HarvestParams),
+    /// Clean Up (Melting Pot): apples grow only while the river is clean.
+    CleanUp(CleanUpParams),
+}
+
+impl FamilySpec {
+    /// The family's name as written in scenes.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FamilySpec::Matrix(_) => "Matrix",
+            FamilySpec::CommonsHarvest(_) => "CommonsHarvest",
+            FamilySpec::CleanUp(_) => "CleanUp",
+        }
+    }
+}
+
+/// Parameters of a repeated matrix game.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MatrixParams {
+    /// Row player's payoff: `payoffs[mine][theirs]`, action 0 is the cooperative one.
+    pub payoffs: Vec<Vec<f32>>,
+    /// The two action words, cooperative first.
+    pub actions: Vec<String>,
+    /// Rounds per episode.
+    pub rounds: u32,
+    /// How many recent rounds a player observes.
+    pub history: u32,
+}
+
+impl Default for MatrixParams {
+    fn default() -> Self {
+        Self {
+            payoffs: vec![vec![3.0, 0.0], vec![5.0, 1.0]],
+            actions: vec!["cooperate".into(), "defect".into()],
+            rounds: 10,
+            history: 3,
+        }
+    }
+}
+
+/// The egocentric observation window of grid families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ViewSpec {
+    /// Rows visible ahead of the agent.
+    pub ahead: u8,
+    /// Rows visible behind it.
+    pub behind: u8,
+    /// Columns visible on each side.
+    pub side: u8,
+}
+
+impl Default for ViewSpec {
+    fn default() -> Self {
+        Self {
+            ahead: 5,
+            behind: 1,
+            side: 3,
+        }
+    }
+}
+
+/// The zapping beam of the social dilemmas.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ZapSpec {
+    /// Cells the beam reaches in front of the agent (walls stop it).
+    pub length: u8,
+    /// Steps after firing before the agent may fire again.
+    pub cooldown: u16,
+    /// Steps a zapped agent is removed from play.
+    pub timeout: u16,
+    /// Reward added to the zapper when it fires (usually 0 or negative).
+    pub cost: f32,
+}
+
+impl Default for ZapSpec {
+    fn default() -> Self {
+        Self {
+            length: 3,
+            cooldown: 4,
+            timeout: 25,
+            cost: 0.0,
+        }
+    }
+}
+
+/// Parameters of Commons Harvest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HarvestParams {
+    /// Regrowth probability of an empty apple cell with 0, 1, 2 and ≥3 live apples nearby.
+    pub regrowth: Vec<f32>,
+    /// Radius (L2, in cells) of "nearby".
+    pub regrowth_radius: f32,
+    /// Reward for eating an apple.
+    pub apple_reward: f32,
+    /// Observation window.
+    pub view: ViewSpec,
+    /// Zapping beam.
+    pub zap: ZapSpec,
+}
+
+impl Default for HarvestParams {
+    fn default() -> Self {
+        Self {
+            regrowth: vec![0.0, 0.0025, 0.005, 0.025],
+            regrowth_radius: 2.0,
+            apple_reward: 1.0,
+            view: ViewSpec::default(),
+            zap: ZapSpec::default(),
+        }
+    }
+}
+
+/// Parameters of Clean Up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CleanUpParams {
+    /// Each step from `pollution_start` on, one clean river cell turns dirty with this probability.
+    pub pollution_prob: f32,
+    /// First step on which pollution happens.
+    pub pollution_start: u32,
+    /// Growth probability of an empty orchard cell while the river is clean.
+    pub apple_prob: f32,
+    /// Dirty fraction of the river at which apples stop growing.
+    pub depletion_threshold: f32,
+    /// Cells the cleaning beam reaches.
+    pub clean_length: u8,
+    /// Reward for eating an apple.
+    pub apple_reward: f32,
+    /// Observation window.
+    pub view: ViewSpec,
+    /// Zapping beam.
+    pub zap: ZapSpec,
+}
+
+impl Default for CleanUpParams {
+    fn default() -> Self {
+        Self {
+            pollution_prob: 0.5,
+            pollution_start: 50,
+            apple_prob: 0.05,
+            depletion_threshold: 0.4,
+            clean_length: 3,
+            apple_reward: 1.0,
+            view: ViewSpec::default(),
+            zap: ZapSpec::default(),
+        }
+    }
+}
+
+/// What a map character stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Thing {
+    /// Open ground.
+    Floor,
+    /// Blocks movement, beams and sight.
+    Wall,
+    /// An apple cell that starts with an apple.
+    Apple,
+    /// An apple cell that starts empty (Clean Up's orchard, a bare patch).
+    AppleSite,
+    /// Clean river (walkable; Clean Up pollutes it).
+    River,
+    /// Polluted river.
+    Dirt,
+    /// Open ground where agents of any team without spawn cells of their own may start.
+    Spawn,
+    /// Open ground where agents of the named team start.
+    TeamSpawn(String),
+}
+
+/// One team of agents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeamSpec {
+    /// Team name, unique in the scene.
+    pub name: String,
+    /// Role of its agents (defaults to the team name).
+    #[serde(default)]
+    pub role: Option<String>,
+    /// Number of agents (defaults to the number of the team's spawn cells, or 1 in matrix games).
+    #[serde(default)]
+    pub count: Option<u32>,
+    /// Name of the policy that decides for its agents (see `emergence list`).
+    pub policy: String,
+}
+
+/// Episode limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EpisodeSpec {
+    /// Steps after which an episode is truncated.
+    pub max_steps: u32,
+}
+
+impl Default for EpisodeSpec {
+    fn default() -> Self {
+        Self { max_steps: 1000 }
+    }
+}
+
+/// Per-episode randomisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RandomizeSpec {
+    /// Shuffle which agent starts on which spawn cell.
+    pub shuffle_spawns: bool,
+    /// Start agents facing a random direction (otherwise north).
+    pub random_facing: bool,
+}
+
+impl Default for RandomizeSpec {
+    fn default() -> Self {
+        Self {
+            shuffle_spawns: true,
+            random_facing: true,
+        }
+    }
+}
