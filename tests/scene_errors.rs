@@ -1,0 +1,222 @@
+//! One test per class of scene error, asserting the line, the column and the message.
+
+use emergence::scene::{SceneError, SceneErrorKind, parse_scene};
+use std::path::Path;
+
+fn err(src: &str) -> SceneError {
+    match parse_scene(src, Path::new("bad.scene.ron")) {
+        Ok(_) => panic!("scene was accepted"),
+        Err(e) => e,
+    }
+}
+
+/// A valid grid scene; tests break one thing at a time.
+const GOOD: &str = r#"(
+    name: "ok",
+    family: CommonsHarvest(regrowth_radius: 2.0),
+    map: [
+        "WWWWW",
+        "WPA.W",
+        "WWWWW",
+    ],
+    legend: { 'W': Wall, '.': Floor, 'A': Apple, 'P': Spawn },
+    teams: [(name: "h", policy: "random")],
+)"#;
+
+fn assert_at(e: &SceneError, line: usize, col: usize, needle: &str) {
+    let text = e.to_string();
+    assert_eq!(e.line_col(), Some((line, col)), "{text}");
+    assert!(
+        text.starts_with(&format!("bad.scene.ron:{line}:{col}: ")),
+        "{text}"
+    );
+    assert!(text.contains(needle), "{text:?} lacks {needle:?}");
+}
+
+#[test]
+fn good_scene_is_accepted() {
+    let s = parse_scene(GOOD, Path::new("ok.scene.ron")).expect("valid");
+    assert_eq!((s.width, s.height, s.agent_count()), (5, 3, 1));
+}
+
+#[test]
+fn malformed_ron() {
+    let e = err("(\n    name: \"x\",\n    family: Matrix(rounds: 3\n");
+    assert!(matches!(e.kind(), Some(SceneErrorKind::Syntax(_))), "{e}");
+    assert_eq!(e.line_col(), Some((3, 29)), "{e}");
+    assert!(e.to_string().contains("Expected comma"), "{e}");
+}
+
+#[test]
+fn unknown_field_lists_the_allowed_ones() {
+    let e = err(&GOOD.replace("    name: \"ok\",", "    name: \"ok\",\n    colour: 3,"));
+    assert_at(&e, 3, 5, "Unexpected field named `colour`");
+    assert!(
+        e.to_string().contains("`description`") && e.to_string().contains("`teams`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn wrong_type() {
+    let e = err(&GOOD.replace("regrowth_radius: 2.0", "regrowth_radius: \"far\""));
+    assert!(
+        matches!(e.kind(), Some(SceneErrorKind::Syntax(m)) if m.contains("Expected") || m.contains("expected")),
+        "{e}"
+    );
+    assert_eq!(e.line_col().map(|l| l.0), Some(3), "{e}");
+}
+
+#[test]
+fn unknown_legend_character_names_row_and_column() {
+    let e = err(&GOOD.replace("\"WPA.W\"", "\"WPAxW\""));
+    // Line 6 of the file; the x is the 4th map character, after the opening quote at col 9.
+    assert_at(
+        &e,
+        6,
+        13,
+        "map row 2, column 4: character 'x' is not in the legend; expected one of",
+    );
+}
+
+#[test]
+fn ragged_map_rows() {
+    let e = err(&GOOD.replace("\"WPA.W\"", "\"WPA.WW\""));
+    assert_at(
+        &e,
+        6,
+        9,
+        "map row 2 has 6 characters; expected 5, like row 1",
+    );
+}
+
+#[test]
+fn team_without_spawn_cell() {
+    let src = GOOD.replace("'P': Spawn", "'P': Floor");
+    let e = err(&src);
+    assert_at(&e, 10, 13, "team \"h\" has no spawn cell; expected");
+}
+
+#[test]
+fn too_many_agents_for_the_spawn_cells() {
+    let e = err(&GOOD.replace(
+        "(name: \"h\", policy: \"random\")",
+        "(name: \"h\", count: 3, policy: \"random\")",
+    ));
+    assert!(
+        matches!(
+            e.kind(),
+            Some(SceneErrorKind::TooFewSpawnCells {
+                needed: 3,
+                available: 1,
+                ..
+            })
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_policy() {
+    let e = err(&GOOD.replace("\"random\"", "\"genius\""));
+    assert_at(
+        &e,
+        10,
+        33,
+        "unknown policy \"genius\"; expected one of: random,",
+    );
+}
+
+#[test]
+fn policy_of_another_family() {
+    let e = err(&GOOD.replace("\"random\"", "\"tit_for_tat\""));
+    assert_at(
+        &e,
+        10,
+        33,
+        "policy \"tit_for_tat\" does not play CommonsHarvest; expected one of: random, greedy_harvester",
+    );
+}
+
+#[test]
+fn out_of_range_parameter() {
+    let e = err(&GOOD.replace("regrowth_radius: 2.0", "regrowth_radius: -1.0"));
+    assert_at(
+        &e,
+        3,
+        45,
+        "family.regrowth_radius is -1; expected a number in (0, 10]",
+    );
+    let e = err(&GOOD.replace("regrowth_radius: 2.0", "regrowth: [0.0, 0.1, 0.2, 1.5]"));
+    assert_at(
+        &e,
+        3,
+        54,
+        "family.regrowth[3] is 1.5; expected a number in [0, 1]",
+    );
+}
+
+#[test]
+fn legend_thing_the_family_does_not_use() {
+    let e = err(&GOOD.replace("'.': Floor", "'.': River"));
+    assert!(
+        e.to_string().contains("which CommonsHarvest does not use"),
+        "{e}"
+    );
+}
+
+#[test]
+fn matrix_game_needs_two_players() {
+    let src = "(name: \"pd\", family: Matrix(rounds: 5), teams: [(name: \"a\", count: 3, policy: \"random\")])";
+    let e = err(src);
+    assert_at(
+        &e,
+        1,
+        41,
+        "the teams have 3 agents in all; expected exactly 2 agents",
+    );
+}
+
+#[test]
+fn io_error_names_the_file() {
+    let e =
+        emergence::scene::load_scene(Path::new("/nonexistent/x.scene.ron")).expect_err("missing");
+    assert!(
+        e.to_string()
+            .starts_with("/nonexistent/x.scene.ron: cannot read"),
+        "{e}"
+    );
+}
+
+#[test]
+fn arbitrary_bytes_never_panic() {
+    // A crude fuzz over truncations and byte flips of a valid scene.
+    let base = GOOD.as_bytes();
+    for cut in 0..base.len() {
+        let s = String::from_utf8_lossy(&base[..cut]);
+        let _ = parse_scene(&s, Path::new("f.scene.ron"));
+    }
+    for i in 0..base.len() {
+        for b in [
+            b'(', b')', b'[', b'"', b'\'', b':', b',', b'/', b'*', b'#', b'r', b'0',
+        ] {
+            let mut v = base.to_vec();
+            v[i] = b;
+            let s = String::from_utf8_lossy(&v);
+            let _ = parse_scene(&s, Path::new("f.scene.ron"));
+        }
+    }
+}
+
+#[test]
+fn every_shipped_scene_is_valid() {
+    let scenes = emergence::scene::find_scenes(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("scenes")
+            .as_path(),
+    );
+    assert!(scenes.len() >= 5, "{scenes:?}");
+    for p in scenes {
+        emergence::scene::load_scene(&p).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
