@@ -82,7 +82,9 @@ pub fn reset_arenas(
 
 /// Zeroes every live agent's step reward before actions are applied.
 pub fn clear_rewards(mut agents: Query<&mut Reward, Without<Idle>>) {
-    agents.par_iter_mut().for_each(|mut r| r.0 = 0.0);
+    for mut r in &mut agents {
+        r.0 = 0.0;
+    }
 }
 
 /// Adds the step's rewards to returns and statistics, advances clocks, and marks arenas

@@ -26,6 +26,8 @@ pub struct MatrixGame {
     pub history_len: usize,
     /// Every round of this episode: (slot 0's action, slot 1's action).
     pub history: Vec<[u8; 2]>,
+    /// How often each slot played each action this episode.
+    pub counts: [[u32; 2]; 2],
 }
 
 impl MatrixGame {
@@ -43,6 +45,7 @@ impl MatrixGame {
             rounds: p.rounds,
             history_len: p.history as usize,
             history: Vec::with_capacity(p.rounds as usize),
+            counts: [[0; 2]; 2],
         }
     }
     /// Payoffs of (slot 0, slot 1) for one round.
@@ -64,6 +67,7 @@ pub fn reset_matrix_games(mut arenas: Query<(&EpisodeClock, &mut MatrixGame)>) {
     for (clock, mut game) in &mut arenas {
         if clock.phase == ArenaPhase::JustReset {
             game.history.clear();
+            game.counts = [[0; 2]; 2];
         }
     }
 }
@@ -84,11 +88,7 @@ pub fn observe_matrix_games(
             obs.history.clear();
             obs.history
                 .extend(game.history[start..].iter().map(|h| [h[me], h[1 - me]]));
-            let mut counts = [0u32; 2];
-            for h in &game.history {
-                counts[usize::from(h[1 - me].min(1))] += 1;
-            }
-            obs.other_counts = counts;
+            obs.other_counts = game.counts[1 - me];
         }
     }
 }
@@ -109,6 +109,8 @@ pub fn play_matrix_rounds(
         let (a0, a1) = (a0.0.min(1), a1.0.min(1));
         let (r0, r1) = game.payoff(a0, a1);
         game.history.push([a0, a1]);
+        game.counts[0][usize::from(a0)] += 1;
+        game.counts[1][usize::from(a1)] += 1;
         if let Ok((_, mut r)) = agents.get_mut(e0) {
             r.0 += r0;
         }
