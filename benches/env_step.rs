@@ -2,15 +2,17 @@
 //! Run: `cargo bench --bench env_step`. Criterion reports throughput in agent-steps/s
 //! ("elem/s"). Targets on a 2-core machine: ≥5M for matrix games, ≥2M for Commons Harvest.
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use emergence::headless::{build_app, RunConfig};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use emergence::headless::{RunConfig, build_app};
 use emergence::scene::load_scene;
 use std::path::Path;
 
 const ARENAS: u32 = 256;
 
 fn bench_scene(c: &mut Criterion, file: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/dilemma").join(file);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenes/dilemma")
+        .join(file);
     let mut scene = load_scene(&path).expect("shipped scene");
     for a in &mut scene.agents {
         a.policy = "random".into();
@@ -27,7 +29,9 @@ fn bench_scene(c: &mut Criterion, file: &str) {
     }
     let mut group = c.benchmark_group("env_step");
     group.throughput(Throughput::Elements(agents * u64::from(ARENAS)));
-    group.bench_function(file.trim_end_matches(".scene.ron"), |b| b.iter(|| app.update()));
+    group.bench_function(file.trim_end_matches(".scene.ron"), |b| {
+        b.iter(|| app.update())
+    });
     group.finish();
 }
 

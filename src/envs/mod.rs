@@ -84,10 +84,12 @@ pub fn spawn_arenas(
                 arena.insert(matrix::MatrixGame::new(p));
             }
             FamilySpec::CommonsHarvest(p) => {
+                let map = grid_map
+                    .clone()
+                    .unwrap_or_else(|| gridworld::DilemmaMap::from_scene(scene));
+                let regrowth = commons::HarvestRegrowth::new(p, &map);
                 arena.insert((
-                    grid_map
-                        .clone()
-                        .unwrap_or_else(|| gridworld::DilemmaMap::from_scene(scene)),
+                    map,
                     gridworld::DilemmaRules {
                         view: p.view,
                         zap: p.zap,
@@ -96,7 +98,7 @@ pub fn spawn_arenas(
                         random_facing: scene.spec.randomize.random_facing,
                         shuffle_spawns: scene.spec.randomize.shuffle_spawns,
                     },
-                    commons::HarvestRegrowth::new(p),
+                    regrowth,
                 ));
             }
             FamilySpec::CleanUp(p) => {

@@ -382,27 +382,27 @@ mod tests {
     #[test]
     fn finds_fields_items_and_entries() {
         assert_eq!(lc(&[Seg::Field("name")]), (3, 5));
-        assert_eq!(lc(&[Seg::Field("family"), Seg::Field("rate")]), (5, 21));
+        assert_eq!(lc(&[Seg::Field("family"), Seg::Field("rate")]), (5, 22));
         assert_eq!(
             lc(&[
                 Seg::Field("family"),
                 Seg::Field("view"),
                 Seg::Field("ahead")
             ]),
-            (5, 45)
+            (5, 47)
         );
         assert_eq!(lc(&[Seg::Field("map"), Seg::Index(1)]), (8, 9));
         assert_eq!(lc(&[Seg::Field("legend"), Seg::Index(1)]), (10, 26));
         assert_eq!(
             lc(&[Seg::Field("teams"), Seg::Index(1), Seg::Field("policy")]),
-            (11, 58)
+            (11, 56)
         );
         assert!(locate(SRC, &[Seg::Field("missing")]).is_none());
         let v = locate_value(
             SRC,
             &[Seg::Field("teams"), Seg::Index(0), Seg::Field("policy")],
         );
-        assert_eq!(line_col(SRC, v.unwrap()), (11, 34));
+        assert_eq!(line_col(SRC, v.unwrap()), (11, 33));
     }
 
     #[test]

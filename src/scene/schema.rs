@@ -195,7 +195,7 @@ impl Default for CleanUpParams {
 pub enum Thing {
     /// Open ground.
     Floor,
-    /// Blocks movement, beams and sight.
+    /// Blocks movement and beams (the egocentric window is not occluded).
     Wall,
     /// An apple cell that starts with an apple.
     Apple,

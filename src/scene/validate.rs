@@ -453,10 +453,23 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
             ));
         }
     }
-    for (k, (ch, thing)) in spec.legend.iter().enumerate() {
+    // The legend entry of `ch` as written (the map is sorted, the file need not be).
+    let legend_at = |ch: char| -> Vec<Seg<'static>> {
+        let key = format!("'{ch}'");
+        (0..spec.legend.len())
+            .find(|&k| {
+                locate(src, &[Seg::Field("legend"), Seg::Index(k)])
+                    .is_some_and(|at| src[at..].starts_with(&key))
+            })
+            .map_or_else(
+                || vec![Seg::Field("legend")],
+                |k| vec![Seg::Field("legend"), Seg::Index(k)],
+            )
+    };
+    for (ch, thing) in spec.legend.iter() {
         if !family_allows(&spec.family, thing) {
             return Err(cx.field_at(
-                &[Seg::Field("legend"), Seg::Index(k)],
+                &legend_at(*ch),
                 rule(
                     format!("legend {ch:?} is {thing:?}, which {family} does not use"),
                     "Floor, Wall, Apple, AppleSite, Spawn or TeamSpawn(\"team\")",
@@ -473,7 +486,7 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
                 .collect::<Vec<_>>()
                 .join(", ");
             return Err(cx.field_at(
-                &[Seg::Field("legend"), Seg::Index(k)],
+                &legend_at(*ch),
                 rule(
                     format!("legend {ch:?} names team {team:?}, which the scene does not have"),
                     format!("one of {known}"),

@@ -14,6 +14,7 @@
 use bevy::math::IVec2;
 use bevy::prelude::*;
 use rand::Rng;
+use std::sync::Arc;
 
 use super::codes::view;
 use super::gridworld::DilemmaMap;
@@ -27,11 +28,14 @@ pub struct HarvestRegrowth {
     pub probs: [f32; 4],
     /// Offsets within the radius, excluding the cell itself.
     pub offsets: Vec<IVec2>,
+    /// For the `i`-th apple site, the cell indices of the other apple sites within the
+    /// radius: `neighbours[starts[i]..starts[i + 1]]` (apples only grow on sites).
+    neighbours: Arc<(Vec<u32>, Vec<u32>)>,
 }
 
 impl HarvestRegrowth {
-    /// The rule from scene parameters.
-    pub fn new(p: &HarvestParams) -> Self {
+    /// The rule from scene parameters, for the sites of `map`.
+    pub fn new(p: &HarvestParams, map: &DilemmaMap) -> Self {
         let r = p.regrowth_radius;
         let ri = r.floor() as i32;
         let mut offsets = Vec::new();
@@ -43,10 +47,41 @@ impl HarvestRegrowth {
             }
         }
         let g = |i: usize| p.regrowth.get(i).copied().unwrap_or(0.0);
+        let mut starts = vec![0u32];
+        let mut neighbours = Vec::new();
+        for &site in map.apple_sites.iter() {
+            let at = map.tiles.pos(site as usize);
+            for &o in &offsets {
+                let q = at + o;
+                if map.tiles.contains(q) {
+                    let qi = map.tiles.index(q) as u32;
+                    if map.apple_sites.binary_search(&qi).is_ok() {
+                        neighbours.push(qi);
+                    }
+                }
+            }
+            starts.push(neighbours.len() as u32);
+        }
         Self {
             probs: [g(0), g(1), g(2), g(3)],
             offsets,
+            neighbours: Arc::new((starts, neighbours)),
         }
+    }
+
+    /// Live apples near the `k`-th apple site (capped at 3).
+    fn nearby_site_apples(&self, tiles: &[u8], k: usize) -> usize {
+        let (starts, list) = &*self.neighbours;
+        let mut n = 0;
+        for &q in &list[starts[k] as usize..starts[k + 1] as usize] {
+            if tiles[q as usize] == view::APPLE {
+                n += 1;
+                if n == 3 {
+                    break;
+                }
+            }
+        }
+        n
     }
 
     /// Live apples within the radius of `p` (capped at 3).
@@ -84,12 +119,12 @@ pub fn regrow_apples(
                 return;
             }
             grown.clear();
-            for &i in map.apple_sites.iter() {
+            for (k, &i) in map.apple_sites.iter().enumerate() {
                 let i = i as usize;
                 if map.tiles.cells()[i] != view::APPLE_SITE || map.occ.cells()[i] != 0 {
                     continue;
                 }
-                let p = rule.probs[rule.nearby_apples(&map.tiles, map.tiles.pos(i))];
+                let p = rule.probs[rule.nearby_site_apples(map.tiles.cells(), k)];
                 if p > 0.0 && rng.0.random::<f32>() < p {
                     grown.push(i);
                 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::codes::{act, view};
 use crate::core::*;
 use crate::metrics::social_outcomes;
-use crate::scene::{Scene, Thing, ViewSpec, ZapSpec};
+use crate::scene::{FamilySpec, Scene, Thing, ViewSpec, ZapSpec};
 
 /// Where each slot may start (and respawn): its team's own cells, or the shared pool.
 #[derive(Debug, Clone)]
@@ -63,6 +63,8 @@ pub struct DilemmaMap {
     pub spawn: Arc<SpawnPlan>,
     /// Episode counters.
     pub counters: DilemmaCounters,
+    /// For each facing, the map offset of every view cell, row-major.
+    view_offsets: Arc<[Vec<IVec2>; 4]>,
 }
 
 /// The rules of a grid-dilemma arena that every agent's action needs.
@@ -127,7 +129,22 @@ impl DilemmaMap {
             .iter()
             .filter(|&&i| tiles.cells()[i as usize] == view::DIRT)
             .count() as u32;
+        let v = match &scene.spec.family {
+            FamilySpec::CommonsHarvest(p) => p.view,
+            FamilySpec::CleanUp(p) => p.view,
+            FamilySpec::Matrix(_) => ViewSpec::default(),
+        };
+        let view_offsets = Arc::new(Dir4::ALL.map(|facing| {
+            let mut offs = Vec::new();
+            for ahead in (-i32::from(v.behind)..=i32::from(v.ahead)).rev() {
+                for right in -i32::from(v.side)..=i32::from(v.side) {
+                    offs.push(facing.to_world(right, ahead));
+                }
+            }
+            offs
+        }));
         Self {
+            view_offsets,
             occ: Grid::filled(scene.width, scene.height, 0),
             template: Arc::new(tiles.clone()),
             tiles,
@@ -270,27 +287,26 @@ pub fn observe_grid_dilemmas(
             obs.removed = beams.removed_until.is_some();
             obs.view.resize(w * h, view::OUTSIDE);
             let my_team = map.spawn.slot_team[agent.slot as usize];
-            for row in 0..h {
-                let ahead = i32::from(v.ahead) - row as i32;
-                for col in 0..w {
-                    let right = col as i32 - i32::from(v.side);
-                    let code = if obs.removed {
-                        view::OUTSIDE
-                    } else {
-                        let p = pos.0 + facing.0.to_world(right, ahead);
-                        match map.tiles.get(p) {
-                            None => view::OUTSIDE,
-                            Some(t) => match map.occ.cells()[map.tiles.index(p)] {
-                                0 => t,
-                                s if usize::from(s - 1) == agent.slot as usize => view::SELF,
-                                s if map.spawn.slot_team[usize::from(s - 1)] == my_team => {
-                                    view::TEAMMATE
-                                }
-                                _ => view::OTHER,
-                            },
+            if obs.removed {
+                obs.view.fill(view::OUTSIDE);
+            } else {
+                let (tiles, occ) = (map.tiles.cells(), map.occ.cells());
+                let offsets = &map.view_offsets[facing.0 as usize];
+                for (cell, &o) in obs.view.iter_mut().zip(offsets.iter()) {
+                    let p = pos.0 + o;
+                    *cell = if map.tiles.contains(p) {
+                        let i = map.tiles.index(p);
+                        match occ[i] {
+                            0 => tiles[i],
+                            s if usize::from(s - 1) == agent.slot as usize => view::SELF,
+                            s if map.spawn.slot_team[usize::from(s - 1)] == my_team => {
+                                view::TEAMMATE
+                            }
+                            _ => view::OTHER,
                         }
+                    } else {
+                        view::OUTSIDE
                     };
-                    obs.view[row * w + col] = code;
                 }
             }
             *mask = if obs.removed {
