@@ -22,11 +22,71 @@ struct EpisodeLine<'a> {
     metrics: &'a BTreeMap<String, f64>,
 }
 
-/// Every finished episode of the run, in the order they ended.
-#[derive(Resource, Default, Debug)]
+/// Running totals of every finished episode, and the first `keep` episodes themselves
+/// (memory stays flat however long the run).
+#[derive(Resource, Debug)]
 pub struct EpisodeLog {
-    /// The episodes.
+    /// The first `keep` episodes, in the order they ended.
     pub episodes: Vec<EpisodeEnded>,
+    /// How many episodes to keep in `episodes`.
+    pub keep: usize,
+    /// Episodes finished.
+    pub count: u64,
+    /// Sum of each team's mean return over all episodes.
+    pub team_return_sums: Vec<f64>,
+    /// Sum and count of each metric over the episodes that report it.
+    pub metric_sums: BTreeMap<String, (f64, u64)>,
+}
+
+impl Default for EpisodeLog {
+    fn default() -> Self {
+        Self {
+            episodes: Vec::new(),
+            keep: 4096,
+            count: 0,
+            team_return_sums: Vec::new(),
+            metric_sums: BTreeMap::new(),
+        }
+    }
+}
+
+impl EpisodeLog {
+    /// Adds one episode to the totals (and keeps it if there is room).
+    pub fn add(&mut self, e: &EpisodeEnded) {
+        self.count += 1;
+        if self.team_return_sums.len() < e.team_returns.len() {
+            self.team_return_sums.resize(e.team_returns.len(), 0.0);
+        }
+        for (s, r) in self.team_return_sums.iter_mut().zip(&e.team_returns) {
+            *s += r;
+        }
+        for (k, v) in &e.metrics {
+            match self.metric_sums.get_mut(k) {
+                Some(s) => {
+                    s.0 += v;
+                    s.1 += 1;
+                }
+                None => {
+                    self.metric_sums.insert(k.clone(), (*v, 1));
+                }
+            }
+        }
+        if self.episodes.len() < self.keep {
+            self.episodes.push(e.clone());
+        }
+    }
+    /// Mean return per team over all episodes.
+    pub fn team_means(&self) -> Vec<f64> {
+        let n = self.count.max(1) as f64;
+        self.team_return_sums.iter().map(|s| s / n).collect()
+    }
+    /// Mean of each metric over the episodes that report it.
+    pub fn metric_means(&self) -> BTreeMap<String, f64> {
+        self.metric_sums
+            .iter()
+            .map(|(k, (s, c))| (k.clone(), s / *c as f64))
+            .collect()
+    }
 }
 
 /// Writes `--metrics FILE.jsonl`.
@@ -93,7 +153,7 @@ pub fn log_episodes(
         if let Some(w) = writer.as_mut() {
             w.write(e);
         }
-        log.episodes.push(e.clone());
+        log.add(e);
     }
 }
 
