@@ -65,12 +65,12 @@ pub enum RunError {
     #[error("cannot spawn the scene: {0}")]
     Spawn(#[from] SpawnError),
     /// An output file could not be written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {io}")]
     Output {
         /// The file.
         path: PathBuf,
         /// The error.
-        source: std::io::Error,
+        io: std::io::Error,
     },
 }
 
@@ -160,7 +160,7 @@ pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
         )
         .map_err(|source| RunError::Output {
             path: path.clone(),
-            source,
+            io: source,
         })?;
         app.insert_resource(w);
     }
@@ -169,7 +169,7 @@ pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
             Recorder::create(path, cfg.record_arenas.clone(), app.world()).map_err(|source| {
                 RunError::Output {
                     path: path.clone(),
-                    source,
+                    io: source,
                 }
             })?;
         app.insert_resource(rec);
@@ -203,7 +203,7 @@ pub fn run(
         let path = w.path().to_path_buf();
         let flushed = w.flush();
         if let Some(source) = w.error.take().map(Err).unwrap_or(flushed).err() {
-            return Err(RunError::Output { path, source });
+            return Err(RunError::Output { path, io: source });
         }
     }
     if let Some(mut rec) = world.get_resource_mut::<Recorder>() {
@@ -211,7 +211,7 @@ pub fn run(
         if let Some(source) = rec.error.take().map(Err).unwrap_or(flushed).err() {
             return Err(RunError::Output {
                 path: cfg.record.clone().unwrap_or_default(),
-                source,
+                io: source,
             });
         }
     }

@@ -35,7 +35,7 @@ impl AssetLoader for SceneAssetLoader {
             .await
             .map_err(|source| SceneError::Io {
                 path: path.clone(),
-                source,
+                io: source,
             })?;
         let src = String::from_utf8(bytes).map_err(|_| SceneError::Invalid {
             path: path.clone(),

@@ -8,12 +8,12 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum SceneError {
     /// The file could not be read.
-    #[error("{path}: cannot read the scene file: {source}")]
+    #[error("{path}: cannot read the scene file: {io}")]
     Io {
         /// The scene file.
         path: PathBuf,
         /// The underlying error.
-        source: std::io::Error,
+        io: std::io::Error,
     },
     /// The file is not a valid scene.
     #[error("{path}:{line}:{col}: {kind}")]

@@ -85,7 +85,7 @@ pub fn parse_scene(src: &str, path: &Path) -> Result<Scene, SceneError> {
 pub fn load_scene(path: &Path) -> Result<Scene, SceneError> {
     let bytes = std::fs::read(path).map_err(|source| SceneError::Io {
         path: path.to_path_buf(),
-        source,
+        io: source,
     })?;
     let src = String::from_utf8(bytes).map_err(|e| {
         let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
