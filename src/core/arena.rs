@@ -76,7 +76,7 @@ impl EpisodeClock {
 /// Family metrics of the episode that just ended, filled by the family when the arena's
 /// phase is [`ArenaPhase::Ending`].
 #[derive(Component, Debug, Clone, Default)]
-pub struct EpisodeMetrics(pub BTreeMap<String, f64>);
+pub struct EpisodeMetrics(pub BTreeMap<&'static str, f64>);
 
 /// One finished episode of one arena.
 #[derive(Message, Debug, Clone, PartialEq)]
@@ -94,7 +94,7 @@ pub struct EpisodeEnded {
     /// Mean return of each team's agents, in scene team order.
     pub team_returns: Vec<f64>,
     /// The family's and the social-outcome metrics, sorted by name.
-    pub metrics: BTreeMap<String, f64>,
+    pub metrics: BTreeMap<&'static str, f64>,
 }
 
 /// Arena entities in index order, and how many episodes each should run.

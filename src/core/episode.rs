@@ -2,7 +2,6 @@
 //! episode (termination or truncation), report it, go idle when the budget is spent.
 
 use bevy::prelude::*;
-use std::collections::BTreeMap;
 
 use super::*;
 
@@ -240,11 +239,6 @@ pub fn hash_state(world: &mut World) {
     }
     hash.finish();
     world.insert_resource(hash);
-}
-
-/// Builds a metrics map from pairs.
-pub fn metrics_map<'a>(pairs: impl IntoIterator<Item = (&'a str, f64)>) -> BTreeMap<String, f64> {
-    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 /// Adds the core's systems and resources to [`SimSchedule`].

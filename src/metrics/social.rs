@@ -29,14 +29,18 @@ pub fn gini(values: &[f32]) -> f64 {
 }
 
 /// The four social outcomes of an episode of `steps` steps.
-pub fn social_outcomes(returns: &[f32], stats: &[AgentStats], steps: u32) -> BTreeMap<String, f64> {
+pub fn social_outcomes(
+    returns: &[f32],
+    stats: &[AgentStats],
+    steps: u32,
+) -> BTreeMap<&'static str, f64> {
     let n = returns.len().max(1) as f64;
     let mut m = BTreeMap::new();
     m.insert(
-        "efficiency".to_string(),
+        "efficiency",
         returns.iter().map(|&r| f64::from(r)).sum::<f64>() / n,
     );
-    m.insert("equality".to_string(), 1.0 - gini(returns));
+    m.insert("equality", 1.0 - gini(returns));
     let rewarded: Vec<f64> = stats
         .iter()
         .filter(|s| s.rewarded_steps > 0)
@@ -44,13 +48,13 @@ pub fn social_outcomes(returns: &[f32], stats: &[AgentStats], steps: u32) -> BTr
         .collect();
     if !rewarded.is_empty() {
         m.insert(
-            "sustainability".to_string(),
+            "sustainability",
             rewarded.iter().sum::<f64>() / rewarded.len() as f64,
         );
     }
     let agent_steps = stats.len() as f64 * f64::from(steps.max(1));
     let removed: f64 = stats.iter().map(|s| f64::from(s.removed_steps)).sum();
-    m.insert("peace".to_string(), 1.0 - removed / agent_steps);
+    m.insert("peace", 1.0 - removed / agent_steps);
     m
 }
 

@@ -19,7 +19,7 @@ struct EpisodeLine<'a> {
     terminated: bool,
     team_returns: BTreeMap<&'a str, f64>,
     agent_returns: &'a [f32],
-    metrics: &'a BTreeMap<String, f64>,
+    metrics: &'a BTreeMap<&'static str, f64>,
 }
 
 /// Running totals of every finished episode, and the first `keep` episodes themselves
@@ -35,7 +35,7 @@ pub struct EpisodeLog {
     /// Sum of each team's mean return over all episodes.
     pub team_return_sums: Vec<f64>,
     /// Sum and count of each metric over the episodes that report it.
-    pub metric_sums: BTreeMap<String, (f64, u64)>,
+    pub metric_sums: BTreeMap<&'static str, (f64, u64)>,
 }
 
 impl Default for EpisodeLog {
@@ -67,7 +67,7 @@ impl EpisodeLog {
                     s.1 += 1;
                 }
                 None => {
-                    self.metric_sums.insert(k.clone(), (*v, 1));
+                    self.metric_sums.insert(k, (*v, 1));
                 }
             }
         }
@@ -84,7 +84,7 @@ impl EpisodeLog {
     pub fn metric_means(&self) -> BTreeMap<String, f64> {
         self.metric_sums
             .iter()
-            .map(|(k, (s, c))| (k.clone(), s / *c as f64))
+            .map(|(k, (s, c))| (k.to_string(), s / *c as f64))
             .collect()
     }
 }

@@ -472,15 +472,15 @@ pub fn summarize_grid_dilemmas(
         let m = &mut metrics.0;
         *m = social_outcomes(&returns, &stats, clock.step);
         let c = map.counters;
-        m.insert("apples_eaten".into(), f64::from(c.apples_eaten));
-        m.insert("apples_left".into(), map.apples() as f64);
-        m.insert("zaps".into(), f64::from(c.zaps));
-        m.insert("zap_hits".into(), f64::from(c.zap_hits));
+        m.insert("apples_eaten", f64::from(c.apples_eaten));
+        m.insert("apples_left", map.apples() as f64);
+        m.insert("zaps", f64::from(c.zaps));
+        m.insert("zap_hits", f64::from(c.zap_hits));
         if !map.river.is_empty() {
-            m.insert("cleans".into(), f64::from(c.cleans));
-            m.insert("cells_cleaned".into(), f64::from(c.cells_cleaned));
+            m.insert("cleans", f64::from(c.cleans));
+            m.insert("cells_cleaned", f64::from(c.cells_cleaned));
             m.insert(
-                "dirt_fraction".into(),
+                "dirt_fraction",
                 f64::from(map.dirty) / map.river.len() as f64,
             );
         }

@@ -161,13 +161,11 @@ pub fn summarize_matrix_games(
             .unzip();
         let total: f64 = returns.iter().map(|&r| f64::from(r)).sum();
         metrics.0 = social_outcomes(&returns, &stats, clock.step);
-        metrics
-            .0
-            .insert("cooperation_rate".into(), coop / (2.0 * n));
-        metrics.0.insert("mutual_cooperation".into(), both_c / n);
-        metrics.0.insert("mutual_defection".into(), both_d / n);
+        metrics.0.insert("cooperation_rate", coop / (2.0 * n));
+        metrics.0.insert("mutual_cooperation", both_c / n);
+        metrics.0.insert("mutual_defection", both_d / n);
         metrics.0.insert(
-            "payoff_per_round".into(),
+            "payoff_per_round",
             total / (returns.len().max(1) as f64 * n),
         );
     }
