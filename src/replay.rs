@@ -124,11 +124,10 @@ pub fn record_replay(
             continue;
         };
         // Only steps that ran: a live arena, or one whose episode just ended.
-        let ended =
-            matches!(clock.phase, ArenaPhase::PendingReset | ArenaPhase::Idle) && clock.step > 0;
-        if !(clock.phase == ArenaPhase::Running || ended) || clock.step == 0 {
+        if clock.step == 0 {
             continue;
         }
+        let ended = matches!(clock.phase, ArenaPhase::PendingReset | ArenaPhase::Idle);
         // An idle arena's last step is recorded once.
         if clock.phase == ArenaPhase::Idle && !rec.idle.insert(index) {
             continue;

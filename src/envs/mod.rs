@@ -33,6 +33,21 @@ impl fmt::Display for SpawnError {
 
 impl std::error::Error for SpawnError {}
 
+/// The per-arena components of a family, built once per run.
+enum FamilyState {
+    Matrix(matrix::MatrixGame),
+    Commons(
+        gridworld::DilemmaMap,
+        gridworld::DilemmaRules,
+        commons::HarvestRegrowth,
+    ),
+    CleanUp(
+        gridworld::DilemmaMap,
+        gridworld::DilemmaRules,
+        cleanup::RiverPollution,
+    ),
+}
+
 /// The action words of `scene`'s family.
 pub fn action_names(scene: &Scene) -> Vec<String> {
     match &scene.spec.family {
@@ -67,10 +82,30 @@ pub fn spawn_arenas(
     let names = action_names(scene);
     let n_actions = names.len();
     let max_steps = scene.spec.episode.max_steps;
-    let grid_map = match &scene.spec.family {
-        FamilySpec::Matrix(_) => None,
-        _ => Some(gridworld::DilemmaMap::from_scene(scene)),
+    let rules = |view, zap, clean_length, apple_reward| gridworld::DilemmaRules {
+        view,
+        zap,
+        clean_length,
+        apple_reward,
+        random_facing: scene.spec.randomize.random_facing,
+        shuffle_spawns: scene.spec.randomize.shuffle_spawns,
     };
+    // Family state is built once and cloned into each arena (maps share their static
+    // parts through `Arc`s).
+    let family = match &scene.spec.family {
+        FamilySpec::Matrix(p) => FamilyState::Matrix(matrix::MatrixGame::new(p)),
+        FamilySpec::CommonsHarvest(p) => {
+            let map = gridworld::DilemmaMap::from_scene(scene);
+            let regrowth = commons::HarvestRegrowth::new(p, &map);
+            FamilyState::Commons(map, rules(p.view, p.zap, 0, p.apple_reward), regrowth)
+        }
+        FamilySpec::CleanUp(p) => FamilyState::CleanUp(
+            gridworld::DilemmaMap::from_scene(scene),
+            rules(p.view, p.zap, p.clean_length, p.apple_reward),
+            cleanup::RiverPollution::new(p),
+        ),
+    };
+    let grid = !matches!(family, FamilyState::Matrix(_));
     let mut entities = Vec::with_capacity(count as usize);
     for index in 0..count {
         let mut arena = world.spawn((
@@ -79,43 +114,15 @@ pub fn spawn_arenas(
             ArenaRng(stream_rng(seed, index, 0, None)),
             EpisodeMetrics::default(),
         ));
-        match &scene.spec.family {
-            FamilySpec::Matrix(p) => {
-                arena.insert(matrix::MatrixGame::new(p));
+        match &family {
+            FamilyState::Matrix(game) => {
+                arena.insert(game.clone());
             }
-            FamilySpec::CommonsHarvest(p) => {
-                let map = grid_map
-                    .clone()
-                    .unwrap_or_else(|| gridworld::DilemmaMap::from_scene(scene));
-                let regrowth = commons::HarvestRegrowth::new(p, &map);
-                arena.insert((
-                    map,
-                    gridworld::DilemmaRules {
-                        view: p.view,
-                        zap: p.zap,
-                        clean_length: 0,
-                        apple_reward: p.apple_reward,
-                        random_facing: scene.spec.randomize.random_facing,
-                        shuffle_spawns: scene.spec.randomize.shuffle_spawns,
-                    },
-                    regrowth,
-                ));
+            FamilyState::Commons(map, rules, regrowth) => {
+                arena.insert((map.clone(), *rules, regrowth.clone()));
             }
-            FamilySpec::CleanUp(p) => {
-                arena.insert((
-                    grid_map
-                        .clone()
-                        .unwrap_or_else(|| gridworld::DilemmaMap::from_scene(scene)),
-                    gridworld::DilemmaRules {
-                        view: p.view,
-                        zap: p.zap,
-                        clean_length: p.clean_length,
-                        apple_reward: p.apple_reward,
-                        random_facing: scene.spec.randomize.random_facing,
-                        shuffle_spawns: scene.spec.randomize.shuffle_spawns,
-                    },
-                    cleanup::RiverPollution::new(p),
-                ));
+            FamilyState::CleanUp(map, rules, pollution) => {
+                arena.insert((map.clone(), *rules, *pollution));
             }
         }
         let arena_entity = arena.id();
@@ -136,7 +143,7 @@ pub fn spawn_arenas(
                 Observation::default(),
                 AgentRng(ChaCha8Rng::seed_from_u64(0)),
             ));
-            if grid_map.is_some() {
+            if grid {
                 agent.insert((
                     GridPos::default(),
                     Facing::default(),

@@ -96,13 +96,11 @@ pub fn pollute_and_grow(
             if p <= 0.0 {
                 return;
             }
-            for &i in map.apple_sites.clone().iter() {
+            let (tiles, occ) = (map.tiles.cells_mut(), map.occ.cells());
+            for &i in map.apple_sites.iter() {
                 let i = i as usize;
-                if map.tiles.cells()[i] == view::APPLE_SITE
-                    && map.occ.cells()[i] == 0
-                    && rng.0.random::<f32>() < p
-                {
-                    map.tiles.cells_mut()[i] = view::APPLE;
+                if tiles[i] == view::APPLE_SITE && occ[i] == 0 && rng.0.random::<f32>() < p {
+                    tiles[i] = view::APPLE;
                 }
             }
         });

@@ -26,8 +26,6 @@ use crate::scene::HarvestParams;
 pub struct HarvestRegrowth {
     /// Probability by number of live apples nearby (0, 1, 2, ≥3).
     pub probs: [f32; 4],
-    /// Offsets within the radius, excluding the cell itself.
-    pub offsets: Vec<IVec2>,
     /// For the `i`-th apple site, the cell indices of the other apple sites within the
     /// radius: `neighbours[starts[i]..starts[i + 1]]` (apples only grow on sites).
     neighbours: Arc<(Vec<u32>, Vec<u32>)>,
@@ -64,7 +62,6 @@ impl HarvestRegrowth {
         }
         Self {
             probs: [g(0), g(1), g(2), g(3)],
-            offsets,
             neighbours: Arc::new((starts, neighbours)),
         }
     }
@@ -75,20 +72,6 @@ impl HarvestRegrowth {
         let mut n = 0;
         for &q in &list[starts[k] as usize..starts[k + 1] as usize] {
             if tiles[q as usize] == view::APPLE {
-                n += 1;
-                if n == 3 {
-                    break;
-                }
-            }
-        }
-        n
-    }
-
-    /// Live apples within the radius of `p` (capped at 3).
-    pub fn nearby_apples(&self, tiles: &Grid<u8>, p: IVec2) -> usize {
-        let mut n = 0;
-        for &o in &self.offsets {
-            if tiles.get(p + o) == Some(view::APPLE) {
                 n += 1;
                 if n == 3 {
                     break;
