@@ -49,6 +49,8 @@ impl PluginGroup for SimPlugins {
             .add(core::CorePlugin)
             .add(policy::PolicyPlugin)
             .add(envs::dilemma::DilemmaPlugin)
+            .add(envs::hide_and_seek::HideAndSeekPlugin)
+            .add(envs::maze::MazePlugin)
             .add(RecordPlugin)
     }
 }

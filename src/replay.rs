@@ -1,7 +1,8 @@
 //! Replays: every step of chosen arenas as JSON lines. The first line is a header (scene,
 //! seed, arenas, map size, action words, teams); then one line per recorded arena per step:
-//! episode, step, every agent's position, facing, action, reward and state, and the map
-//! cells that changed (the whole map on an episode's first step). Same seed, same bytes.
+//! episode, step, every agent's position, facing, action, spoken word, reward and state,
+//! and the map cells that changed (the whole map on an episode's first step), as the
+//! families draw them ([`MapDrawers`]). Same seed, same bytes.
 
 use bevy::prelude::*;
 use serde::Serialize;
@@ -11,9 +12,8 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use crate::core::*;
-use crate::envs::dilemma::gridworld::{Beams, DilemmaMap};
-use crate::envs::dilemma::view;
-use crate::envs::{ActionNames, ActiveScene};
+use crate::envs::dilemma::gridworld::Beams;
+use crate::envs::{ActionNames, ActiveScene, Vocabulary};
 
 #[derive(Serialize)]
 struct Header<'a> {
@@ -37,6 +37,8 @@ struct AgentLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     facing: Option<char>,
     action: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    say: Option<&'a str>,
     reward: f32,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     removed: bool,
@@ -61,7 +63,7 @@ struct StepLine<'a> {
 pub struct Recorder {
     out: BufWriter<File>,
     arenas: Vec<u32>,
-    last_tiles: BTreeMap<u32, Vec<u8>>,
+    last_tiles: BTreeMap<u32, Vec<char>>,
     idle: BTreeSet<u32>,
     /// The first write error, reported at the end of the run.
     pub error: Option<std::io::Error>,
@@ -102,101 +104,99 @@ impl Recorder {
 }
 
 /// Appends this step of every recorded arena.
-pub fn record_replay(
-    mut rec: ResMut<Recorder>,
-    names: Res<ActionNames>,
-    arenas_res: Res<Arenas>,
-    arenas: Query<(&EpisodeClock, &ArenaAgents, Option<&DilemmaMap>)>,
-    agents: Query<(
-        &Action,
-        &Reward,
-        Option<&GridPos>,
-        Option<&Facing>,
-        Option<&Beams>,
-    )>,
-) {
-    let rec = &mut *rec;
-    for &index in &rec.arenas {
-        let Some(&entity) = arenas_res.entities.get(index as usize) else {
-            continue;
-        };
-        let Ok((clock, members, map)) = arenas.get(entity) else {
-            continue;
-        };
-        // Only steps that ran: a live arena, or one whose episode just ended.
-        if clock.step == 0 {
-            continue;
+pub fn record_replay(world: &mut World) {
+    world.resource_scope(|world, mut rec: Mut<Recorder>| {
+        let rec = &mut *rec;
+        for i in 0..rec.arenas.len() {
+            let index = rec.arenas[i];
+            if let Err(err) = record_arena(world, rec, index)
+                && rec.error.is_none()
+            {
+                rec.error = Some(err);
+            }
         }
-        let ended = matches!(clock.phase, ArenaPhase::PendingReset | ArenaPhase::Idle);
-        // An idle arena's last step is recorded once.
-        if clock.phase == ArenaPhase::Idle && !rec.idle.insert(index) {
+    });
+}
+
+fn record_arena(world: &World, rec: &mut Recorder, index: u32) -> std::io::Result<()> {
+    let names = &world.resource::<ActionNames>().0;
+    let words = world.get_resource::<Vocabulary>().map(|v| &v.0[..]);
+    let Some(&entity) = world.resource::<Arenas>().entities.get(index as usize) else {
+        return Ok(());
+    };
+    let (Some(clock), Some(members)) = (
+        world.get::<EpisodeClock>(entity),
+        world.get::<ArenaAgents>(entity),
+    ) else {
+        return Ok(());
+    };
+    // Only steps that ran: a live arena, or one whose episode just ended.
+    if clock.step == 0 {
+        return Ok(());
+    }
+    let ended = matches!(clock.phase, ArenaPhase::PendingReset | ArenaPhase::Idle);
+    // An idle arena's last step is recorded once.
+    if clock.phase == ArenaPhase::Idle && !rec.idle.insert(index) {
+        return Ok(());
+    }
+    let episode = if ended {
+        clock.episode - 1
+    } else {
+        clock.episode
+    };
+    let mut agent_lines = Vec::with_capacity(members.entities().len());
+    for &e in members.entities() {
+        let Some(action) = world.get::<Action>(e) else {
             continue;
-        }
-        let episode = if ended {
-            clock.episode - 1
-        } else {
-            clock.episode
         };
-        let mut agent_lines = Vec::with_capacity(members.entities().len());
-        for &e in members.entities() {
-            let Ok((action, reward, pos, facing, beams)) = agents.get(e) else {
-                continue;
-            };
-            let removed = beams.is_some_and(|b| b.removed_until.is_some());
-            agent_lines.push(AgentLine {
-                pos: pos.filter(|_| !removed).map(|p| [p.0.x, p.0.y]),
-                facing: facing.map(|f| f.0.letter()),
-                action: names.0.get(action.0 as usize).map_or("?", String::as_str),
-                reward: reward.0,
-                removed,
-            });
-        }
-        let mut line = StepLine {
-            arena: index,
-            episode,
-            step: clock.step,
-            agents: agent_lines,
-            map: None,
-            changes: Vec::new(),
-            end: ended,
-        };
-        if let Some(map) = map {
-            let tiles = map.tiles.cells();
-            let w = map.tiles.width();
-            match rec.last_tiles.get_mut(&index) {
-                Some(last) if clock.step > 1 => {
-                    for (i, (&now, old)) in tiles.iter().zip(last.iter_mut()).enumerate() {
-                        if now != *old {
-                            line.changes.push((
-                                (i % w) as i32,
-                                (i / w) as i32,
-                                view::CHARS[now as usize],
-                            ));
-                            *old = now;
-                        }
+        let removed = world
+            .get::<Beams>(e)
+            .is_some_and(|b| b.removed_until.is_some());
+        let say = world
+            .get::<Utterance>(e)
+            .and_then(|u| u.0)
+            .and_then(|w| words.and_then(|v| v.get(usize::from(w))))
+            .map(String::as_str);
+        agent_lines.push(AgentLine {
+            pos: world
+                .get::<GridPos>(e)
+                .filter(|_| !removed)
+                .map(|p| [p.0.x, p.0.y]),
+            facing: world.get::<Facing>(e).map(|f| f.0.letter()),
+            action: names.get(action.0 as usize).map_or("?", String::as_str),
+            say,
+            reward: world.get::<Reward>(e).map_or(0.0, |r| r.0),
+            removed,
+        });
+    }
+    let mut line = StepLine {
+        arena: index,
+        episode,
+        step: clock.step,
+        agents: agent_lines,
+        map: None,
+        changes: Vec::new(),
+        end: ended,
+    };
+    if let Some((w, tiles)) = draw_map(world, entity) {
+        match rec.last_tiles.get_mut(&index) {
+            Some(last) if clock.step > 1 && last.len() == tiles.len() => {
+                for (i, (&now, old)) in tiles.iter().zip(last.iter_mut()).enumerate() {
+                    if now != *old {
+                        line.changes.push(((i % w) as i32, (i / w) as i32, now));
+                        *old = now;
                     }
                 }
-                _ => {
-                    line.map = Some(
-                        tiles
-                            .chunks(w)
-                            .map(|r| r.iter().map(|&c| view::CHARS[c as usize]).collect())
-                            .collect(),
-                    );
-                    rec.last_tiles.insert(index, tiles.to_vec());
-                }
             }
-            if ended {
-                rec.last_tiles.remove(&index);
+            _ => {
+                line.map = Some(tiles.chunks(w).map(|r| r.iter().collect()).collect());
+                rec.last_tiles.insert(index, tiles);
             }
         }
-        let res = serde_json::to_writer(&mut rec.out, &line)
-            .map_err(std::io::Error::other)
-            .and_then(|_| rec.out.write_all(b"\n"));
-        if let Err(err) = res
-            && rec.error.is_none()
-        {
-            rec.error = Some(err);
+        if ended {
+            rec.last_tiles.remove(&index);
         }
     }
+    serde_json::to_writer(&mut rec.out, &line).map_err(std::io::Error::other)?;
+    rec.out.write_all(b"\n")
 }

@@ -13,6 +13,8 @@ pub struct InArena(#[entities] pub Entity);
 /// The agent's fixed place in its arena: slot `i` is the `i`-th agent spawned there.
 #[derive(Component, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Agent {
+    /// Index of the agent's arena in the run.
+    pub arena: u32,
     /// Index of the agent within its arena (spawn order).
     pub slot: u16,
 }
@@ -116,4 +118,56 @@ pub struct Observation {
     pub cooldown: u16,
     /// The agent is removed from play this step (zapped).
     pub removed: bool,
+    /// Own map position, for families whose agents know it (hide-and-seek, maze).
+    pub pos: [i32; 2],
+    /// Own facing (0 north, 1 east, 2 south, 3 west), for families with facing.
+    pub facing: u8,
+    /// The map as the agent knows it, allocentric, row-major, `map_width * map_height` cell
+    /// codes (maze: the known part of the maze; oracle bots: the whole map). Empty otherwise.
+    pub map: Vec<u8>,
+    /// Width of `map`.
+    pub map_width: u16,
+    /// Height of `map`.
+    pub map_height: u16,
+    /// Other agents the agent perceives this step (hide-and-seek: those in its vision
+    /// cone; maze: its teammates), in slot order.
+    pub others: Vec<Perceived>,
+    /// Words teammates said on the previous step (maze talk), in slot order.
+    pub heard: Vec<Heard>,
+    /// Keys carried (maze), one bit per key colour of the scene.
+    pub keys: u32,
+    /// Steps of the preparation phase left (hide-and-seek; 0 once it is over).
+    pub prep_left: u32,
+    /// The agent holds an object (hide-and-seek grab).
+    pub holding: bool,
 }
+
+/// Another agent as perceived by the observer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Perceived {
+    /// Its slot in the arena.
+    pub slot: u16,
+    /// Its team.
+    pub team: u8,
+    /// Its map position.
+    pub pos: [i32; 2],
+}
+
+/// A word heard from a teammate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heard {
+    /// The speaker's slot.
+    pub from: u16,
+    /// Index of the word in the scene's vocabulary.
+    pub word: u8,
+}
+
+/// What the agent says this step (families with talk): an index into the scene's
+/// vocabulary, or `None` for silence. Written by policies next to [`Action`].
+#[derive(Component, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Utterance(pub Option<u8>);
+
+/// Marks an agent whose policy is an oracle (an upper-bound bot): families that hide parts
+/// of the map show it the whole map.
+#[derive(Component, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Oracle;

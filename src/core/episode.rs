@@ -26,6 +26,18 @@ pub struct Idle;
 #[derive(Resource, Default)]
 pub struct StateHashers(pub Vec<fn(&World, Entity, &mut StateHash)>);
 
+/// Family hooks that draw an arena's map (tiles and objects) as one character per cell,
+/// row-major, with its width; replays and viewers use them. A hook returns `None` for
+/// arenas of other families.
+#[derive(Resource, Default)]
+pub struct MapDrawers(pub Vec<fn(&World, Entity) -> Option<(usize, Vec<char>)>>);
+
+/// Draws `arena`'s map with the first hook that knows its family.
+pub fn draw_map(world: &World, arena: Entity) -> Option<(usize, Vec<char>)> {
+    let drawers = world.get_resource::<MapDrawers>()?;
+    drawers.0.iter().find_map(|d| d(world, arena))
+}
+
 /// Starts the next episode of every arena that is waiting for it: fresh arena and agent
 /// streams from (seed, arena, episode, slot), zeroed returns and statistics.
 pub fn reset_arenas(
@@ -252,6 +264,7 @@ impl Plugin for CorePlugin {
             .init_resource::<Arenas>()
             .init_resource::<RunProgress>()
             .init_resource::<StateHashers>()
+            .init_resource::<MapDrawers>()
             .init_resource::<SceneTeams>()
             .configure_sets(
                 SimSchedule,

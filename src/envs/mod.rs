@@ -2,6 +2,8 @@
 //! arenas of a scene with the components its family needs.
 
 pub mod dilemma;
+pub mod hide_and_seek;
+pub mod maze;
 
 use bevy::prelude::*;
 use rand::SeedableRng;
@@ -16,6 +18,10 @@ use dilemma::{cleanup, commons, gridworld, matrix};
 /// The action words of a scene's family, by index.
 #[derive(Resource, Debug, Clone, Default)]
 pub struct ActionNames(pub Vec<String>);
+
+/// The words agents may say (families with talk), by index.
+#[derive(Resource, Debug, Clone, Default)]
+pub struct Vocabulary(pub Vec<String>);
 
 /// The scene a run was built from.
 #[derive(Resource, Debug, Clone)]
@@ -46,6 +52,8 @@ enum FamilyState {
         gridworld::DilemmaRules,
         cleanup::RiverPollution,
     ),
+    HideAndSeek(hide_and_seek::HnsArena),
+    Maze(maze::MazeArena),
 }
 
 /// The action words of `scene`'s family.
@@ -56,6 +64,11 @@ pub fn action_names(scene: &Scene) -> Vec<String> {
             .iter()
             .map(|s| s.to_string())
             .collect(),
+        FamilySpec::HideAndSeek(_) => hide_and_seek::ACTIONS
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        FamilySpec::Maze(_) => maze::ACTIONS.iter().map(|s| s.to_string()).collect(),
     }
 }
 
@@ -104,8 +117,20 @@ pub fn spawn_arenas(
             rules(p.view, p.zap, p.clean_length, p.apple_reward),
             cleanup::RiverPollution::new(p),
         ),
+        FamilySpec::HideAndSeek(_) => {
+            FamilyState::HideAndSeek(hide_and_seek::HnsArena::from_scene(scene))
+        }
+        FamilySpec::Maze(_) => FamilyState::Maze(maze::MazeArena::from_scene(scene)),
     };
-    let grid = !matches!(family, FamilyState::Matrix(_));
+    let oracle: Vec<bool> = scene
+        .agents
+        .iter()
+        .map(|a| {
+            crate::policy::catalogue()
+                .iter()
+                .any(|p| p.name == a.policy && p.oracle)
+        })
+        .collect();
     let mut entities = Vec::with_capacity(count as usize);
     for index in 0..count {
         let mut arena = world.spawn((
@@ -124,12 +149,21 @@ pub fn spawn_arenas(
             FamilyState::CleanUp(map, rules, pollution) => {
                 arena.insert((map.clone(), *rules, *pollution));
             }
+            FamilyState::HideAndSeek(state) => {
+                arena.insert(state.clone());
+            }
+            FamilyState::Maze(state) => {
+                arena.insert(state.clone());
+            }
         }
         let arena_entity = arena.id();
         entities.push(arena_entity);
         for (slot, (spec, handle)) in scene.agents.iter().zip(&handles).enumerate() {
             let mut agent = world.spawn((
-                Agent { slot: slot as u16 },
+                Agent {
+                    arena: index,
+                    slot: slot as u16,
+                },
                 InArena(arena_entity),
                 Team(spec.team),
                 Role(spec.role),
@@ -143,12 +177,24 @@ pub fn spawn_arenas(
                 Observation::default(),
                 AgentRng(ChaCha8Rng::seed_from_u64(0)),
             ));
-            if grid {
-                agent.insert((
-                    GridPos::default(),
-                    Facing::default(),
-                    gridworld::Beams::default(),
-                ));
+            match &family {
+                FamilyState::Matrix(_) => {}
+                FamilyState::Commons(..) | FamilyState::CleanUp(..) => {
+                    agent.insert((
+                        GridPos::default(),
+                        Facing::default(),
+                        gridworld::Beams::default(),
+                    ));
+                }
+                FamilyState::HideAndSeek(_) => {
+                    agent.insert(hide_and_seek::agent_components());
+                }
+                FamilyState::Maze(_) => {
+                    agent.insert(maze::agent_components());
+                }
+            }
+            if oracle[slot] {
+                agent.insert(Oracle);
             }
         }
     }
@@ -158,6 +204,9 @@ pub fn spawn_arenas(
         seed,
     });
     world.insert_resource(ActionNames(names));
+    if let FamilySpec::Maze(p) = &scene.spec.family {
+        world.insert_resource(Vocabulary(p.vocabulary.clone()));
+    }
     world.insert_resource(SceneTeams(
         scene.team_names().iter().map(|s| s.to_string()).collect(),
     ));

@@ -19,6 +19,9 @@ pub use random::RandomPolicy;
 /// One agent's decision request: what it sees, what it may do, its own random stream, and
 /// the action to fill in.
 pub struct Decision<'a> {
+    /// Which agent: its arena index and slot (policies that keep per-agent memory key it
+    /// by this; memory must be reset when `obs.step` is 0).
+    pub agent: Agent,
     /// What the agent perceives this step.
     pub obs: &'a Observation,
     /// Which actions are legal.
@@ -27,6 +30,8 @@ pub struct Decision<'a> {
     pub rng: &'a mut ChaCha8Rng,
     /// The chosen action; policies must leave a legal one here.
     pub action: &'a mut Action,
+    /// What the agent says, in families with talk (`None` elsewhere).
+    pub say: Option<&'a mut Utterance>,
 }
 
 /// A decision maker for a batch of agents.
@@ -43,6 +48,8 @@ pub struct PolicyInfo {
     pub doc: &'static str,
     /// Families it plays (by `FamilySpec::name`).
     pub families: &'static [&'static str],
+    /// An upper-bound bot that families show the whole map ([`Oracle`]).
+    pub oracle: bool,
     /// Makes a fresh instance.
     pub make: fn() -> Box<dyn Policy>,
 }
@@ -64,54 +71,63 @@ static CATALOGUE: &[PolicyInfo] = &[
         name: "random",
         doc: "uniformly random legal action",
         families: ALL,
+        oracle: false,
         make: || Box::new(RandomPolicy),
     },
     PolicyInfo {
         name: "always_cooperate",
         doc: "always plays the cooperative action",
         families: MATRIX,
+        oracle: false,
         make: || Box::new(AlwaysCooperate),
     },
     PolicyInfo {
         name: "always_defect",
         doc: "always plays the defecting action",
         families: MATRIX,
+        oracle: false,
         make: || Box::new(AlwaysDefect),
     },
     PolicyInfo {
         name: "tit_for_tat",
         doc: "cooperates first, then copies the other's last move",
         families: MATRIX,
+        oracle: false,
         make: || Box::new(TitForTat),
     },
     PolicyInfo {
         name: "grim_trigger",
         doc: "cooperates until the other defects once, then defects forever",
         families: MATRIX,
+        oracle: false,
         make: || Box::new(GrimTrigger),
     },
     PolicyInfo {
         name: "greedy_harvester",
         doc: "walks to the nearest visible apple and eats it; wanders otherwise",
         families: GRID,
+        oracle: false,
         make: || Box::new(GreedyHarvester),
     },
     PolicyInfo {
         name: "sustainable_harvester",
         doc: "like greedy, but never eats the last apple of a patch",
         families: GRID,
+        oracle: false,
         make: || Box::new(SustainableHarvester),
     },
     PolicyInfo {
         name: "cleaner",
         doc: "cleans visible river dirt with its beam; harvests when the river looks clean",
         families: CLEANUP,
+        oracle: false,
         make: || Box::new(Cleaner),
     },
     PolicyInfo {
         name: "free_rider",
         doc: "harvests greedily and never cleans",
         families: CLEANUP,
+        oracle: false,
         make: || Box::new(FreeRider),
     },
 ];
@@ -165,24 +181,28 @@ pub fn decide_actions(
     mut registry: ResMut<PolicyRegistry>,
     mut agents: Query<
         (
+            &Agent,
             &PolicyHandle,
             &Observation,
             &ActionMask,
             &mut AgentRng,
             &mut Action,
+            Option<&mut Utterance>,
         ),
         Without<Idle>,
     >,
 ) {
     let n = registry.entries.len();
     let mut groups: Vec<Vec<Decision<'_>>> = (0..n).map(|_| Vec::new()).collect();
-    for (handle, obs, mask, rng, action) in agents.iter_mut() {
+    for (agent, handle, obs, mask, rng, action, say) in agents.iter_mut() {
         if let Some(g) = groups.get_mut(handle.0 as usize) {
             g.push(Decision {
+                agent: *agent,
                 obs,
                 mask: *mask,
                 rng: &mut rng.into_inner().0,
                 action: action.into_inner(),
+                say: say.map(|s| s.into_inner()),
             });
         }
     }

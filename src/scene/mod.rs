@@ -3,8 +3,10 @@
 //! loader alike; errors name `path:line:col`, what is wrong and what was expected.
 
 mod asset;
+mod checks;
 mod error;
 mod locate;
+mod params;
 mod schema;
 mod validate;
 

@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub use super::params::*;
+
 /// A scene file as written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -40,6 +42,10 @@ pub enum FamilySpec {
     CommonsHarvest(HarvestParams),
     /// Clean Up (Melting Pot): apples grow only while the river is clean.
     CleanUp(CleanUpParams),
+    /// Hide-and-seek (Baker et al. 2019): boxes, ramps, locks, vision cones.
+    HideAndSeek(HideSeekParams),
+    /// Cooperative maze: split knowledge, plates and doors, keys, talk, a shared exit.
+    Maze(MazeParams),
 }
 
 impl FamilySpec {
@@ -49,6 +55,8 @@ impl FamilySpec {
             FamilySpec::Matrix(_) => "Matrix",
             FamilySpec::CommonsHarvest(_) => "CommonsHarvest",
             FamilySpec::CleanUp(_) => "CleanUp",
+            FamilySpec::HideAndSeek(_) => "HideAndSeek",
+            FamilySpec::Maze(_) => "Maze",
         }
     }
 }
@@ -209,6 +217,24 @@ pub enum Thing {
     Spawn,
     /// Open ground where agents of the named team start.
     TeamSpawn(String),
+    /// A movable box (hide-and-seek): blocks movement and sight; can be pushed, pulled, locked.
+    Box,
+    /// A movable ramp (hide-and-seek): lets an agent climb over one box or low wall behind it.
+    Ramp,
+    /// A low wall (hide-and-seek): blocks movement, not sight; a ramp lets agents over it.
+    LowWall,
+    /// A pressure plate (maze) that holds open every `Door` with the same name while an
+    /// agent stands on it.
+    Plate(String),
+    /// A door (maze) open while an agent stands on a `Plate` with the same name.
+    Door(String),
+    /// A key (maze) of the named colour; stepping on it picks it up.
+    Key(String),
+    /// A locked door (maze) that opens for good when an agent carrying the key of its colour
+    /// walks into it.
+    LockedDoor(String),
+    /// An exit cell (maze): the episode succeeds when every agent stands on one.
+    Exit,
 }
 
 /// One team of agents.

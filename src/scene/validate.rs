@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use super::checks::{FAM, check_family, check_int, out_of_range, rule};
 use super::error::{SceneError, SceneErrorKind};
 use super::locate::{Seg, line_col, locate, locate_value};
 use super::schema::*;
@@ -46,237 +47,38 @@ impl Ctx<'_> {
     }
 }
 
-fn out_of_range(field: &str, value: impl ToString, expected: &str) -> SceneErrorKind {
-    SceneErrorKind::OutOfRange {
-        field: field.into(),
-        value: value.to_string(),
-        expected: expected.into(),
-    }
-}
-
-fn rule(what: impl Into<String>, expected: impl Into<String>) -> SceneErrorKind {
-    SceneErrorKind::Rule {
-        what: what.into(),
-        expected: expected.into(),
-    }
-}
-
-/// Checks a probability-like value in `[lo, hi]`.
-fn check_range(
-    cx: &Ctx<'_>,
-    path: &[Seg<'_>],
-    name: &str,
-    v: f32,
-    lo: f32,
-    hi: f32,
-) -> Result<(), SceneError> {
-    if v.is_finite() && v >= lo && v <= hi {
-        Ok(())
-    } else {
-        Err(cx.value_at(
-            path,
-            out_of_range(name, v, &format!("a number in [{lo}, {hi}]")),
-        ))
-    }
-}
-
-fn check_int(
-    cx: &Ctx<'_>,
-    path: &[Seg<'_>],
-    name: &str,
-    v: u64,
-    lo: u64,
-    hi: u64,
-) -> Result<(), SceneError> {
-    if (lo..=hi).contains(&v) {
-        Ok(())
-    } else {
-        Err(cx.value_at(
-            path,
-            out_of_range(name, v, &format!("an integer in [{lo}, {hi}]")),
-        ))
-    }
-}
-
-const FAM: Seg<'static> = Seg::Field("family");
-
-fn check_view(cx: &Ctx<'_>, v: &ViewSpec) -> Result<(), SceneError> {
-    let p = |f| [FAM, Seg::Field("view"), Seg::Field(f)];
-    check_int(cx, &p("ahead"), "family.view.ahead", v.ahead.into(), 0, 15)?;
-    check_int(
-        cx,
-        &p("behind"),
-        "family.view.behind",
-        v.behind.into(),
-        0,
-        15,
-    )?;
-    check_int(cx, &p("side"), "family.view.side", v.side.into(), 0, 15)
-}
-
-fn check_zap(cx: &Ctx<'_>, z: &ZapSpec) -> Result<(), SceneError> {
-    let p = |f| [FAM, Seg::Field("zap"), Seg::Field(f)];
-    check_int(
-        cx,
-        &p("length"),
-        "family.zap.length",
-        z.length.into(),
-        0,
-        20,
-    )?;
-    check_int(
-        cx,
-        &p("cooldown"),
-        "family.zap.cooldown",
-        z.cooldown.into(),
-        0,
-        10_000,
-    )?;
-    check_int(
-        cx,
-        &p("timeout"),
-        "family.zap.timeout",
-        z.timeout.into(),
-        0,
-        10_000,
-    )?;
-    check_range(cx, &p("cost"), "family.zap.cost", z.cost, -1e6, 1e6)
-}
-
-fn check_family(cx: &Ctx<'_>, family: &FamilySpec) -> Result<(), SceneError> {
-    match family {
-        FamilySpec::Matrix(m) => {
-            let shape_ok = m.payoffs.len() == 2 && m.payoffs.iter().all(|r| r.len() == 2);
-            if !shape_ok {
-                return Err(cx.value_at(
-                    &[FAM, Seg::Field("payoffs")],
-                    rule(
-                        "family.payoffs is not 2×2",
-                        "[[R, S], [T, P]]: the row player's payoff for (mine, theirs)",
-                    ),
-                ));
-            }
-            for (i, row) in m.payoffs.iter().enumerate() {
-                for (j, &v) in row.iter().enumerate() {
-                    let p = [FAM, Seg::Field("payoffs"), Seg::Index(i), Seg::Index(j)];
-                    check_range(cx, &p, &format!("family.payoffs[{i}][{j}]"), v, -1e6, 1e6)?;
-                }
-            }
-            if m.actions.len() != 2
-                || m.actions
-                    .iter()
-                    .any(|a| a.trim().is_empty() || a.contains(char::is_whitespace))
-                || m.actions[0] == m.actions[1]
-            {
-                return Err(cx.value_at(
-                    &[FAM, Seg::Field("actions")],
-                    rule(
-                        "family.actions must name two different one-word actions",
-                        "[\"cooperate\", \"defect\"] or similar",
-                    ),
-                ));
-            }
-            check_int(
-                cx,
-                &[FAM, Seg::Field("rounds")],
-                "family.rounds",
-                m.rounds.into(),
-                1,
-                1_000_000,
-            )?;
-            check_int(
-                cx,
-                &[FAM, Seg::Field("history")],
-                "family.history",
-                m.history.into(),
-                0,
-                64,
-            )
-        }
-        FamilySpec::CommonsHarvest(h) => {
-            if h.regrowth.len() != 4 {
-                return Err(cx.value_at(
-                    &[FAM, Seg::Field("regrowth")],
-                    rule(
-                        format!("family.regrowth has {} values", h.regrowth.len()),
-                        "4 probabilities, for 0, 1, 2 and ≥3 apples nearby",
-                    ),
-                ));
-            }
-            for (i, &p) in h.regrowth.iter().enumerate() {
-                let path = [FAM, Seg::Field("regrowth"), Seg::Index(i)];
-                check_range(cx, &path, &format!("family.regrowth[{i}]"), p, 0.0, 1.0)?;
-            }
-            let r = h.regrowth_radius;
-            if !(r.is_finite() && r > 0.0 && r <= 10.0) {
-                return Err(cx.value_at(
-                    &[FAM, Seg::Field("regrowth_radius")],
-                    out_of_range("family.regrowth_radius", r, "a number in (0, 10]"),
-                ));
-            }
-            check_range(
-                cx,
-                &[FAM, Seg::Field("apple_reward")],
-                "family.apple_reward",
-                h.apple_reward,
-                -1e6,
-                1e6,
-            )?;
-            check_view(cx, &h.view)?;
-            check_zap(cx, &h.zap)
-        }
-        FamilySpec::CleanUp(c) => {
-            check_range(
-                cx,
-                &[FAM, Seg::Field("pollution_prob")],
-                "family.pollution_prob",
-                c.pollution_prob,
-                0.0,
-                1.0,
-            )?;
-            check_range(
-                cx,
-                &[FAM, Seg::Field("apple_prob")],
-                "family.apple_prob",
-                c.apple_prob,
-                0.0,
-                1.0,
-            )?;
-            let d = c.depletion_threshold;
-            if !(d.is_finite() && d > 0.0 && d <= 1.0) {
-                return Err(cx.value_at(
-                    &[FAM, Seg::Field("depletion_threshold")],
-                    out_of_range("family.depletion_threshold", d, "a number in (0, 1]"),
-                ));
-            }
-            check_int(
-                cx,
-                &[FAM, Seg::Field("clean_length")],
-                "family.clean_length",
-                c.clean_length.into(),
-                1,
-                20,
-            )?;
-            check_range(
-                cx,
-                &[FAM, Seg::Field("apple_reward")],
-                "family.apple_reward",
-                c.apple_reward,
-                -1e6,
-                1e6,
-            )?;
-            check_view(cx, &c.view)?;
-            check_zap(cx, &c.zap)
-        }
-    }
-}
-
 /// Which legend things a family accepts.
 fn family_allows(family: &FamilySpec, thing: &Thing) -> bool {
+    use Thing::*;
+    let common = matches!(thing, Floor | Wall | Spawn | TeamSpawn(_));
+    common
+        || match family {
+            FamilySpec::Matrix(_) => false,
+            FamilySpec::CommonsHarvest(_) => matches!(thing, Apple | AppleSite),
+            FamilySpec::CleanUp(_) => matches!(thing, Apple | AppleSite | River | Dirt),
+            FamilySpec::HideAndSeek(_) => matches!(thing, Box | Ramp | LowWall),
+            FamilySpec::Maze(_) => {
+                matches!(thing, Plate(_) | Door(_) | Key(_) | LockedDoor(_) | Exit)
+            }
+        }
+}
+
+/// The legend things `family` accepts, for error messages.
+fn allowed_things(family: &FamilySpec) -> &'static str {
     match family {
-        FamilySpec::Matrix(_) => false,
-        FamilySpec::CommonsHarvest(_) => !matches!(thing, Thing::River | Thing::Dirt),
-        FamilySpec::CleanUp(_) => true,
+        FamilySpec::Matrix(_) => "no legend (matrix games have no map)",
+        FamilySpec::CommonsHarvest(_) => {
+            "Floor, Wall, Apple, AppleSite, Spawn or TeamSpawn(\"team\")"
+        }
+        FamilySpec::CleanUp(_) => {
+            "Floor, Wall, Apple, AppleSite, River, Dirt, Spawn or TeamSpawn(\"team\")"
+        }
+        FamilySpec::HideAndSeek(_) => {
+            "Floor, Wall, LowWall, Box, Ramp, Spawn or TeamSpawn(\"team\")"
+        }
+        FamilySpec::Maze(_) => {
+            "Floor, Wall, Plate(\"a\"), Door(\"a\"), Key(\"red\"), LockedDoor(\"red\"), Exit, Spawn or TeamSpawn(\"team\")"
+        }
     }
 }
 
@@ -378,6 +180,61 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
         }
     };
 
+    if let FamilySpec::HideAndSeek(_) = spec.family {
+        check_hide_seek_teams(&cx, &spec)?;
+    }
+    if let FamilySpec::Maze(MazeParams {
+        generate: Some(g), ..
+    }) = &spec.family
+    {
+        if !spec.map.is_empty() {
+            return Err(cx.field_at(
+                &[Seg::Field("map")],
+                rule(
+                    "the scene has both a map and family.generate",
+                    "either a fixed map or generate: (...), not both",
+                ),
+            ));
+        }
+        let (w, h) = (usize::from(g.width), usize::from(g.height));
+        for (i, t) in spec.teams.iter().enumerate() {
+            let role = role_of(t);
+            for _ in 0..t.count.unwrap_or(1) {
+                agents.push(AgentSpec {
+                    team: i as u8,
+                    role,
+                    policy: t.policy.clone(),
+                });
+            }
+        }
+        if agents.len() > 32 {
+            return Err(cx.field_at(
+                &[Seg::Field("teams")],
+                out_of_range("agents per arena", agents.len(), "at most 32 in a maze"),
+            ));
+        }
+        if g.plate_doors > 0 && agents.len() < 2 {
+            return Err(cx.value_at(
+                &[FAM, Seg::Field("generate"), Seg::Field("plate_doors")],
+                rule(
+                    "plate doors need one agent on the plate and one going through, but the scene has 1 agent",
+                    "plate_doors: 0 for a solo maze, or two or more agents",
+                ),
+            ));
+        }
+        return Ok(Scene {
+            path: path.to_path_buf(),
+            spec,
+            width: w,
+            height: h,
+            cells: Vec::new(),
+            agents,
+            roles,
+            spawn_cells: Vec::new(),
+            shared_spawns: Vec::new(),
+        });
+    }
+
     if let FamilySpec::Matrix(_) = spec.family {
         for (i, t) in spec.teams.iter().enumerate() {
             let role = role_of(t);
@@ -472,7 +329,7 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
                 &legend_at(*ch),
                 rule(
                     format!("legend {ch:?} is {thing:?}, which {family} does not use"),
-                    "Floor, Wall, Apple, AppleSite, Spawn or TeamSpawn(\"team\")",
+                    allowed_things(&spec.family),
                 ),
             ));
         }
@@ -539,9 +396,14 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
             ));
         }
     }
-    if !cells
-        .iter()
-        .any(|t| matches!(t, Thing::Apple | Thing::AppleSite))
+    let dilemma = matches!(
+        spec.family,
+        FamilySpec::CommonsHarvest(_) | FamilySpec::CleanUp(_)
+    );
+    if dilemma
+        && !cells
+            .iter()
+            .any(|t| matches!(t, Thing::Apple | Thing::AppleSite))
     {
         return Err(cx.field_at(
             &[Seg::Field("map")],
@@ -550,6 +412,23 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
                 "at least one Apple or AppleSite cell",
             ),
         ));
+    }
+
+    match spec.family {
+        FamilySpec::Maze(_) => check_maze_map(&cx, &cells)?,
+        FamilySpec::HideAndSeek(_) => {
+            let objects = cells
+                .iter()
+                .filter(|t| matches!(t, Thing::Box | Thing::Ramp))
+                .count();
+            if objects > 250 {
+                return Err(cx.field_at(
+                    &[Seg::Field("map")],
+                    out_of_range("boxes and ramps", objects, "at most 250"),
+                ));
+            }
+        }
+        _ => {}
     }
 
     // Spawn cells: a team's own, or the shared pool.
@@ -631,4 +510,126 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
         spawn_cells,
         shared_spawns: shared,
     })
+}
+
+/// Hide-and-seek teams: every team's role is `hider` or `seeker`, and both sides exist.
+fn check_hide_seek_teams(cx: &Ctx<'_>, spec: &SceneSpec) -> Result<(), SceneError> {
+    let mut sides = [false; 2];
+    for (i, t) in spec.teams.iter().enumerate() {
+        let role = t.role.as_deref().unwrap_or(&t.name);
+        match role {
+            "hider" | "hiders" => sides[0] = true,
+            "seeker" | "seekers" => sides[1] = true,
+            other => {
+                let at = if t.role.is_some() { "role" } else { "name" };
+                return Err(cx.value_at(
+                    &[Seg::Field("teams"), Seg::Index(i), Seg::Field(at)],
+                    rule(
+                        format!("team {:?} has role {other:?}", t.name),
+                        "role \"hider\" or \"seeker\" (the role defaults to the team name)",
+                    ),
+                ));
+            }
+        }
+    }
+    if !sides[0] || !sides[1] {
+        let missing = if sides[0] { "seeker" } else { "hider" };
+        return Err(cx.field_at(
+            &[Seg::Field("teams")],
+            rule(
+                format!("hide-and-seek needs a {missing} team"),
+                "at least one team with role \"hider\" and one with role \"seeker\"",
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Maze maps: an exit; every door has a plate of its name and every plate a door; every
+/// locked door has a key of its colour and every key a locked door.
+fn check_maze_map(cx: &Ctx<'_>, cells: &[Thing]) -> Result<(), SceneError> {
+    let map = [Seg::Field("map")];
+    if !cells.iter().any(|t| matches!(t, Thing::Exit)) {
+        return Err(cx.field_at(&map, rule("the maze has no exit", "at least one Exit cell")));
+    }
+    let names = |f: fn(&Thing) -> Option<&String>| -> Vec<&String> {
+        let mut v: Vec<&String> = cells.iter().filter_map(f).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let plates = names(|t| {
+        if let Thing::Plate(n) = t {
+            Some(n)
+        } else {
+            None
+        }
+    });
+    let doors = names(|t| {
+        if let Thing::Door(n) = t {
+            Some(n)
+        } else {
+            None
+        }
+    });
+    let keys = names(|t| if let Thing::Key(n) = t { Some(n) } else { None });
+    let locks = names(|t| {
+        if let Thing::LockedDoor(n) = t {
+            Some(n)
+        } else {
+            None
+        }
+    });
+    let pairs = [
+        (
+            &doors,
+            &plates,
+            "Door",
+            "Plate",
+            "a door that no plate opens",
+        ),
+        (
+            &plates,
+            &doors,
+            "Plate",
+            "Door",
+            "a plate that opens no door",
+        ),
+        (
+            &locks,
+            &keys,
+            "LockedDoor",
+            "Key",
+            "a locked door without its key",
+        ),
+        (
+            &keys,
+            &locks,
+            "Key",
+            "LockedDoor",
+            "a key that opens no door",
+        ),
+    ];
+    for (have, need, a, b, what) in pairs {
+        if let Some(n) = have.iter().find(|n| !need.contains(n)) {
+            return Err(cx.field_at(
+                &map,
+                rule(
+                    format!("the map has {what}: {a}({n:?})"),
+                    format!("a {b}({n:?}) on the map too"),
+                ),
+            ));
+        }
+    }
+    if keys.len() > 32 || plates.len() > 64 {
+        return Err(cx.field_at(
+            &map,
+            out_of_range(
+                "key colours / plate names",
+                format!("{} / {}", keys.len(), plates.len()),
+                "at most 32 key colours and 64 plate names",
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -106,7 +106,7 @@ impl DilemmaMap {
                 Thing::AppleSite => view::APPLE_SITE,
                 Thing::River => view::RIVER,
                 Thing::Dirt => view::DIRT,
-                Thing::Floor | Thing::Spawn | Thing::TeamSpawn(_) => view::FLOOR,
+                _ => view::FLOOR,
             };
             if matches!(thing, Thing::Apple | Thing::AppleSite) {
                 sites.push(i as u32);
@@ -132,7 +132,7 @@ impl DilemmaMap {
         let v = match &scene.spec.family {
             FamilySpec::CommonsHarvest(p) => p.view,
             FamilySpec::CleanUp(p) => p.view,
-            FamilySpec::Matrix(_) => ViewSpec::default(),
+            _ => ViewSpec::default(),
         };
         let view_offsets = Arc::new(Dir4::ALL.map(|facing| {
             let mut offs = Vec::new();
@@ -501,4 +501,16 @@ pub fn hash_grid_dilemma(world: &World, arena: Entity, hash: &mut StateHash) {
             }
         }
     }
+}
+
+/// Draws a grid dilemma arena's tiles for replays.
+pub fn draw_grid_dilemma(world: &World, arena: Entity) -> Option<(usize, Vec<char>)> {
+    let map = world.get::<DilemmaMap>(arena)?;
+    let chars = map
+        .tiles
+        .cells()
+        .iter()
+        .map(|&c| view::CHARS[usize::from(c)])
+        .collect();
+    Some((map.tiles.width(), chars))
 }

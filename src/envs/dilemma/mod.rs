@@ -46,5 +46,7 @@ impl Plugin for DilemmaPlugin {
         let mut hashers = app.world_mut().get_resource_or_init::<StateHashers>();
         hashers.0.push(matrix::hash_matrix_game);
         hashers.0.push(gridworld::hash_grid_dilemma);
+        let mut drawers = app.world_mut().get_resource_or_init::<MapDrawers>();
+        drawers.0.push(gridworld::draw_grid_dilemma);
     }
 }
