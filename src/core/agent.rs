@@ -122,6 +122,8 @@ pub struct Observation {
     pub pos: [i32; 2],
     /// Own facing (0 north, 1 east, 2 south, 3 west), for families with facing.
     pub facing: u8,
+    /// Own team (index into the scene's teams).
+    pub team: u8,
     /// The map as the agent knows it, allocentric, row-major, `map_width * map_height` cell
     /// codes (maze: the known part of the maze; oracle bots: the whole map). Empty otherwise.
     pub map: Vec<u8>,

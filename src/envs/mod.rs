@@ -117,8 +117,8 @@ pub fn spawn_arenas(
             rules(p.view, p.zap, p.clean_length, p.apple_reward),
             cleanup::RiverPollution::new(p),
         ),
-        FamilySpec::HideAndSeek(_) => {
-            FamilyState::HideAndSeek(hide_and_seek::HnsArena::from_scene(scene))
+        FamilySpec::HideAndSeek(p) => {
+            FamilyState::HideAndSeek(hide_and_seek::HnsArena::from_scene(scene, p))
         }
         FamilySpec::Maze(_) => FamilyState::Maze(maze::MazeArena::from_scene(scene)),
     };

@@ -4,6 +4,7 @@
 //! use), and writes the same [`Action`] component whoever it is.
 
 mod grid_bots;
+mod hns_bots;
 mod matrix_bots;
 mod random;
 
@@ -13,6 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::core::*;
 
 pub use grid_bots::{Cleaner, FreeRider, GreedyHarvester, SustainableHarvester};
+pub use hns_bots::{FortBuilder, Hider, Seeker};
 pub use matrix_bots::{AlwaysCooperate, AlwaysDefect, GrimTrigger, TitForTat};
 pub use random::RandomPolicy;
 
@@ -61,7 +63,8 @@ impl PolicyInfo {
     }
 }
 
-const ALL: &[&str] = &["Matrix", "CommonsHarvest", "CleanUp"];
+const ALL: &[&str] = &["Matrix", "CommonsHarvest", "CleanUp", "HideAndSeek", "Maze"];
+const HNS: &[&str] = &["HideAndSeek"];
 const MATRIX: &[&str] = &["Matrix"];
 const GRID: &[&str] = &["CommonsHarvest", "CleanUp"];
 const CLEANUP: &[&str] = &["CleanUp"];
@@ -129,6 +132,27 @@ static CATALOGUE: &[PolicyInfo] = &[
         families: CLEANUP,
         oracle: false,
         make: || Box::new(FreeRider),
+    },
+    PolicyInfo {
+        name: "seeker",
+        doc: "hide-and-seek seeker: chases the last hider it saw, explores otherwise",
+        families: HNS,
+        oracle: false,
+        make: || Box::new(Seeker::default()),
+    },
+    PolicyInfo {
+        name: "hider",
+        doc: "hide-and-seek hider: flees the seekers it sees, wanders during preparation",
+        families: HNS,
+        oracle: false,
+        make: || Box::new(Hider),
+    },
+    PolicyInfo {
+        name: "fort_builder",
+        doc: "hide-and-seek hider (oracle): pushes boxes into its room's doorways and locks them",
+        families: HNS,
+        oracle: true,
+        make: || Box::new(FortBuilder),
     },
 ];
 

@@ -1,37 +1,36 @@
-//! Hide-and-seek (work in progress).
+//! Hide-and-seek, after Baker et al. 2019, "Emergent Tool Use From Multi-Agent
+//! Autocurricula", scaled to a grid.
+//!
+//! | | |
+//! |---|---|
+//! | Agents | Teams whose role is `hider` or `seeker` (the role defaults to the team name); 1–3 a side in the paper, up to the spawn cells here. Agents block each other. |
+//! | Map | `Wall` blocks movement and sight; `LowWall` blocks movement, not sight; `Box` (movable, blocks sight) and `Ramp` (movable, does not block sight) are objects; `Spawn` / `TeamSpawn("team")` are start cells. |
+//! | Actions | `noop`, `forward`, `backward` (facing kept), `turn_left`, `turn_right`, `grab` (hold the unlocked object in front), `release`, `lock` (the object in front, for your side), `unlock` (only what your side locked). |
+//! | Moving | `forward` onto a free cell steps; into an object pushes it one cell if it is unlocked, not held by someone else and the cell beyond is free floor; holding an object, `backward` pulls it into the cell you leave. Turning lets go. A lock ends any grip on the object. Actions are applied one agent at a time, in an order drawn each step from the arena's stream. |
+//! | Ramps | With a ramp in front, a box or low wall right behind it and a free cell behind that, `forward` lands you on that free cell: the climb moves you three cells; ramp and box stay. Locked ramps can be climbed. A ramp you hold is pushed, never climbed. |
+//! | Preparation | The first `floor(prep_fraction × max_steps)` steps (40% by default): seekers cannot act (their only legal action is `noop`, and the rules ignore anything else) and every reward is zero. |
+//! | Vision | A cone of `vision_cone` degrees (135) around the facing, `vision_range` cells (6, Euclidean), line of sight on the grid: walls and boxes block it; low walls, ramps and agents do not. See [`vision`] for the ray rule. One function serves observations, rewards and the viewer. |
+//! | Observation | Egocentric window, `2·range+1` wide and `range+1` deep (deeper behind for cones over 180°), row 0 farthest ahead: every cell the agent sees with its content (codes in [`view`]: locks as "ours" or "theirs"), `?` elsewhere. Also: own map position and facing, the agents it sees, whether it holds an object, the preparation steps left. Oracle bots (`fort_builder`) also get the whole map. |
+//! | Rewards | After preparation, every step: hiders +`reward` (1) if no hider is seen by any seeker, else −`reward`; seekers the opposite. Per agent, the side's reward. |
+//! | Termination | None by the rules; episodes are truncated at `episode.max_steps`. |
+//! | Statistics | `max_box_displacement`, `max_ramp_displacement` (largest distance any box / ramp got from its start, cells), `boxes_locked_prep_end`, `boxes_locked_end`, `ramps_locked_prep_end`, `ramps_locked_end`, `hider_success` (share of post-preparation steps with no hider seen), `hider_seen_steps`, `pushes`, `pulls`, `ramp_climbs`. |
+//! | Parameters | `prep_fraction` 0.4, `vision_range` 6, `vision_cone` 135, `reward` 1. |
+
+mod codes;
+pub mod map;
+pub mod rules;
+pub mod vision;
+
+pub use codes::{ACTIONS, act, view};
+pub use map::{Grip, HnsArena, ObjectKind};
 
 use bevy::prelude::*;
 
 use crate::core::*;
-use crate::scene::Scene;
-
-/// Action words, by index.
-pub const ACTIONS: [&str; 9] = [
-    "noop",
-    "forward",
-    "backward",
-    "turn_left",
-    "turn_right",
-    "grab",
-    "release",
-    "lock",
-    "unlock",
-];
-
-/// The per-arena state.
-#[derive(Component, Debug, Clone)]
-pub struct HnsArena;
-
-impl HnsArena {
-    /// Builds the arena state of `scene`.
-    pub fn from_scene(_scene: &Scene) -> Self {
-        HnsArena
-    }
-}
 
 /// The components every hide-and-seek agent carries besides the core ones.
 pub fn agent_components() -> impl Bundle {
-    (GridPos::default(), Facing::default())
+    (GridPos::default(), Facing::default(), Grip::default())
 }
 
 /// The hide-and-seek family.
@@ -39,5 +38,27 @@ pub fn agent_components() -> impl Bundle {
 pub struct HideAndSeekPlugin;
 
 impl Plugin for HideAndSeekPlugin {
-    fn build(&self, _app: &mut App) {}
+    fn build(&self, app: &mut App) {
+        app.add_systems(
+            SimSchedule,
+            (
+                map::reset_hide_and_seek
+                    .in_set(SimSystems::Reset)
+                    .after(reset_arenas),
+                rules::observe_hide_and_seek.in_set(SimSystems::Observe),
+                rules::apply_hide_and_seek.in_set(ActSystems::Apply),
+                rules::reward_hide_and_seek.in_set(SimSystems::Reward),
+                rules::summarize_hide_and_seek.in_set(RecordSystems::Summarize),
+            ),
+        );
+        let world = app.world_mut();
+        world
+            .get_resource_or_init::<StateHashers>()
+            .0
+            .push(rules::hash_hide_and_seek);
+        world
+            .get_resource_or_init::<MapDrawers>()
+            .0
+            .push(rules::draw_hide_and_seek);
+    }
 }

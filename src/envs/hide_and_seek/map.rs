@@ -1,0 +1,319 @@
+//! The state of one hide-and-seek arena: static tiles, movable objects (boxes and ramps)
+//! with their locks, who stands where, and the episode's statistics; and its reset.
+
+use bevy::math::IVec2;
+use bevy::prelude::*;
+use rand::Rng;
+use rand::seq::SliceRandom;
+use std::sync::Arc;
+
+use super::codes::view;
+use super::vision::Vision;
+use crate::core::*;
+use crate::scene::{HideSeekParams, Scene, Thing};
+
+/// What kind of movable object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectKind {
+    /// Blocks movement and sight.
+    Box,
+    /// Lets agents climb over one box or low wall; does not block sight.
+    Ramp,
+}
+
+/// A box or ramp.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Object {
+    /// Box or ramp.
+    pub kind: ObjectKind,
+    /// Where it is.
+    pub pos: IVec2,
+    /// Where it started the episode.
+    pub start: IVec2,
+    /// The side (0 hiders, 1 seekers) that locked it, if locked.
+    pub locked_by: Option<u8>,
+    /// The slot of the agent holding it, if held.
+    pub held_by: Option<u16>,
+    /// Largest distance from `start` this episode (Euclidean, cells).
+    pub max_displacement: f32,
+}
+
+impl Object {
+    /// Moves the object to `to`, keeping its displacement record.
+    pub fn move_to(&mut self, to: IVec2) {
+        self.pos = to;
+        let d = (to - self.start).as_vec2().length();
+        self.max_displacement = self.max_displacement.max(d);
+    }
+}
+
+/// Episode statistics of an arena.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HnsStats {
+    /// Steps after preparation.
+    pub play_steps: u32,
+    /// Steps after preparation in which a seeker saw a hider.
+    pub seen_steps: u32,
+    /// Boxes locked when preparation ended (`None` until it has).
+    pub boxes_locked_at_prep_end: Option<u32>,
+    /// Ramps locked when preparation ended.
+    pub ramps_locked_at_prep_end: Option<u32>,
+    /// Objects pushed.
+    pub pushes: u32,
+    /// Objects pulled.
+    pub pulls: u32,
+    /// Ramp climbs.
+    pub climbs: u32,
+    /// Lock and unlock actions that took effect.
+    pub locks: u32,
+}
+
+/// Where slots start: their team's own cells, or the shared pool.
+#[derive(Debug, Clone)]
+pub struct Spawns {
+    /// Per team: its own cells (empty: it uses `shared`).
+    pub team_cells: Vec<Vec<u32>>,
+    /// Shared `Spawn` cells.
+    pub shared: Vec<u32>,
+}
+
+/// The per-arena state of hide-and-seek.
+#[derive(Component, Debug, Clone)]
+pub struct HnsArena {
+    /// Static tiles: `view::FLOOR`, `view::WALL` or `view::LOW_WALL`.
+    pub tiles: Arc<Grid<u8>>,
+    /// Boxes and ramps.
+    pub objects: Vec<Object>,
+    template: Arc<Vec<Object>>,
+    /// Object index + 1 at each cell, 0 if none.
+    pub obj: Grid<u8>,
+    /// Agent slot + 1 at each cell, 0 if none.
+    pub occ: Grid<u16>,
+    /// Side of each slot: 0 hider, 1 seeker.
+    pub side: Arc<Vec<u8>>,
+    /// Team of each slot.
+    pub team: Arc<Vec<u8>>,
+    /// Start cells.
+    pub spawns: Arc<Spawns>,
+    /// Steps of preparation at the start of each episode.
+    pub prep_steps: u32,
+    /// Per-step team reward size.
+    pub reward: f32,
+    /// The vision tables.
+    pub vision: Arc<Vision>,
+    /// Whether a seeker saw a hider at the end of the last step.
+    pub hider_seen: bool,
+    /// Episode statistics.
+    pub stats: HnsStats,
+    shuffle_spawns: bool,
+    random_facing: bool,
+}
+
+/// The object an agent holds (index into [`HnsArena::objects`]).
+#[derive(Component, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Grip(pub Option<u8>);
+
+/// Side of a role name: 0 hiders, 1 seekers.
+pub fn side_of(role: &str) -> u8 {
+    u8::from(matches!(role, "seeker" | "seekers"))
+}
+
+impl HnsArena {
+    /// Builds the arena state of `scene` with the family parameters `p`.
+    pub fn from_scene(scene: &Scene, p: &HideSeekParams) -> Self {
+        let mut tiles = Grid::filled(scene.width, scene.height, view::FLOOR);
+        let mut objects = Vec::new();
+        for (i, thing) in scene.cells.iter().enumerate() {
+            let pos = tiles.pos(i);
+            tiles.cells_mut()[i] = match thing {
+                Thing::Wall => view::WALL,
+                Thing::LowWall => view::LOW_WALL,
+                _ => view::FLOOR,
+            };
+            let kind = match thing {
+                Thing::Box => Some(ObjectKind::Box),
+                Thing::Ramp => Some(ObjectKind::Ramp),
+                _ => None,
+            };
+            if let Some(kind) = kind {
+                objects.push(Object {
+                    kind,
+                    pos,
+                    start: pos,
+                    locked_by: None,
+                    held_by: None,
+                    max_displacement: 0.0,
+                });
+            }
+        }
+        let max_steps = scene.spec.episode.max_steps;
+        let side = scene
+            .agents
+            .iter()
+            .map(|a| side_of(&scene.roles[usize::from(a.role)]))
+            .collect();
+        Self {
+            obj: Grid::filled(scene.width, scene.height, 0),
+            occ: Grid::filled(scene.width, scene.height, 0),
+            tiles: Arc::new(tiles),
+            template: Arc::new(objects.clone()),
+            objects,
+            side: Arc::new(side),
+            team: Arc::new(scene.agents.iter().map(|a| a.team).collect()),
+            spawns: Arc::new(Spawns {
+                team_cells: scene
+                    .spawn_cells
+                    .iter()
+                    .map(|c| c.iter().map(|&i| i as u32).collect())
+                    .collect(),
+                shared: scene.shared_spawns.iter().map(|&i| i as u32).collect(),
+            }),
+            prep_steps: (p.prep_fraction * max_steps as f32).floor() as u32,
+            reward: p.reward,
+            vision: Arc::new(Vision::new(p.vision_cone, p.vision_range)),
+            hider_seen: false,
+            stats: HnsStats::default(),
+            shuffle_spawns: scene.spec.randomize.shuffle_spawns,
+            random_facing: scene.spec.randomize.random_facing,
+        }
+    }
+
+    /// Whether sight is stopped at `p` (walls, boxes, off the map).
+    #[inline]
+    pub fn blocks_sight(&self, p: IVec2) -> bool {
+        match self.tiles.get(p) {
+            None | Some(view::WALL) => true,
+            Some(_) => {
+                let o = self.obj.cells()[self.obj.index(p)];
+                o != 0 && self.objects[usize::from(o - 1)].kind == ObjectKind::Box
+            }
+        }
+    }
+
+    /// Whether `p` is open floor with no object and no agent.
+    #[inline]
+    pub fn free(&self, p: IVec2) -> bool {
+        self.tiles.get(p) == Some(view::FLOOR)
+            && self.obj.cells()[self.obj.index(p)] == 0
+            && self.occ.cells()[self.occ.index(p)] == 0
+    }
+
+    /// The object at `p`, if any.
+    #[inline]
+    pub fn object_at(&self, p: IVec2) -> Option<usize> {
+        match self.obj.get(p) {
+            Some(o) if o > 0 => Some(usize::from(o - 1)),
+            _ => None,
+        }
+    }
+
+    /// Moves object `i` to `to` (which must be free of objects).
+    pub fn move_object(&mut self, i: usize, to: IVec2) {
+        let from = self.objects[i].pos;
+        let (a, b) = (self.obj.index(from), self.obj.index(to));
+        self.obj.cells_mut()[a] = 0;
+        self.obj.cells_mut()[b] = i as u8 + 1;
+        self.objects[i].move_to(to);
+    }
+
+    /// Moves the agent in `slot` from `from` to `to`.
+    pub fn move_agent(&mut self, slot: usize, from: IVec2, to: IVec2) {
+        let (a, b) = (self.occ.index(from), self.occ.index(to));
+        self.occ.cells_mut()[a] = 0;
+        self.occ.cells_mut()[b] = slot as u16 + 1;
+    }
+
+    /// Whether the viewer in `slot` at `from` facing `facing` sees cell `to`.
+    pub fn sees(&self, from: IVec2, facing: Dir4, to: IVec2) -> bool {
+        self.vision.sees(from, facing, to, |p| self.blocks_sight(p))
+    }
+
+    /// Locked objects of `kind`.
+    pub fn locked(&self, kind: ObjectKind) -> u32 {
+        self.objects
+            .iter()
+            .filter(|o| o.kind == kind && o.locked_by.is_some())
+            .count() as u32
+    }
+
+    /// The code of map cell `p` for an observer of `side` (tiles and objects; no agents).
+    pub fn code_at(&self, p: IVec2, side: u8) -> u8 {
+        let Some(t) = self.tiles.get(p) else {
+            return view::WALL;
+        };
+        match self.object_at(p) {
+            None => t,
+            Some(i) => {
+                let o = &self.objects[i];
+                let base = match o.kind {
+                    ObjectKind::Box => view::BOX,
+                    ObjectKind::Ramp => view::RAMP,
+                };
+                match o.locked_by {
+                    None => base,
+                    Some(s) if s == side => base + 1,
+                    Some(_) => base + 2,
+                }
+            }
+        }
+    }
+}
+
+/// Lays out objects and places agents of arenas starting an episode.
+pub fn reset_hide_and_seek(
+    mut arenas: Query<(&EpisodeClock, &mut HnsArena, &mut ArenaRng, &ArenaAgents)>,
+    mut agents: Query<(&mut GridPos, &mut Facing, &mut Grip)>,
+) {
+    for (clock, mut arena, mut rng, members) in &mut arenas {
+        if clock.phase != ArenaPhase::JustReset {
+            continue;
+        }
+        let arena = &mut *arena;
+        arena.objects.clone_from(&arena.template);
+        arena.obj.cells_mut().fill(0);
+        for (i, o) in arena.objects.iter().enumerate() {
+            let c = arena.obj.index(o.pos);
+            arena.obj.cells_mut()[c] = i as u8 + 1;
+        }
+        arena.occ.cells_mut().fill(0);
+        arena.stats = HnsStats::default();
+        arena.hider_seen = false;
+        if arena.prep_steps == 0 {
+            arena.stats.boxes_locked_at_prep_end = Some(0);
+            arena.stats.ramps_locked_at_prep_end = Some(0);
+        }
+        let mut pools = arena.spawns.team_cells.clone();
+        let mut shared = arena.spawns.shared.clone();
+        if arena.shuffle_spawns {
+            pools.iter_mut().for_each(|p| p.shuffle(&mut rng.0));
+            shared.shuffle(&mut rng.0);
+        }
+        let mut next = vec![0usize; pools.len()];
+        let mut next_shared = 0usize;
+        for (slot, &e) in members.entities().iter().enumerate() {
+            let team = usize::from(arena.team[slot]);
+            let cell = if pools[team].is_empty() {
+                next_shared += 1;
+                shared.get(next_shared - 1).copied()
+            } else {
+                next[team] += 1;
+                pools[team].get(next[team] - 1).copied()
+            };
+            let facing = if arena.random_facing {
+                Dir4::ALL[rng.0.random_range(0..4)]
+            } else {
+                Dir4::North
+            };
+            let Ok((mut pos, mut face, mut grip)) = agents.get_mut(e) else {
+                continue;
+            };
+            grip.0 = None;
+            face.0 = facing;
+            // Validation guarantees a cell per agent.
+            if let Some(i) = cell {
+                pos.0 = arena.tiles.pos(i as usize);
+                arena.occ.cells_mut()[i as usize] = slot as u16 + 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! The systems of hide-and-seek: observe (vision), apply actions (move, push, pull, climb,
+//! grab, lock), reward (who sees whom), summarise, hash and draw.
+
+use bevy::math::IVec2;
+use bevy::prelude::*;
+use rand::seq::SliceRandom;
+
+use super::codes::{act, view};
+use super::map::{Grip, HnsArena, ObjectKind};
+use crate::core::*;
+
+/// What moving forward would do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forward {
+    /// Nothing: the way is blocked.
+    Blocked,
+    /// Step onto a free cell.
+    Step(IVec2),
+    /// Push object `0` to cell `1` and step into its place.
+    Push(usize, IVec2),
+    /// Climb the ramp in front over the box or low wall behind it, landing on the cell.
+    Climb(IVec2),
+}
+
+/// What moving forward from `pos` facing `f` would do for the agent in `slot`.
+/// Ramp rule: with a ramp in front, a box or low wall right behind the ramp and a free cell
+/// behind that, the agent lands on that free cell (the ramp and the box stay; locked ramps
+/// can be climbed too). Otherwise an object in front is pushed one cell if it is unlocked,
+/// not held by another agent, and the cell beyond is free floor.
+pub fn forward(arena: &HnsArena, slot: usize, pos: IVec2, f: IVec2) -> Forward {
+    let c = pos + f;
+    if arena.free(c) {
+        return Forward::Step(c);
+    }
+    let Some(i) = arena.object_at(c) else {
+        return Forward::Blocked;
+    };
+    let o = &arena.objects[i];
+    let beyond = c + f;
+    let mine = o.held_by == Some(slot as u16);
+    if o.kind == ObjectKind::Ramp && !mine {
+        let over_box = arena
+            .object_at(beyond)
+            .is_some_and(|j| arena.objects[j].kind == ObjectKind::Box);
+        let over_low_wall = arena.tiles.get(beyond) == Some(view::LOW_WALL);
+        if (over_box || over_low_wall) && arena.free(beyond + f) {
+            return Forward::Climb(beyond + f);
+        }
+    }
+    if o.locked_by.is_none() && (o.held_by.is_none() || mine) && arena.free(beyond) {
+        return Forward::Push(i, beyond);
+    }
+    Forward::Blocked
+}
+
+/// The object the agent in `slot` validly holds: its own grip on an unlocked object right
+/// in front of it.
+pub fn held(arena: &HnsArena, slot: usize, grip: &Grip, pos: IVec2, f: IVec2) -> Option<usize> {
+    let i = usize::from(grip.0?);
+    let o = arena.objects.get(i)?;
+    (o.held_by == Some(slot as u16) && o.locked_by.is_none() && o.pos == pos + f).then_some(i)
+}
+
+
+
+/// The legal actions of the agent in `slot`.
+pub fn legal_actions(
+    arena: &HnsArena,
+    slot: usize,
+    pos: IVec2,
+    facing: Dir4,
+    holding: Option<usize>,
+    prep: bool,
+) -> ActionMask {
+    let side = arena.side[slot];
+    if prep && side == 1 {
+        return ActionMask::only(act::NOOP);
+    }
+    let f = facing.delta();
+    let mut m = (1u32 << act::NOOP) | (1 << act::TURN_LEFT) | (1 << act::TURN_RIGHT);
+    if forward(arena, slot, pos, f) != Forward::Blocked {
+        m |= 1 << act::FORWARD;
+    }
+    if arena.free(pos - f) {
+        m |= 1 << act::BACKWARD;
+    }
+    if holding.is_some() {
+        m |= 1 << act::RELEASE;
+    }
+    if let Some(i) = arena.object_at(pos + f) {
+        let o = &arena.objects[i];
+        match o.locked_by {
+            None => {
+                m |= 1 << act::LOCK;
+                if holding.is_none() && o.held_by.is_none() {
+                    m |= 1 << act::GRAB;
+                }
+            }
+            Some(s) if s == side => m |= 1 << act::UNLOCK,
+            Some(_) => {}
+        }
+    }
+    ActionMask(m)
+}
+
+/// Writes every agent's view (what its vision cone lights), the agents it sees, its legal
+/// actions, and for oracle bots the whole map.
+pub fn observe_hide_and_seek(
+    arenas: Query<(&EpisodeClock, &HnsArena)>,
+    mut agents: Query<
+        (
+            &InArena,
+            &Agent,
+            &GridPos,
+            &Facing,
+            &Grip,
+            Has<Oracle>,
+            &mut Observation,
+            &mut ActionMask,
+        ),
+        Without<Idle>,
+    >,
+) {
+    agents.par_iter_mut().for_each_init(
+        || (Vec::new(), Vec::new()),
+        |(vis, clear), (in_arena, agent, pos, facing, grip, oracle, mut obs, mut mask)| {
+            let Ok((clock, arena)) = arenas.get(in_arena.0) else {
+                return;
+            };
+            let slot = usize::from(agent.slot);
+            let side = arena.side[slot];
+            let (p, f) = (pos.0, facing.0);
+            let obs = &mut *obs;
+            let (w, h, (sc, sr)) = arena.vision.window();
+            obs.step = clock.step;
+            obs.pos = [p.x, p.y];
+            obs.facing = f as u8;
+            obs.team = arena.team[slot];
+            obs.view_width = w as u8;
+            obs.view_height = h as u8;
+            obs.view_self = (sc, sr);
+            obs.prep_left = arena.prep_steps.saturating_sub(clock.step);
+            let holding = held(arena, slot, grip, p, f.delta());
+            obs.holding = holding.is_some();
+            obs.others.clear();
+            arena
+                .vision
+                .cast(p, f, |c| arena.blocks_sight(c), vis, clear);
+            obs.view.clear();
+            obs.view.resize(w * h, view::UNSEEN);
+            for (i, cell) in obs.view.iter_mut().enumerate() {
+                if !vis[i] {
+                    continue;
+                }
+                let ego = IVec2::new((i % w) as i32 - i32::from(sc), i32::from(sr) - (i / w) as i32);
+                let c = p + f.to_world(ego.x, ego.y);
+                *cell = agent_code(arena, c, slot, side, &mut obs.others);
+            }
+            obs.others.sort_by_key(|o| o.slot);
+            if oracle {
+                let (mw, mh) = (arena.tiles.width(), arena.tiles.height());
+                obs.map_width = mw as u16;
+                obs.map_height = mh as u16;
+                obs.map.clear();
+                obs.map.extend((0..mw * mh).map(|i| {
+                    let c = arena.tiles.pos(i);
+                    agent_code(arena, c, slot, side, &mut Vec::new())
+                }));
+            }
+            let prep = clock.step < arena.prep_steps;
+            *mask = legal_actions(arena, slot, p, f, holding, prep);
+        },
+    );
+}
+
+/// The code of cell `c` for the agent in `slot`; agents seen there go into `others`.
+fn agent_code(arena: &HnsArena, c: IVec2, slot: usize, side: u8, others: &mut Vec<Perceived>) -> u8 {
+    if !arena.tiles.contains(c) {
+        return view::WALL;
+    }
+    match arena.occ.cells()[arena.occ.index(c)] {
+        0 => arena.code_at(c, side),
+        s => {
+            let s = usize::from(s - 1);
+            if s == slot {
+                return view::SELF;
+            }
+            others.push(Perceived {
+                slot: s as u16,
+                team: arena.team[s],
+                pos: [c.x, c.y],
+            });
+            if arena.side[s] == side {
+                view::TEAMMATE
+            } else {
+                view::OPPONENT
+            }
+        }
+    }
+}
+
+/// Applies every agent's action, in an order drawn from the arena's stream each step.
+/// Seekers do nothing during preparation whatever they chose.
+pub fn apply_hide_and_seek(
+    mut arenas: Query<(&EpisodeClock, &mut HnsArena, &mut ArenaRng, &ArenaAgents), Without<Idle>>,
+    mut agents: Query<(&Action, &mut GridPos, &mut Facing, &mut Grip)>,
+    mut order: Local<Vec<usize>>,
+) {
+    for (clock, mut arena, mut rng, members) in &mut arenas {
+        let arena = &mut *arena;
+        let ents = members.entities();
+        let prep = clock.step < arena.prep_steps;
+        order.clear();
+        order.extend(0..ents.len());
+        order.shuffle(&mut rng.0);
+        for &slot in order.iter() {
+            let Ok((action, mut pos, mut facing, mut grip)) = agents.get_mut(ents[slot]) else {
+                continue;
+            };
+            let side = arena.side[slot];
+            let f = facing.0.delta();
+            // A grip lapses when its object was locked, moved away or taken.
+            let holding = held(arena, slot, &grip, pos.0, f);
+            if holding.is_none() {
+                release(arena, slot, &mut grip);
+            }
+            if prep && side == 1 {
+                continue;
+            }
+            let front = arena.object_at(pos.0 + f);
+            match action.0 {
+                act::FORWARD => match forward(arena, slot, pos.0, f) {
+                    Forward::Blocked => {}
+                    Forward::Step(to) => {
+                        arena.move_agent(slot, pos.0, to);
+                        pos.0 = to;
+                    }
+                    Forward::Push(i, to) => {
+                        arena.move_object(i, to);
+                        arena.move_agent(slot, pos.0, pos.0 + f);
+                        pos.0 += f;
+                        arena.stats.pushes += 1;
+                    }
+                    Forward::Climb(to) => {
+                        arena.move_agent(slot, pos.0, to);
+                        pos.0 = to;
+                        arena.stats.climbs += 1;
+                    }
+                },
+                act::BACKWARD if arena.free(pos.0 - f) => {
+                    let from = pos.0;
+                    arena.move_agent(slot, from, from - f);
+                    pos.0 = from - f;
+                    if let Some(i) = holding {
+                        arena.move_object(i, from);
+                        arena.stats.pulls += 1;
+                    }
+                }
+                act::TURN_LEFT | act::TURN_RIGHT => {
+                    release(arena, slot, &mut grip);
+                    facing.0 = if action.0 == act::TURN_LEFT {
+                        facing.0.left()
+                    } else {
+                        facing.0.right()
+                    };
+                }
+                act::GRAB => {
+                    if let Some(i) = front
+                        && holding.is_none()
+                        && arena.objects[i].locked_by.is_none()
+                        && arena.objects[i].held_by.is_none()
+                    {
+                        arena.objects[i].held_by = Some(slot as u16);
+                        grip.0 = Some(i as u8);
+                    }
+                }
+                act::RELEASE => release(arena, slot, &mut grip),
+                act::LOCK => {
+                    if let Some(i) = front
+                        && arena.objects[i].locked_by.is_none()
+                    {
+                        let o = &mut arena.objects[i];
+                        o.locked_by = Some(side);
+                        o.held_by = None;
+                        arena.stats.locks += 1;
+                    }
+                }
+                act::UNLOCK => {
+                    if let Some(i) = front
+                        && arena.objects[i].locked_by == Some(side)
+                    {
+                        arena.objects[i].locked_by = None;
+                        arena.stats.locks += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+fn release(arena: &mut HnsArena, slot: usize, grip: &mut Grip) {
+    if let Some(i) = grip.0.take()
+        && let Some(o) = arena.objects.get_mut(usize::from(i))
+        && o.held_by == Some(slot as u16)
+    {
+        o.held_by = None;
+    }
+}
+
+/// The team reward after preparation: hiders +r if no seeker sees any hider, else −r;
+/// seekers the opposite. During preparation every reward stays zero.
+pub fn reward_hide_and_seek(
+    mut arenas: Query<(&EpisodeClock, &mut HnsArena, &ArenaAgents), Without<Idle>>,
+    mut agents: Query<(&GridPos, &Facing, &mut Reward)>,
+    mut seats: Local<Vec<(IVec2, Dir4)>>,
+) {
+    for (clock, mut arena, members) in &mut arenas {
+        let t = clock.step;
+        if t + 1 == arena.prep_steps {
+            arena.stats.boxes_locked_at_prep_end = Some(arena.locked(ObjectKind::Box));
+            arena.stats.ramps_locked_at_prep_end = Some(arena.locked(ObjectKind::Ramp));
+        }
+        if t < arena.prep_steps {
+            continue;
+        }
+        seats.clear();
+        seats.extend(
+            members
+                .entities()
+                .iter()
+                .filter_map(|&e| agents.get(e).ok().map(|(p, f, _)| (p.0, f.0))),
+        );
+        let seen = hider_seen(&*arena, &seats);
+        arena.hider_seen = seen;
+        arena.stats.play_steps += 1;
+        arena.stats.seen_steps += u32::from(seen);
+        let r = arena.reward;
+        for (slot, &e) in members.entities().iter().enumerate() {
+            if let Ok((_, _, mut reward)) = agents.get_mut(e) {
+                let hider = arena.side[slot] == 0;
+                reward.0 += if hider == seen { -r } else { r };
+            }
+        }
+    }
+}
+
+/// Whether any seeker sees any hider, with agents at `seats` (slot order).
+pub fn hider_seen(arena: &HnsArena, seats: &[(IVec2, Dir4)]) -> bool {
+    seats.iter().enumerate().any(|(s, &(sp, sf))| {
+        arena.side[s] == 1
+            && seats
+                .iter()
+                .enumerate()
+                .any(|(h, &(hp, _))| arena.side[h] == 0 && arena.sees(sp, sf, hp))
+    })
+}
+
+/// Fills the episode's statistics for arenas that just ended.
+pub fn summarize_hide_and_seek(
+    mut arenas: Query<(&EpisodeClock, &HnsArena, &mut EpisodeMetrics)>,
+) {
+    for (clock, arena, mut metrics) in &mut arenas {
+        if clock.phase != ArenaPhase::Ending {
+            continue;
+        }
+        let s = arena.stats;
+        let max_disp = |kind| {
+            arena
+                .objects
+                .iter()
+                .filter(|o| o.kind == kind)
+                .map(|o| f64::from(o.max_displacement))
+                .fold(0.0, f64::max)
+        };
+        let m = &mut metrics.0;
+        m.insert("max_box_displacement", max_disp(ObjectKind::Box));
+        m.insert("max_ramp_displacement", max_disp(ObjectKind::Ramp));
+        let boxes_now = arena.locked(ObjectKind::Box);
+        let ramps_now = arena.locked(ObjectKind::Ramp);
+        m.insert(
+            "boxes_locked_prep_end",
+            f64::from(s.boxes_locked_at_prep_end.unwrap_or(boxes_now)),
+        );
+        m.insert("boxes_locked_end", f64::from(boxes_now));
+        m.insert(
+            "ramps_locked_prep_end",
+            f64::from(s.ramps_locked_at_prep_end.unwrap_or(ramps_now)),
+        );
+        m.insert("ramps_locked_end", f64::from(ramps_now));
+        m.insert("hider_seen_steps", f64::from(s.seen_steps));
+        if s.play_steps > 0 {
+            m.insert(
+                "hider_success",
+                1.0 - f64::from(s.seen_steps) / f64::from(s.play_steps),
+            );
+        }
+        m.insert("pushes", f64::from(s.pushes));
+        m.insert("pulls", f64::from(s.pulls));
+        m.insert("ramp_climbs", f64::from(s.climbs));
+    }
+}
+
+/// Adds an arena's objects and grips to the per-step hash.
+pub fn hash_hide_and_seek(world: &World, arena: Entity, hash: &mut StateHash) {
+    let Some(a) = world.get::<HnsArena>(arena) else {
+        return;
+    };
+    for o in &a.objects {
+        hash.write(&o.pos.x.to_le_bytes());
+        hash.write(&o.pos.y.to_le_bytes());
+        hash.write(&[
+            o.locked_by.map_or(255, |s| s),
+            o.held_by.map_or(255, |s| s as u8),
+        ]);
+    }
+    hash.write(&[u8::from(a.hider_seen)]);
+    if let Some(members) = world.get::<ArenaAgents>(arena) {
+        for &e in members.entities() {
+            if let Some(g) = world.get::<Grip>(e) {
+                hash.write(&[g.0.unwrap_or(255)]);
+            }
+        }
+    }
+}
+
+/// Draws an arena's tiles and objects for replays (locks as the hiders see them: `B`/`R`
+/// locked by hiders, `X`/`Y` by seekers).
+pub fn draw_hide_and_seek(world: &World, arena: Entity) -> Option<(usize, Vec<char>)> {
+    let a = world.get::<HnsArena>(arena)?;
+    let w = a.tiles.width();
+    let chars = (0..w * a.tiles.height())
+        .map(|i| view::CHARS[usize::from(a.code_at(a.tiles.pos(i), 0))])
+        .collect();
+    Some((w, chars))
+}
