@@ -21,7 +21,10 @@ pub struct Hider;
 
 /// During preparation, pushes boxes into its room's doorways and locks them; then stays in
 /// its fort (fleeing like [`Hider`] if it has no room or is seen outside one).
-pub struct FortBuilder;
+#[derive(Default)]
+pub struct FortBuilder {
+    rooms: BTreeMap<(u32, u16), Room>,
+}
 
 fn pos(d: &Decision<'_>) -> IVec2 {
     IVec2::new(d.obs.pos[0], d.obs.pos[1])
@@ -43,7 +46,11 @@ fn dirs_towards(v: IVec2) -> [Option<Dir4>; 2] {
         -1 => Some(Dir4::North),
         _ => None,
     };
-    if v.x.abs() >= v.y.abs() { [x, y] } else { [y, x] }
+    if v.x.abs() >= v.y.abs() {
+        [x, y]
+    } else {
+        [y, x]
+    }
 }
 
 /// One step of heading `dir`: forward if facing it, backward if it is behind, else a turn.
@@ -100,7 +107,11 @@ fn flee(d: &mut Decision<'_>) -> u8 {
     if let Some(&o) = opponents(d).first() {
         return go_towards(d, pos(d) * 2 - o);
     }
-    if d.obs.prep_left > 0 { wander(d) } else { act::NOOP }
+    if d.obs.prep_left > 0 {
+        wander(d)
+    } else {
+        act::NOOP
+    }
 }
 
 impl Policy for Seeker {
@@ -201,16 +212,14 @@ impl MapView<'_> {
     }
 }
 
-fn build_fort(d: &mut Decision<'_>) -> Option<u8> {
-    if d.obs.map.is_empty() || d.obs.prep_left == 0 {
-        return None;
-    }
-    let m = MapView {
-        cells: &d.obs.map,
-        w: i32::from(d.obs.map_width),
-        h: i32::from(d.obs.map_height),
-    };
-    let me = pos(d);
+/// The room a builder starts in and its doorways (with their outward directions), found
+/// once per episode: walls do not move.
+struct Room {
+    cells: Vec<bool>,
+    doors: Vec<(IVec2, Dir4)>,
+}
+
+fn find_room(m: &MapView<'_>, me: IVec2, slot: u16) -> Room {
     // The room: cells reachable from here without crossing a wall or a doorway.
     let mut room = vec![false; m.cells.len()];
     let mut stack = vec![me];
@@ -224,25 +233,51 @@ fn build_fort(d: &mut Decision<'_>) -> Option<u8> {
             }
         }
     }
-    let in_room = |p: IVec2| !m.solid(p) && room[m.index(p)];
-    // The room's doorways, each with its outward direction, rotated by slot so that two
-    // builders start on different ones.
+    // The room's doorways, rotated by slot so that two builders start on different ones.
     let mut doors: Vec<(IVec2, Dir4)> = Vec::new();
     for y in 0..m.h {
         for x in 0..m.w {
             let p = IVec2::new(x, y);
             if m.doorway(p)
-                && let Some(dir) = Dir4::ALL.into_iter().find(|dir| in_room(p - dir.delta()))
+                && let Some(dir) = Dir4::ALL
+                    .into_iter()
+                    .find(|dir| !m.solid(p - dir.delta()) && room[m.index(p - dir.delta())])
             {
                 doors.push((p, dir));
             }
         }
     }
-    if doors.is_empty() || doors.len() * 2 > m.cells.len() {
+    if !doors.is_empty() {
+        let turn = usize::from(slot) % doors.len();
+        doors.rotate_left(turn);
+    }
+    Room { cells: room, doors }
+}
+
+fn build_fort(d: &mut Decision<'_>, rooms: &mut BTreeMap<(u32, u16), Room>) -> Option<u8> {
+    let key = (d.agent.arena, d.agent.slot);
+    if d.obs.step == 0 {
+        rooms.remove(&key);
+    }
+    if d.obs.map.is_empty() || d.obs.prep_left == 0 {
         return None;
     }
-    let turn = usize::from(d.agent.slot) % doors.len();
-    doors.rotate_left(turn);
+    let m = MapView {
+        cells: &d.obs.map,
+        w: i32::from(d.obs.map_width),
+        h: i32::from(d.obs.map_height),
+    };
+    let me = pos(d);
+    let room = rooms
+        .entry(key)
+        .or_insert_with(|| find_room(&m, me, d.agent.slot));
+    let doors = &room.doors;
+    let room = &room.cells;
+    // A room is a part of the map shut off by doorways, not the whole map.
+    if doors.is_empty() || room.iter().filter(|&&r| r).count() * 2 > m.cells.len() {
+        return None;
+    }
+    let in_room = |p: IVec2| !m.solid(p) && room[m.index(p)];
     let walk = |p: IVec2| !m.solid(p) && !m.object(p);
     let f = facing(d);
     // Goes to `stand` and faces `dir`, then does `then`.
@@ -260,7 +295,7 @@ fn build_fort(d: &mut Decision<'_>) -> Option<u8> {
         head(d, first?)
     };
     // First lock boxes already in a doorway.
-    for &(door, out) in &doors {
+    for &(door, out) in doors {
         if m.at(door) == view::BOX
             && let Some(a) = approach(d, door - out.delta(), out, act::LOCK)
         {
@@ -268,17 +303,19 @@ fn build_fort(d: &mut Decision<'_>) -> Option<u8> {
         }
     }
     // Then bring the nearest box to an open doorway, pushing it outwards.
-    for &(door, _) in &doors {
+    for &(door, _) in doors {
         if m.object(door) {
             continue;
         }
+        // Boxes of the room, nearest the doorway first; the first that can be pushed in.
+        let mut boxes: Vec<IVec2> = (0..m.h)
+            .flat_map(|y| (0..m.w).map(move |x| IVec2::new(x, y)))
+            .filter(|&b| m.at(b) == view::BOX && in_room(b))
+            .collect();
+        boxes.sort_by_key(|b| ((*b - door).abs().element_sum(), b.y, b.x));
         let mut best: Option<(u32, IVec2, Dir4)> = None;
-        for y in 0..m.h {
-            for x in 0..m.w {
-                let b = IVec2::new(x, y);
-                if m.at(b) != view::BOX || !in_room(b) {
-                    continue;
-                }
+        for b in boxes {
+            {
                 // Box moves: into a free cell, with room for the pusher behind it.
                 let path = m.bfs(
                     b,
@@ -290,10 +327,9 @@ fn build_fort(d: &mut Decision<'_>) -> Option<u8> {
                     },
                     |p| p == door,
                 );
-                if let Some((Some(dir), len)) = path
-                    && best.is_none_or(|(l, _, _)| len < l)
-                {
+                if let Some((Some(dir), len)) = path {
                     best = Some((len, b, dir));
+                    break;
                 }
             }
         }
@@ -309,7 +345,7 @@ fn build_fort(d: &mut Decision<'_>) -> Option<u8> {
 impl Policy for FortBuilder {
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
         for d in batch.iter_mut() {
-            let a = build_fort(d).unwrap_or_else(|| flee(d));
+            let a = build_fort(d, &mut self.rooms).unwrap_or_else(|| flee(d));
             d.action.0 = a;
         }
     }

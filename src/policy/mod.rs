@@ -152,7 +152,7 @@ static CATALOGUE: &[PolicyInfo] = &[
         doc: "hide-and-seek hider (oracle): pushes boxes into its room's doorways and locks them",
         families: HNS,
         oracle: true,
-        make: || Box::new(FortBuilder),
+        make: || Box::new(FortBuilder::default()),
     },
 ];
 

@@ -43,3 +43,29 @@ pub fn step(app: &mut App, n: usize) {
         app.update();
     }
 }
+
+/// A policy the test drives: each slot plays the action set for it (noop by default).
+pub struct Puppet(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl emergence::policy::Policy for Puppet {
+    fn decide(&mut self, batch: &mut [emergence::policy::Decision<'_>]) {
+        let acts = self.0.lock().expect("puppet lock");
+        for d in batch.iter_mut() {
+            d.action.0 = acts.get(usize::from(d.agent.slot)).copied().unwrap_or(0);
+        }
+    }
+}
+
+/// Replaces policy `name` of `app` with a [`Puppet`]; returns the per-slot actions to set.
+pub fn puppet(app: &mut App, name: &str) -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
+    let acts = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    app.world_mut()
+        .resource_mut::<emergence::policy::PolicyRegistry>()
+        .insert(name, Box::new(Puppet(acts.clone())));
+    acts
+}
+
+/// Sets the actions of the puppets for the next step.
+pub fn set_actions(acts: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>, a: &[u8]) {
+    *acts.lock().expect("puppet lock") = a.to_vec();
+}

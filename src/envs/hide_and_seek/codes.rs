@@ -64,5 +64,7 @@ pub mod view {
     /// An agent of the other side.
     pub const OPPONENT: u8 = 12;
     /// One character per code, for text, replays and the viewer.
-    pub const CHARS: [char; 13] = ['?', '.', '#', '=', 'b', 'B', 'X', 'r', 'R', 'Y', '@', 'T', 'O'];
+    pub const CHARS: [char; 13] = [
+        '?', '.', '#', '=', 'b', 'B', 'X', 'r', 'R', 'Y', '@', 'T', 'O',
+    ];
 }

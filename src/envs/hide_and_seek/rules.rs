@@ -61,8 +61,6 @@ pub fn held(arena: &HnsArena, slot: usize, grip: &Grip, pos: IVec2, f: IVec2) ->
     (o.held_by == Some(slot as u16) && o.locked_by.is_none() && o.pos == pos + f).then_some(i)
 }
 
-
-
 /// The legal actions of the agent in `slot`.
 pub fn legal_actions(
     arena: &HnsArena,
@@ -152,7 +150,10 @@ pub fn observe_hide_and_seek(
                 if !vis[i] {
                     continue;
                 }
-                let ego = IVec2::new((i % w) as i32 - i32::from(sc), i32::from(sr) - (i / w) as i32);
+                let ego = IVec2::new(
+                    (i % w) as i32 - i32::from(sc),
+                    i32::from(sr) - (i / w) as i32,
+                );
                 let c = p + f.to_world(ego.x, ego.y);
                 *cell = agent_code(arena, c, slot, side, &mut obs.others);
             }
@@ -174,7 +175,13 @@ pub fn observe_hide_and_seek(
 }
 
 /// The code of cell `c` for the agent in `slot`; agents seen there go into `others`.
-fn agent_code(arena: &HnsArena, c: IVec2, slot: usize, side: u8, others: &mut Vec<Perceived>) -> u8 {
+fn agent_code(
+    arena: &HnsArena,
+    c: IVec2,
+    slot: usize,
+    side: u8,
+    others: &mut Vec<Perceived>,
+) -> u8 {
     if !arena.tiles.contains(c) {
         return view::WALL;
     }
@@ -357,9 +364,7 @@ pub fn hider_seen(arena: &HnsArena, seats: &[(IVec2, Dir4)]) -> bool {
 }
 
 /// Fills the episode's statistics for arenas that just ended.
-pub fn summarize_hide_and_seek(
-    mut arenas: Query<(&EpisodeClock, &HnsArena, &mut EpisodeMetrics)>,
-) {
+pub fn summarize_hide_and_seek(mut arenas: Query<(&EpisodeClock, &HnsArena, &mut EpisodeMetrics)>) {
     for (clock, arena, mut metrics) in &mut arenas {
         if clock.phase != ArenaPhase::Ending {
             continue;

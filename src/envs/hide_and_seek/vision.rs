@@ -149,7 +149,13 @@ impl Vision {
     }
 
     /// Whether a viewer at `from` facing `facing` sees cell `to`.
-    pub fn sees(&self, from: IVec2, facing: Dir4, to: IVec2, blocks: impl Fn(IVec2) -> bool) -> bool {
+    pub fn sees(
+        &self,
+        from: IVec2,
+        facing: Dir4,
+        to: IVec2,
+        blocks: impl Fn(IVec2) -> bool,
+    ) -> bool {
         let d = to - from;
         // Egocentric offset: ahead along the facing, right along its right.
         let (f, r) = (facing.delta(), facing.right().delta());
@@ -235,7 +241,11 @@ mod tests {
                 let ego = IVec2::new(col - i32::from(sc), i32::from(sr) - row);
                 let to = facing.to_world(ego.x, ego.y);
                 if ego != IVec2::ZERO {
-                    assert_eq!(seen, v.sees(IVec2::ZERO, facing, to, wall), "{facing:?} {ego:?}");
+                    assert_eq!(
+                        seen,
+                        v.sees(IVec2::ZERO, facing, to, wall),
+                        "{facing:?} {ego:?}"
+                    );
                 }
             }
         }

@@ -1,0 +1,297 @@
+//! Hide-and-seek rules on hand-built maps: vision, pushing, pulling, locking, ramps, the
+//! preparation phase and the reward.
+
+mod common;
+
+use bevy::math::IVec2;
+use common::*;
+use emergence::core::*;
+use emergence::envs::hide_and_seek::{HnsArena, act};
+
+/// A scene with `map` (legend: # wall, = low wall, b box, r ramp, h hider, s seeker),
+/// puppet-driven agents, no randomness at spawn.
+fn scene_src(map: &[&str], prep: f32, range: u8) -> String {
+    let rows: Vec<String> = map.iter().map(|r| format!("\"{r}\"")).collect();
+    let hiders = map.iter().map(|r| r.matches('h').count()).sum::<usize>();
+    let seekers = map.iter().map(|r| r.matches('s').count()).sum::<usize>();
+    format!(
+        r#"(
+    name: "test",
+    family: HideAndSeek(prep_fraction: {prep}, vision_range: {range}, vision_cone: 135.0),
+    map: [{}],
+    legend: {{'#': Wall, '.': Floor, '=': LowWall, 'b': Box, 'r': Ramp,
+              'h': TeamSpawn("hiders"), 's': TeamSpawn("seekers")}},
+    teams: [
+        (name: "hiders", role: "hider", count: {hiders}, policy: "random"),
+        (name: "seekers", role: "seeker", count: {seekers}, policy: "random"),
+    ],
+    episode: (max_steps: 20),
+    randomize: (shuffle_spawns: false, random_facing: false),
+)"#,
+        rows.join(", ")
+    )
+}
+
+fn hns(app: &bevy::app::App) -> &HnsArena {
+    app.world().get::<HnsArena>(arena(app, 0)).expect("arena")
+}
+
+fn pos(app: &bevy::app::App, slot: usize) -> IVec2 {
+    app.world()
+        .get::<GridPos>(agents(app, 0)[slot])
+        .expect("pos")
+        .0
+}
+
+fn face(app: &mut bevy::app::App, slot: usize, d: Dir4) {
+    let e = agents(app, 0)[slot];
+    app.world_mut().get_mut::<Facing>(e).expect("facing").0 = d;
+}
+
+fn mask(app: &bevy::app::App, slot: usize) -> ActionMask {
+    *app.world()
+        .get::<ActionMask>(agents(app, 0)[slot])
+        .expect("mask")
+}
+
+/// An app on `map` whose agents all play the returned puppet actions; one step run (the
+/// reset, everyone idle).
+fn puppet_app(map: &[&str], prep: f32, range: u8) -> (bevy::app::App, PuppetActs) {
+    let mut app = test_app(&scene_src(map, prep, range), 1, 1, 0);
+    let acts = puppet(&mut app, "random");
+    step(&mut app, 1);
+    (app, acts)
+}
+
+type PuppetActs = std::sync::Arc<std::sync::Mutex<Vec<u8>>>;
+
+fn play(app: &mut bevy::app::App, acts: &PuppetActs, a: &[u8]) {
+    set_actions(acts, a);
+    step(app, 1);
+}
+
+const VISION_MAP: [&str; 10] = [
+    "###############",
+    "#.............#",
+    "#.............#",
+    "#######.#######",
+    "#.............#",
+    "#........b....#",
+    "#......s......#",
+    "#.............#",
+    "#............h#",
+    "###############",
+];
+
+#[test]
+fn vision_cone_range_occlusion_and_doorways() {
+    let (app, _) = puppet_app(&VISION_MAP, 0.0, 5);
+    let a = hns(&app);
+    let me = IVec2::new(7, 6);
+    let n = Dir4::North;
+    // Inside the cone and range, nothing between: seen.
+    assert!(a.sees(me, n, IVec2::new(3, 4)));
+    assert!(a.sees(me, n, IVec2::new(7, 4)));
+    // The mirror image of (3, 4) lies behind the box at (9, 5): unseen.
+    assert!(!a.sees(me, n, IVec2::new(11, 4)));
+    // Through the doorway at (7, 3): seen; behind the wall beside it: unseen.
+    assert!(a.sees(me, n, IVec2::new(7, 1)));
+    assert!(!a.sees(me, n, IVec2::new(4, 2)));
+    // Outside the cone: beside and behind.
+    assert!(!a.sees(me, n, IVec2::new(11, 6)));
+    assert!(!a.sees(me, n, IVec2::new(7, 8)));
+    // Range 5: five cells east seen, six not.
+    assert!(a.sees(me, Dir4::East, IVec2::new(12, 6)));
+    assert!(!a.sees(me, Dir4::East, IVec2::new(13, 6)));
+}
+
+#[test]
+fn observation_shows_what_the_cone_lights() {
+    // Seeker at (7, 6) facing north; the hider at (13, 8) is behind it: unseen.
+    let (mut app, acts) = puppet_app(&VISION_MAP, 0.0, 5);
+    let seeker = agents(&app, 0)[1];
+    let obs = app.world().get::<Observation>(seeker).expect("obs").clone();
+    assert!(obs.others.is_empty());
+    assert_eq!(obs.view_width, 11);
+    assert_eq!(obs.view_height, 6);
+    // The box two rows ahead and two to the right is in view; the cell behind it is not.
+    let w = usize::from(obs.view_width);
+    let at = |right: i32, ahead: i32| {
+        let (c, r) = (
+            obs.view_self.0 as i32 + right,
+            obs.view_self.1 as i32 - ahead,
+        );
+        obs.view[r as usize * w + c as usize]
+    };
+    use emergence::envs::hide_and_seek::view;
+    assert_eq!(at(0, 0), view::SELF);
+    assert_eq!(at(2, 1), view::BOX);
+    assert_eq!(at(4, 2), view::UNSEEN);
+    assert_eq!(at(0, 3), view::FLOOR); // the doorway
+    assert_eq!(at(-1, 3), view::WALL);
+    // Turn the seeker east and south: the hider (6 east, 2 south) is out of range east,
+    // then in the cone facing south? (6, 2) from facing south is 71.6° off: unseen.
+    face(&mut app, 1, Dir4::East);
+    play(&mut app, &acts, &[act::NOOP, act::NOOP]);
+    let obs = app.world().get::<Observation>(seeker).expect("obs");
+    assert!(obs.others.is_empty(), "{:?}", obs.others);
+    // Walk the hider west twice (it faces north, so turn it first): now 4 east, 2 south of
+    // the seeker facing east: 4.5 cells, 26.6° off the facing: seen.
+    face(&mut app, 0, Dir4::West);
+    play(&mut app, &acts, &[act::FORWARD, act::NOOP]);
+    play(&mut app, &acts, &[act::FORWARD, act::NOOP]);
+    assert_eq!(pos(&app, 0), IVec2::new(11, 8));
+    play(&mut app, &acts, &[act::NOOP, act::NOOP]);
+    let obs = app.world().get::<Observation>(seeker).expect("obs");
+    assert_eq!(obs.others.len(), 1);
+    assert_eq!(obs.others[0].pos, [11, 8]);
+}
+
+#[test]
+fn reward_follows_who_is_seen_after_preparation() {
+    // max_steps 20, prep 0.25: steps 0-4 are preparation.
+    let (mut app, acts) = puppet_app(&VISION_MAP, 0.25, 5);
+    let (h, s) = (agents(&app, 0)[0], agents(&app, 0)[1]);
+    let reward = |app: &bevy::app::App, e| app.world().get::<Reward>(e).expect("r").0;
+    // During preparation: the seeker is frozen (only noop is legal, forward is ignored)
+    // and rewards are zero.
+    assert_eq!(mask(&app, 1), ActionMask::only(act::NOOP));
+    play(&mut app, &acts, &[act::NOOP, act::FORWARD]);
+    assert_eq!(pos(&app, 1), IVec2::new(7, 6));
+    assert_eq!((reward(&app, h), reward(&app, s)), (0.0, 0.0));
+    step(&mut app, 3);
+    assert_eq!(
+        app.world()
+            .get::<EpisodeClock>(arena(&app, 0))
+            .expect("c")
+            .step,
+        5
+    );
+    // Step 5: preparation over, nobody seen: hiders +1, seekers -1.
+    play(&mut app, &acts, &[act::NOOP, act::NOOP]);
+    assert_eq!((reward(&app, h), reward(&app, s)), (1.0, -1.0));
+    // Turn the seeker east and walk the hider (6 east, 2 south of it) two cells west, into
+    // its cone and range: hiders -1, seekers +1.
+    face(&mut app, 1, Dir4::East);
+    face(&mut app, 0, Dir4::West);
+    play(&mut app, &acts, &[act::FORWARD, act::NOOP]);
+    play(&mut app, &acts, &[act::FORWARD, act::NOOP]);
+    assert_eq!((reward(&app, h), reward(&app, s)), (-1.0, 1.0));
+}
+
+#[test]
+fn locks_hold_against_the_other_side() {
+    let map = ["#######", "#.s...#", "#.b...#", "#.h...#", "#######"];
+    let (mut app, acts) = puppet_app(&map, 0.0, 5);
+    face(&mut app, 1, Dir4::South);
+    play(&mut app, &acts, &[act::NOOP, act::NOOP]);
+    // Both face the box at (2, 2); the hider locks it.
+    assert!(mask(&app, 0).allows(act::LOCK));
+    play(&mut app, &acts, &[act::LOCK, act::NOOP]);
+    assert_eq!(hns(&app).objects[0].locked_by, Some(0));
+    // (Masks are written at the start of a step: one more step shows the lock.)
+    play(&mut app, &acts, &[act::NOOP, act::NOOP]);
+    // The seeker may not unlock it, and trying changes nothing; nor can it be pushed.
+    assert!(!mask(&app, 1).allows(act::UNLOCK));
+    assert!(!mask(&app, 1).allows(act::GRAB));
+    play(&mut app, &acts, &[act::NOOP, act::UNLOCK]);
+    assert_eq!(hns(&app).objects[0].locked_by, Some(0));
+    play(&mut app, &acts, &[act::NOOP, act::FORWARD]);
+    assert_eq!(hns(&app).objects[0].pos, IVec2::new(2, 2));
+    // The hider's side may.
+    assert!(mask(&app, 0).allows(act::UNLOCK));
+    play(&mut app, &acts, &[act::UNLOCK, act::NOOP]);
+    assert_eq!(hns(&app).objects[0].locked_by, None);
+}
+
+#[test]
+fn pushing_is_blocked_by_walls_and_pulling_drags_the_box() {
+    let map = ["#####", "#.b.#", "#...#", "#.h.#", "#..s#", "#####"];
+    let (mut app, acts) = puppet_app(&map, 0.0, 5);
+    // Hider at (2, 3) facing north; box at (2, 1) against the wall.
+    play(&mut app, &acts, &[act::FORWARD, act::NOOP]);
+    assert_eq!(pos(&app, 0), IVec2::new(2, 2));
+    play(&mut app, &acts, &[act::NOOP, act::NOOP]);
+    assert!(!mask(&app, 0).allows(act::FORWARD));
+    play(&mut app, &acts, &[act::FORWARD, act::NOOP]);
+    assert_eq!(
+        (pos(&app, 0), hns(&app).objects[0].pos),
+        (IVec2::new(2, 2), IVec2::new(2, 1))
+    );
+    // Grab and walk backwards twice: the box follows.
+    play(&mut app, &acts, &[act::GRAB, act::NOOP]);
+    assert_eq!(hns(&app).objects[0].held_by, Some(0));
+    play(&mut app, &acts, &[act::BACKWARD, act::NOOP]);
+    play(&mut app, &acts, &[act::BACKWARD, act::NOOP]);
+    assert_eq!(pos(&app, 0), IVec2::new(2, 4));
+    assert_eq!(hns(&app).objects[0].pos, IVec2::new(2, 3));
+    // Now push it back north one cell.
+    play(&mut app, &acts, &[act::FORWARD, act::NOOP]);
+    assert_eq!(hns(&app).objects[0].pos, IVec2::new(2, 2));
+    assert_eq!(pos(&app, 0), IVec2::new(2, 3));
+    // Turning lets go.
+    play(&mut app, &acts, &[act::TURN_LEFT, act::NOOP]);
+    assert_eq!(hns(&app).objects[0].held_by, None);
+    play(&mut app, &acts, &[act::NOOP, act::NOOP]);
+    assert!(
+        !app.world()
+            .get::<Observation>(agents(&app, 0)[0])
+            .expect("o")
+            .holding
+    );
+}
+
+#[test]
+fn ramps_lift_over_one_box_or_low_wall() {
+    // Hider at (1, 5) facing north: ramp (1, 4), box (1, 3), free (1, 2): lands on (1, 2).
+    // Seeker at (3, 5): ramp (3, 4), low wall (3, 3), free (3, 2).
+    // Third column: ramp with free floor behind it is pushed instead.
+    let map = [
+        "#######", "#.....#", "#.....#", "#b#=#.#", "#r#r#r#", "#h#s#h#", "#######",
+    ];
+    let (mut app, acts) = puppet_app(&map, 0.0, 5);
+    play(&mut app, &acts, &[act::FORWARD, act::FORWARD, act::FORWARD]);
+    assert_eq!(pos(&app, 0), IVec2::new(1, 2), "over the box");
+    assert_eq!(pos(&app, 2), IVec2::new(3, 2), "over the low wall");
+    assert_eq!(pos(&app, 1), IVec2::new(5, 4), "pushed the ramp");
+    let a = hns(&app);
+    assert_eq!(
+        a.objects.iter().map(|o| o.pos).collect::<Vec<_>>()[..3],
+        [IVec2::new(1, 3), IVec2::new(1, 4), IVec2::new(3, 4)]
+    );
+    assert!(a.objects.iter().any(|o| o.pos == IVec2::new(5, 3)));
+    assert_eq!(a.stats.climbs, 2);
+}
+
+fn shipped(name: &str, arenas: u32) -> emergence::headless::RunReport {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenes/hide_and_seek")
+        .join(name);
+    let mut cfg =
+        emergence::headless::RunConfig::new(emergence::scene::load_scene(&path).expect("scene"));
+    cfg.arenas = arenas;
+    cfg.seed = 3;
+    emergence::headless::run(&cfg, |_| {}).expect("run")
+}
+
+#[test]
+fn fort_builders_shut_the_doorways_and_stay_hidden() {
+    let fort = shipped("quadrant.scene.ron", 16);
+    let m = |r: &emergence::headless::RunReport, k: &str| r.metrics.get(k).copied().unwrap_or(-1.0);
+    // Two doorways: the builders push a box into each and lock it during preparation.
+    assert!(
+        m(&fort, "boxes_locked_prep_end") >= 1.5,
+        "{:?}",
+        fort.metrics
+    );
+    assert!(m(&fort, "max_box_displacement") >= 1.0);
+    assert!(m(&fort, "hider_success") >= 0.9, "{:?}", fort.metrics);
+    // In the open field, fleeing hiders are seen far more often.
+    let open = shipped("open_field.scene.ron", 16);
+    assert_eq!(m(&open, "boxes_locked_prep_end"), 0.0);
+    assert!(
+        m(&open, "hider_success") < m(&fort, "hider_success") - 0.2,
+        "{:?}",
+        open.metrics
+    );
+}
