@@ -220,3 +220,71 @@ fn every_shipped_scene_is_valid() {
         emergence::scene::load_scene(&p).unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+const HNS: &str = r#"(
+    name: "hns",
+    family: HideAndSeek(prep_fraction: 0.4),
+    map: [
+        "WWWWW",
+        "Wh.sW",
+        "WWWWW",
+    ],
+    legend: { 'W': Wall, '.': Floor, 'h': TeamSpawn("hiders"), 's': TeamSpawn("seekers") },
+    teams: [
+        (name: "hiders", role: "hider", policy: "hider"),
+        (name: "seekers", role: "seeker", policy: "seeker"),
+    ],
+)"#;
+
+#[test]
+fn hide_and_seek_roles_and_parameters() {
+    parse_scene(HNS, Path::new("ok.scene.ron")).expect("valid");
+    let e = err(&HNS.replace("role: \"seeker\"", "role: \"chaser\""));
+    assert_at(&e, 12, 33, "team \"seekers\" has role \"chaser\"");
+    let e = err(&HNS.replace("role: \"seeker\"", "role: \"hider\""));
+    assert_at(&e, 10, 5, "hide-and-seek needs a seeker team");
+    let e = err(&HNS.replace("prep_fraction: 0.4", "prep_fraction: 1.5"));
+    assert_at(&e, 3, 40, "family.prep_fraction");
+    let e = err(&HNS.replace("'.': Floor", "'.': Apple"));
+    assert_at(&e, 9, 26, "which HideAndSeek does not use");
+    assert!(e.to_string().contains("LowWall, Box, Ramp"), "{e}");
+    // A policy of another family.
+    let e = err(&HNS.replace("policy: \"hider\"", "policy: \"greedy_harvester\""));
+    assert_at(&e, 11, 49, "greedy_harvester");
+}
+
+const MAZE: &str = r#"(
+    name: "maze",
+    family: Maze(),
+    map: [
+        "WWWWWWW",
+        "WS.p.DW",
+        "WS.k.LE",
+        "WWWWWWW",
+    ],
+    legend: { 'W': Wall, '.': Floor, 'S': Spawn, 'p': Plate("a"), 'D': Door("a"),
+              'k': Key("red"), 'L': LockedDoor("red"), 'E': Exit },
+    teams: [(name: "pair", count: 2, policy: "random")],
+)"#;
+
+#[test]
+fn maze_maps_and_generation() {
+    parse_scene(MAZE, Path::new("ok.scene.ron")).expect("valid");
+    let e = err(&MAZE.replace("'p': Plate(\"a\")", "'p': Plate(\"b\")"));
+    assert_at(&e, 4, 5, "a door that no plate opens: Door(\"a\")");
+    let e = err(&MAZE.replace("'k': Key(\"red\")", "'k': Floor"));
+    assert_at(&e, 4, 5, "a locked door without its key");
+    let e = err(&MAZE.replace("LE\"", "L.\""));
+    assert_at(&e, 4, 5, "the maze has no exit");
+    let g = MAZE.replace("family: Maze(),", "family: Maze(generate: (width: 8)),");
+    let e = err(&g);
+    assert_at(&e, 3, 36, "an odd number from 7 to 63");
+    let solo = r#"(name: "m", family: Maze(generate: (plate_doors: 1)), teams: [(name: "a", policy: "random")])"#;
+    let e = err(solo);
+    assert_at(&e, 1, 50, "plate doors need one agent on the plate");
+    let e = err(&MAZE.replace(
+        "family: Maze(),",
+        "family: Maze(vocabulary: [\"go\", \"go\"]),",
+    ));
+    assert_at(&e, 3, 37, "family.vocabulary[1]");
+}
