@@ -87,8 +87,14 @@ pub struct HnsArena {
     template: Arc<Vec<Object>>,
     /// Object index + 1 at each cell, 0 if none.
     pub obj: Grid<u8>,
+    /// Cells that stop sight: walls and boxes (kept with `obj`).
+    opaque: Grid<bool>,
+    /// Tiles and objects as each side sees them (kept with `obj` and the locks).
+    pub codes: [Grid<u8>; 2],
     /// Agent slot + 1 at each cell, 0 if none.
     pub occ: Grid<u16>,
+    /// Where each slot stands (kept with `occ`).
+    pub seats: Vec<IVec2>,
     /// Side of each slot: 0 hider, 1 seeker.
     pub side: Arc<Vec<u8>>,
     /// Team of each slot.
@@ -153,8 +159,14 @@ impl HnsArena {
             .map(|a| side_of(&scene.roles[usize::from(a.role)]))
             .collect();
         Self {
+            opaque: Grid::filled(scene.width, scene.height, false),
+            codes: [
+                Grid::filled(scene.width, scene.height, 0),
+                Grid::filled(scene.width, scene.height, 0),
+            ],
             obj: Grid::filled(scene.width, scene.height, 0),
             occ: Grid::filled(scene.width, scene.height, 0),
+            seats: vec![IVec2::ZERO; scene.agents.len()],
             tiles: Arc::new(tiles),
             template: Arc::new(objects.clone()),
             objects,
@@ -181,12 +193,22 @@ impl HnsArena {
     /// Whether sight is stopped at `p` (walls, boxes, off the map).
     #[inline]
     pub fn blocks_sight(&self, p: IVec2) -> bool {
-        match self.tiles.get(p) {
-            None | Some(view::WALL) => true,
-            Some(_) => {
-                let o = self.obj.cells()[self.obj.index(p)];
-                o != 0 && self.objects[usize::from(o - 1)].kind == ObjectKind::Box
-            }
+        self.opaque.get(p).is_none_or(|o| o)
+    }
+
+    /// Recomputes what cell `i` shows (to each side) and whether it stops sight; called
+    /// whenever an object arrives, leaves, or is locked or unlocked there.
+    pub fn update_cell(&mut self, i: usize) {
+        let o = self.obj.cells()[i];
+        let t = self.tiles.cells()[i];
+        let boxed = o != 0 && self.objects[usize::from(o - 1)].kind == ObjectKind::Box;
+        self.opaque.cells_mut()[i] = t == view::WALL || boxed;
+        for side in 0..2 {
+            self.codes[side].cells_mut()[i] = if o == 0 {
+                t
+            } else {
+                self.object_code(usize::from(o - 1), side as u8)
+            };
         }
     }
 
@@ -214,6 +236,8 @@ impl HnsArena {
         self.obj.cells_mut()[a] = 0;
         self.obj.cells_mut()[b] = i as u8 + 1;
         self.objects[i].move_to(to);
+        self.update_cell(a);
+        self.update_cell(b);
     }
 
     /// Moves the agent in `slot` from `from` to `to`.
@@ -221,6 +245,7 @@ impl HnsArena {
         let (a, b) = (self.occ.index(from), self.occ.index(to));
         self.occ.cells_mut()[a] = 0;
         self.occ.cells_mut()[b] = slot as u16 + 1;
+        self.seats[slot] = to;
     }
 
     /// Whether the viewer in `slot` at `from` facing `facing` sees cell `to`.
@@ -237,24 +262,25 @@ impl HnsArena {
     }
 
     /// The code of map cell `p` for an observer of `side` (tiles and objects; no agents).
+    #[inline]
     pub fn code_at(&self, p: IVec2, side: u8) -> u8 {
-        let Some(t) = self.tiles.get(p) else {
-            return view::WALL;
+        self.codes[usize::from(side & 1)]
+            .get(p)
+            .unwrap_or(view::WALL)
+    }
+
+    /// The code of object `i` for an observer of `side`.
+    #[inline]
+    pub fn object_code(&self, i: usize, side: u8) -> u8 {
+        let o = &self.objects[i];
+        let base = match o.kind {
+            ObjectKind::Box => view::BOX,
+            ObjectKind::Ramp => view::RAMP,
         };
-        match self.object_at(p) {
-            None => t,
-            Some(i) => {
-                let o = &self.objects[i];
-                let base = match o.kind {
-                    ObjectKind::Box => view::BOX,
-                    ObjectKind::Ramp => view::RAMP,
-                };
-                match o.locked_by {
-                    None => base,
-                    Some(s) if s == side => base + 1,
-                    Some(_) => base + 2,
-                }
-            }
+        match o.locked_by {
+            None => base,
+            Some(s) if s == side => base + 1,
+            Some(_) => base + 2,
         }
     }
 }
@@ -274,6 +300,9 @@ pub fn reset_hide_and_seek(
         for (i, o) in arena.objects.iter().enumerate() {
             let c = arena.obj.index(o.pos);
             arena.obj.cells_mut()[c] = i as u8 + 1;
+        }
+        for i in 0..arena.obj.cells().len() {
+            arena.update_cell(i);
         }
         arena.occ.cells_mut().fill(0);
         arena.stats = HnsStats::default();
@@ -313,6 +342,7 @@ pub fn reset_hide_and_seek(
             if let Some(i) = cell {
                 pos.0 = arena.tiles.pos(i as usize);
                 arena.occ.cells_mut()[i as usize] = slot as u16 + 1;
+                arena.seats[slot] = pos.0;
             }
         }
     }

@@ -120,8 +120,8 @@ pub fn observe_hide_and_seek(
     >,
 ) {
     agents.par_iter_mut().for_each_init(
-        || (Vec::new(), Vec::new()),
-        |(vis, clear), (in_arena, agent, pos, facing, grip, oracle, mut obs, mut mask)| {
+        Vec::new,
+        |clear, (in_arena, agent, pos, facing, grip, oracle, mut obs, mut mask)| {
             let Ok((clock, arena)) = arenas.get(in_arena.0) else {
                 return;
             };
@@ -141,37 +141,46 @@ pub fn observe_hide_and_seek(
             let holding = held(arena, slot, grip, p, f.delta());
             obs.holding = holding.is_some();
             obs.others.clear();
-            arena
-                .vision
-                .cast(p, f, |c| arena.blocks_sight(c), vis, clear);
             obs.view.clear();
             obs.view.resize(w * h, view::UNSEEN);
-            for (i, cell) in obs.view.iter_mut().enumerate() {
-                if !vis[i] {
-                    continue;
-                }
-                let ego = IVec2::new(
-                    (i % w) as i32 - i32::from(sc),
-                    i32::from(sr) - (i / w) as i32,
-                );
-                let c = p + f.to_world(ego.x, ego.y);
-                *cell = agent_code(arena, c, slot, side, &mut obs.others);
-            }
+            let (cells, others) = (&mut obs.view, &mut obs.others);
+            arena.vision.cast(
+                p,
+                f,
+                |c| arena.blocks_sight(c),
+                |i, c| cells[i] = agent_code(arena, c, slot, side, others),
+                clear,
+            );
             obs.others.sort_by_key(|o| o.slot);
             if oracle {
                 let (mw, mh) = (arena.tiles.width(), arena.tiles.height());
                 obs.map_width = mw as u16;
                 obs.map_height = mh as u16;
-                obs.map.clear();
-                obs.map.extend((0..mw * mh).map(|i| {
-                    let c = arena.tiles.pos(i);
-                    agent_code(arena, c, slot, side, &mut Vec::new())
-                }));
+                draw_codes(arena, slot, &mut obs.map);
             }
             let prep = clock.step < arena.prep_steps;
             *mask = legal_actions(arena, slot, p, f, holding, prep);
         },
     );
+}
+
+/// The whole map as the agent in `slot` would see it with nothing hidden (oracle bots).
+fn draw_codes(arena: &HnsArena, slot: usize, out: &mut Vec<u8>) {
+    let side = arena.side[slot];
+    out.clear();
+    out.extend_from_slice(arena.codes[usize::from(side)].cells());
+    for (s, &p) in arena.seats.iter().enumerate() {
+        let i = arena.occ.index(p);
+        if arena.occ.cells()[i] == s as u16 + 1 {
+            out[i] = if s == slot {
+                view::SELF
+            } else if arena.side[s] == side {
+                view::TEAMMATE
+            } else {
+                view::OPPONENT
+            };
+        }
+    }
 }
 
 /// The code of cell `c` for the agent in `slot`; agents seen there go into `others`.
@@ -290,6 +299,8 @@ pub fn apply_hide_and_seek(
                         o.locked_by = Some(side);
                         o.held_by = None;
                         arena.stats.locks += 1;
+                        let c = arena.obj.index(pos.0 + f);
+                        arena.update_cell(c);
                     }
                 }
                 act::UNLOCK => {
@@ -298,6 +309,8 @@ pub fn apply_hide_and_seek(
                     {
                         arena.objects[i].locked_by = None;
                         arena.stats.locks += 1;
+                        let c = arena.obj.index(pos.0 + f);
+                        arena.update_cell(c);
                     }
                 }
                 _ => {}

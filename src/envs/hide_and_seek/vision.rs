@@ -115,35 +115,32 @@ impl Vision {
         (w, h, (self.range as u8, self.range as u8))
     }
 
-    /// Lights the window of a viewer at `from` facing `facing`: `visible[window index]` is
-    /// set for every cell the viewer sees (the viewer's own cell included). `blocks(p)` says
-    /// whether map cell `p` stops sight (cells off the map must block). `clear` is scratch.
+    /// Lights the window of a viewer at `from` facing `facing`: calls `visit(window index,
+    /// map cell)` for every cell the viewer sees, its own cell first. `blocks(p)` says whether
+    /// map cell `p` stops sight (cells off the map must block). `clear` is scratch.
     pub fn cast(
         &self,
         from: IVec2,
         facing: Dir4,
         blocks: impl Fn(IVec2) -> bool,
-        visible: &mut Vec<bool>,
+        mut visit: impl FnMut(usize, IVec2),
         clear: &mut Vec<bool>,
     ) {
         let n = self.cells.len();
-        visible.clear();
-        visible.resize(n, false);
         clear.clear();
         clear.resize(n, false);
         let offsets = &self.world[facing as usize];
         clear[0] = true;
-        visible[usize::from(self.cells[0].window)] = true;
+        visit(usize::from(self.cells[0].window), from);
         for i in 1..n {
             let c = self.cells[i];
             if !clear[usize::from(c.parent)] {
                 continue;
             }
             let p = from + offsets[i];
-            let b = blocks(p);
-            clear[i] = !b;
+            clear[i] = !blocks(p);
             if c.in_view {
-                visible[usize::from(c.window)] = true;
+                visit(usize::from(c.window), p);
             }
         }
     }
@@ -232,10 +229,11 @@ mod tests {
     fn cast_agrees_with_sees() {
         let v = Vision::new(135.0, 5);
         let wall = |p: IVec2| p == IVec2::new(1, -2) || p == IVec2::new(-1, -1);
-        let (mut vis, mut clear) = (Vec::new(), Vec::new());
-        let (w, _, (sc, sr)) = v.window();
+        let mut clear = Vec::new();
+        let (w, h, (sc, sr)) = v.window();
         for facing in Dir4::ALL {
-            v.cast(IVec2::ZERO, facing, wall, &mut vis, &mut clear);
+            let mut vis = vec![false; w * h];
+            v.cast(IVec2::ZERO, facing, wall, |i, _| vis[i] = true, &mut clear);
             for (i, &seen) in vis.iter().enumerate() {
                 let (col, row) = ((i % w) as i32, (i / w) as i32);
                 let ego = IVec2::new(col - i32::from(sc), i32::from(sr) - row);
