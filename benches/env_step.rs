@@ -1,21 +1,36 @@
-//! Agent-steps per second of each social dilemma with 256 arenas and the random policy.
+//! Agent-steps per second of every family with 256 arenas, and the cost of vision.
 //! Run: `cargo bench --bench env_step`. Criterion reports throughput in agent-steps/s
-//! ("elem/s"). Targets on a 2-core machine: ≥5M for matrix games, ≥2M for Commons Harvest.
+//! ("elem/s"). Social dilemmas run the random policy; hide-and-seek runs the scenes' own
+//! scripted bots (fort builders are oracles and plan with breadth-first searches).
+//! Targets on a 2-core machine: ≥5M for matrix games, ≥2M for Commons Harvest, ≥1M for
+//! hide-and-seek.
 
+#![expect(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented function"
+)]
+
+use bevy::math::IVec2;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use emergence::core::Dir4;
+use emergence::envs::hide_and_seek::HnsArena;
 use emergence::headless::{RunConfig, build_app};
-use emergence::scene::load_scene;
+use emergence::scene::{FamilySpec, load_scene};
+use std::hint::black_box;
 use std::path::Path;
 
 const ARENAS: u32 = 256;
 
-fn bench_scene(c: &mut Criterion, file: &str) {
+fn bench_scene(c: &mut Criterion, dir: &str, file: &str, random: bool) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("scenes/dilemma")
+        .join("scenes")
+        .join(dir)
         .join(file);
     let mut scene = load_scene(&path).expect("shipped scene");
-    for a in &mut scene.agents {
-        a.policy = "random".into();
+    if random {
+        for a in &mut scene.agents {
+            a.policy = "random".into();
+        }
     }
     let agents = scene.agent_count() as u64;
     let mut cfg = RunConfig::new(scene);
@@ -29,9 +44,10 @@ fn bench_scene(c: &mut Criterion, file: &str) {
     }
     let mut group = c.benchmark_group("env_step");
     group.throughput(Throughput::Elements(agents * u64::from(ARENAS)));
-    group.bench_function(file.trim_end_matches(".scene.ron"), |b| {
-        b.iter(|| app.update())
-    });
+    group.bench_function(
+        format!("{dir}/{}", file.trim_end_matches(".scene.ron")),
+        |b| b.iter(|| app.update()),
+    );
     group.finish();
 }
 
@@ -43,9 +59,48 @@ fn env_step(c: &mut Criterion) {
         "commons_harvest_open.scene.ron",
         "clean_up.scene.ron",
     ] {
-        bench_scene(c, file);
+        bench_scene(c, "dilemma", file, true);
+    }
+    for file in [
+        "open_field.scene.ron",
+        "two_rooms.scene.ron",
+        "quadrant.scene.ron",
+    ] {
+        bench_scene(c, "hide_and_seek", file, false);
     }
 }
 
-criterion_group!(benches, env_step);
+/// One agent's vision: lighting its whole window, and one seeker-hider check.
+fn vision(c: &mut Criterion) {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/hide_and_seek/quadrant.scene.ron");
+    let scene = load_scene(&path).expect("shipped scene");
+    let FamilySpec::HideAndSeek(p) = &scene.spec.family else {
+        panic!("quadrant is a hide-and-seek scene");
+    };
+    let arena = HnsArena::from_scene(&scene, p);
+    let from = IVec2::new(10, 5);
+    let mut clear = Vec::new();
+    let mut group = c.benchmark_group("vision");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("cast_window_range6", |b| {
+        b.iter(|| {
+            let mut seen = 0u32;
+            arena.vision.cast(
+                black_box(from),
+                Dir4::South,
+                |q| arena.blocks_sight(q),
+                |_, _| seen += 1,
+                &mut clear,
+            );
+            seen
+        })
+    });
+    group.bench_function("sees_one_pair", |b| {
+        b.iter(|| arena.sees(black_box(from), Dir4::South, black_box(IVec2::new(6, 12))))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, env_step, vision);
 criterion_main!(benches);
