@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use emergence::envs::action_names;
 use emergence::headless::{RunConfig, RunReport, run};
 use emergence::policy::catalogue;
-use emergence::scene::{FamilySpec, Scene, find_scenes, load_scene};
+use emergence::scene::{FamilySpec, Scene, Thing, find_scenes, load_scene};
 
 #[derive(Parser)]
 #[command(
@@ -210,8 +210,53 @@ fn describe(scene: &Scene) -> String {
     }
     s += &format!("agents    {} per arena\n", scene.agent_count());
     s += &format!("episode   {} steps at most\n", spec.episode.max_steps);
-    if let FamilySpec::Matrix(m) = &spec.family {
-        s += &format!("game      {} rounds, payoffs {:?}\n", m.rounds, m.payoffs);
+    match &spec.family {
+        FamilySpec::Matrix(m) => {
+            s += &format!("game      {} rounds, payoffs {:?}\n", m.rounds, m.payoffs);
+        }
+        FamilySpec::HideAndSeek(h) => {
+            let boxes = scene
+                .cells
+                .iter()
+                .filter(|t| matches!(t, Thing::Box))
+                .count();
+            let ramps = scene
+                .cells
+                .iter()
+                .filter(|t| matches!(t, Thing::Ramp))
+                .count();
+            s += &format!(
+                "rules     preparation {} steps; vision {}° cone, range {}; {boxes} boxes, {ramps} ramps\n",
+                (h.prep_fraction * spec.episode.max_steps as f32).floor(),
+                h.vision_cone,
+                h.vision_range
+            );
+        }
+        FamilySpec::Maze(m) => {
+            match &m.generate {
+                Some(g) => {
+                    s += &format!(
+                        "maze      generated {}×{}, {} plate doors, {} key doors, {}\n",
+                        g.width,
+                        g.height,
+                        g.plate_doors,
+                        g.key_doors,
+                        g.seed
+                            .map_or("a new layout every episode".to_string(), |x| format!(
+                                "layout seed {x}"
+                            ))
+                    );
+                }
+                None => s += "maze      fixed map\n",
+            }
+            s += &format!(
+                "knowledge {:?}; window radius {}; vocabulary {}\n",
+                m.knowledge,
+                m.view,
+                m.vocabulary.join(" ")
+            );
+        }
+        _ => {}
     }
     s += &format!("actions   {}\n", action_names(scene).join(" "));
     s += "teams\n";
@@ -263,6 +308,14 @@ fn cmd_list(dir: &Path) -> Result<()> {
     println!(
         "  {:<16} Clean Up: apples grow only while the river is clean; cleaning beam",
         "CleanUp"
+    );
+    println!(
+        "  {:<16} hide-and-seek: vision cones, boxes, ramps, locks, a preparation phase",
+        "HideAndSeek"
+    );
+    println!(
+        "  {:<16} cooperative maze: split knowledge, plates and doors, keys, talk, shared exit",
+        "Maze"
     );
     println!();
     println!("policies:");
