@@ -4,6 +4,7 @@
 pub mod dilemma;
 pub mod hide_and_seek;
 pub mod maze;
+pub mod spawn;
 
 use bevy::prelude::*;
 use rand::SeedableRng;

@@ -9,24 +9,22 @@ use std::sync::Arc;
 
 use super::codes::{act, view};
 use crate::core::*;
+use crate::envs::spawn::SpawnCells;
 use crate::metrics::social_outcomes;
 use crate::scene::{FamilySpec, Scene, Thing, ViewSpec, ZapSpec};
 
 /// Where each slot may start (and respawn): its team's own cells, or the shared pool.
 #[derive(Debug, Clone)]
 pub struct SpawnPlan {
-    /// Per team: its own cells (empty: it uses `shared`).
-    pub team_cells: Vec<Vec<u32>>,
-    /// The shared `Spawn` cells.
-    pub shared: Vec<u32>,
+    /// The start cells.
+    pub cells: SpawnCells,
     /// Team of each slot.
     pub slot_team: Vec<u8>,
 }
 
 impl SpawnPlan {
     fn candidates(&self, slot: usize) -> &[u32] {
-        let own = &self.team_cells[self.slot_team[slot] as usize];
-        if own.is_empty() { &self.shared } else { own }
+        self.cells.candidates(self.slot_team[slot])
     }
 }
 
@@ -117,12 +115,7 @@ impl DilemmaMap {
             tiles.cells_mut()[i] = code;
         }
         let spawn = SpawnPlan {
-            team_cells: scene
-                .spawn_cells
-                .iter()
-                .map(|c| c.iter().map(|&i| i as u32).collect())
-                .collect(),
-            shared: scene.shared_spawns.iter().map(|&i| i as u32).collect(),
+            cells: SpawnCells::from_scene(scene),
             slot_team: scene.agents.iter().map(|a| a.team).collect(),
         };
         let dirty = river
@@ -212,23 +205,10 @@ pub fn reset_grid_dilemmas(
             .count() as u32;
         map.counters = DilemmaCounters::default();
         let plan = map.spawn.clone();
-        let mut pools: Vec<Vec<u32>> = plan.team_cells.clone();
-        let mut shared = plan.shared.clone();
-        if rules.shuffle_spawns {
-            pools.iter_mut().for_each(|p| p.shuffle(&mut rng.0));
-            shared.shuffle(&mut rng.0);
-        }
-        let mut next = vec![0usize; pools.len()];
-        let mut next_shared = 0usize;
-        for (slot, &e) in members.entities().iter().enumerate() {
-            let team = plan.slot_team[slot] as usize;
-            let cell = if pools[team].is_empty() {
-                next_shared += 1;
-                shared.get(next_shared - 1).copied()
-            } else {
-                next[team] += 1;
-                pools[team].get(next[team] - 1).copied()
-            };
+        let cells = plan
+            .cells
+            .assign(&plan.slot_team, rules.shuffle_spawns, &mut rng.0);
+        for (slot, (&e, cell)) in members.entities().iter().zip(cells).enumerate() {
             let facing = if rules.random_facing {
                 Dir4::ALL[rng.0.random_range(0..4)]
             } else {

@@ -4,12 +4,12 @@
 use bevy::math::IVec2;
 use bevy::prelude::*;
 use rand::Rng;
-use rand::seq::SliceRandom;
 use std::sync::Arc;
 
 use super::codes::view;
 use super::vision::Vision;
 use crate::core::*;
+use crate::envs::spawn::SpawnCells;
 use crate::scene::{HideSeekParams, Scene, Thing};
 
 /// What kind of movable object.
@@ -68,15 +68,6 @@ pub struct HnsStats {
     pub locks: u32,
 }
 
-/// Where slots start: their team's own cells, or the shared pool.
-#[derive(Debug, Clone)]
-pub struct Spawns {
-    /// Per team: its own cells (empty: it uses `shared`).
-    pub team_cells: Vec<Vec<u32>>,
-    /// Shared `Spawn` cells.
-    pub shared: Vec<u32>,
-}
-
 /// The per-arena state of hide-and-seek.
 #[derive(Component, Debug, Clone)]
 pub struct HnsArena {
@@ -100,7 +91,7 @@ pub struct HnsArena {
     /// Team of each slot.
     pub team: Arc<Vec<u8>>,
     /// Start cells.
-    pub spawns: Arc<Spawns>,
+    pub spawns: Arc<SpawnCells>,
     /// Steps of preparation at the start of each episode.
     pub prep_steps: u32,
     /// Per-step team reward size.
@@ -172,14 +163,7 @@ impl HnsArena {
             objects,
             side: Arc::new(side),
             team: Arc::new(scene.agents.iter().map(|a| a.team).collect()),
-            spawns: Arc::new(Spawns {
-                team_cells: scene
-                    .spawn_cells
-                    .iter()
-                    .map(|c| c.iter().map(|&i| i as u32).collect())
-                    .collect(),
-                shared: scene.shared_spawns.iter().map(|&i| i as u32).collect(),
-            }),
+            spawns: Arc::new(SpawnCells::from_scene(scene)),
             prep_steps: (p.prep_fraction * max_steps as f32).floor() as u32,
             reward: p.reward,
             vision: Arc::new(Vision::new(p.vision_cone, p.vision_range)),
@@ -311,23 +295,10 @@ pub fn reset_hide_and_seek(
             arena.stats.boxes_locked_at_prep_end = Some(0);
             arena.stats.ramps_locked_at_prep_end = Some(0);
         }
-        let mut pools = arena.spawns.team_cells.clone();
-        let mut shared = arena.spawns.shared.clone();
-        if arena.shuffle_spawns {
-            pools.iter_mut().for_each(|p| p.shuffle(&mut rng.0));
-            shared.shuffle(&mut rng.0);
-        }
-        let mut next = vec![0usize; pools.len()];
-        let mut next_shared = 0usize;
-        for (slot, &e) in members.entities().iter().enumerate() {
-            let team = usize::from(arena.team[slot]);
-            let cell = if pools[team].is_empty() {
-                next_shared += 1;
-                shared.get(next_shared - 1).copied()
-            } else {
-                next[team] += 1;
-                pools[team].get(next[team] - 1).copied()
-            };
+        let cells = arena
+            .spawns
+            .assign(&arena.team, arena.shuffle_spawns, &mut rng.0);
+        for (slot, (&e, cell)) in members.entities().iter().zip(cells).enumerate() {
             let facing = if arena.random_facing {
                 Dir4::ALL[rng.0.random_range(0..4)]
             } else {
