@@ -1,5 +1,6 @@
-//! Agent-steps per second of each social dilemma with 256 arenas and the random policy.
-//! Run: `cargo bench --bench env_step`. Criterion reports throughput in agent-steps/s
+//! Agent-steps per second of each social dilemma and maze scene with 256 arenas and the
+//! random policy, and of the maze scenes with their own scripted bots (`…/bots`).
+//! Run: `cargo bench --bench env_step` (`-- maze` for the maze only). Criterion reports throughput in agent-steps/s
 //! ("elem/s"). Targets on a 2-core machine: ≥5M for matrix games, ≥2M for Commons Harvest.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -9,13 +10,15 @@ use std::path::Path;
 
 const ARENAS: u32 = 256;
 
-fn bench_scene(c: &mut Criterion, file: &str) {
+fn bench_scene(c: &mut Criterion, file: &str, keep_bots: bool) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("scenes/dilemma")
+        .join("scenes")
         .join(file);
     let mut scene = load_scene(&path).expect("shipped scene");
-    for a in &mut scene.agents {
-        a.policy = "random".into();
+    if !keep_bots {
+        for a in &mut scene.agents {
+            a.policy = "random".into();
+        }
     }
     let agents = scene.agent_count() as u64;
     let mut cfg = RunConfig::new(scene);
@@ -29,21 +32,33 @@ fn bench_scene(c: &mut Criterion, file: &str) {
     }
     let mut group = c.benchmark_group("env_step");
     group.throughput(Throughput::Elements(agents * u64::from(ARENAS)));
-    group.bench_function(file.trim_end_matches(".scene.ron"), |b| {
-        b.iter(|| app.update())
-    });
+    let name = file.trim_end_matches(".scene.ron").replace('/', "_");
+    let name = if keep_bots {
+        format!("{name}/bots")
+    } else {
+        name
+    };
+    group.bench_function(name, |b| b.iter(|| app.update()));
     group.finish();
 }
 
 fn env_step(c: &mut Criterion) {
     for file in [
-        "prisoners_dilemma.scene.ron",
-        "stag_hunt.scene.ron",
-        "chicken.scene.ron",
-        "commons_harvest_open.scene.ron",
-        "clean_up.scene.ron",
+        "dilemma/prisoners_dilemma.scene.ron",
+        "dilemma/stag_hunt.scene.ron",
+        "dilemma/chicken.scene.ron",
+        "dilemma/commons_harvest_open.scene.ron",
+        "dilemma/clean_up.scene.ron",
     ] {
-        bench_scene(c, file);
+        bench_scene(c, file, false);
+    }
+    for file in [
+        "maze/corridor_pair.scene.ron",
+        "maze/split_view.scene.ron",
+        "maze/generated.scene.ron",
+    ] {
+        bench_scene(c, file, false);
+        bench_scene(c, file, true);
     }
 }
 

@@ -7,6 +7,7 @@ use rand::Rng;
 use std::collections::VecDeque;
 
 use super::{Decision, Policy};
+use crate::core::Observation;
 use crate::envs::maze::{act, talk, view};
 
 /// Goes to the exit along a path it knows; otherwise picks up keys it knows how to reach;
@@ -15,11 +16,13 @@ use crate::envs::maze::{act, talk, view};
 pub struct MazeExplorer;
 /// Walks to the exit like [`MazeExplorer`], and every step tells its first teammate the
 /// move that teammate should take towards the exit, worked out on the talker's own known
-/// map (unknown cells taken as open): "north"/"south"/"east"/"west", or "here" when it
+/// map (through known cells if it can, locked doors taken as open; else through unknown
+/// cells too, taken as open): "north"/"south"/"east"/"west", or "here" when it
 /// stands on the exit.
 pub struct MazeTalker;
-/// Does what it last heard when that move is legal, stays on "here", and explores like
-/// [`MazeExplorer`] otherwise.
+/// First picks up a key it knows how to reach when it carries none (the talker cannot see
+/// what it carries); then does what it last heard when that move is legal, stays on
+/// "here", and explores like [`MazeExplorer`] otherwise.
 pub struct MazeFollower;
 
 /// A map to search: width, height and codes.
@@ -31,12 +34,12 @@ pub(super) struct Known<'a> {
 
 impl<'a> Known<'a> {
     /// The agent's known map.
-    pub fn of(d: &'a Decision<'_>) -> Option<Self> {
-        let (w, h) = (usize::from(d.obs.map_width), usize::from(d.obs.map_height));
-        (w > 0 && d.obs.map.len() == w * h).then_some(Self {
+    pub fn of(obs: &'a Observation) -> Option<Self> {
+        let (w, h) = (usize::from(obs.map_width), usize::from(obs.map_height));
+        (w > 0 && obs.map.len() == w * h).then_some(Self {
             w,
             h,
-            cells: &d.obs.map,
+            cells: &obs.map,
         })
     }
     /// Row-major index of a position, if on the map.
@@ -88,6 +91,47 @@ impl<'a> Known<'a> {
         }
         None
     }
+    /// Like [`Known::path`], but ties between the nearest goals are broken at random from
+    /// `rng` (so a memoryless explorer does not swing between two frontiers).
+    pub fn path_any(
+        &self,
+        from: usize,
+        pass: impl Fn(usize) -> bool,
+        goal: impl Fn(usize) -> bool,
+        rng: &mut impl Rng,
+    ) -> Option<Vec<usize>> {
+        let mut parent = vec![usize::MAX; self.cells.len()];
+        let mut dist = vec![u32::MAX; self.cells.len()];
+        parent[from] = from;
+        dist[from] = 0;
+        let mut q = VecDeque::from([from]);
+        let mut found: Vec<usize> = Vec::new();
+        while let Some(i) = q.pop_front() {
+            if found.first().is_some_and(|&f| dist[i] >= dist[f]) {
+                break;
+            }
+            for (_, n) in self.neighbours(i) {
+                if parent[n] != usize::MAX || !pass(n) {
+                    continue;
+                }
+                parent[n] = i;
+                dist[n] = dist[i] + 1;
+                if goal(n) {
+                    found.push(n);
+                } else {
+                    q.push_back(n);
+                }
+            }
+        }
+        let mut c = *found.get(rng.random_range(0..found.len().max(1)))?;
+        let mut path = vec![c];
+        while parent[c] != from {
+            c = parent[c];
+            path.push(c);
+        }
+        path.reverse();
+        Some(path)
+    }
     /// The move from cell `a` to its neighbour `b`.
     pub fn move_to(&self, a: usize, b: usize) -> u8 {
         self.neighbours(a)
@@ -109,7 +153,7 @@ fn random_move(d: &mut Decision<'_>) -> u8 {
 
 /// The explorer's move: exit, else a key, else the frontier, else random.
 fn explore(d: &mut Decision<'_>) -> u8 {
-    let Some(m) = Known::of(d) else {
+    let Some(m) = Known::of(d.obs) else {
         return act::NOOP;
     };
     let Some(me) = m.index(d.obs.pos) else {
@@ -124,7 +168,7 @@ fn explore(d: &mut Decision<'_>) -> u8 {
         .or_else(|| {
             let frontier =
                 |i: usize| i != me && m.neighbours(i).any(|(_, n)| kind(n) == view::UNKNOWN);
-            m.first_move(me, m.path(me, pass, frontier))
+            m.first_move(me, m.path_any(me, pass, frontier, &mut *d.rng))
         });
     match chosen {
         Some(a) if d.mask.allows(a) => a,
@@ -143,17 +187,19 @@ impl Policy for MazeExplorer {
 /// The word the talker says to the teammate at `pos`: the first move of a path to the exit
 /// on the talker's known map (unknown cells and shut doors taken as open), or "here".
 fn advice(d: &Decision<'_>, pos: [i32; 2]) -> Option<u8> {
-    let m = Known::of(d)?;
+    let m = Known::of(d.obs)?;
     let at = m.index(pos)?;
     let kind = |i: usize| view::kind(m.cells[i]);
     if kind(at) == view::EXIT {
         return Some(talk::HERE);
     }
-    let open = |i: usize| kind(i) == view::UNKNOWN || view::walkable(m.cells[i], u32::MAX);
+    let known = |i: usize| view::walkable(m.cells[i], u32::MAX);
+    let open = |i: usize| kind(i) == view::UNKNOWN || known(i);
     let relaxed = |i: usize| open(i) || matches!(kind(i), view::DOOR_CLOSED | view::LOCKED);
     let exit = |i: usize| kind(i) == view::EXIT;
     let path = m
-        .path(at, open, exit)
+        .path(at, known, exit)
+        .or_else(|| m.path(at, open, exit))
         .or_else(|| m.path(at, relaxed, exit))?;
     talk::word_of_move(m.move_to(at, *path.first()?))
 }
@@ -170,10 +216,29 @@ impl Policy for MazeTalker {
     }
 }
 
+/// The first move towards the nearest key on the known map, when the agent carries none.
+fn fetch_key(d: &Decision<'_>) -> Option<u8> {
+    let m = Known::of(d.obs)?;
+    let me = m.index(d.obs.pos)?;
+    if d.obs.keys != 0 {
+        return None;
+    }
+    let pass = |i: usize| view::walkable(m.cells[i], 0);
+    let a = m.first_move(
+        me,
+        m.path(me, pass, |i| view::kind(m.cells[i]) == view::KEY),
+    )?;
+    d.mask.allows(a).then_some(a)
+}
+
 impl Policy for MazeFollower {
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
         for d in batch {
             let heard = d.obs.heard.first().map(|h| h.word);
+            if let Some(a) = fetch_key(d) {
+                d.action.0 = a;
+                continue;
+            }
             d.action.0 = match heard {
                 Some(talk::HERE) => act::NOOP,
                 Some(w) => match talk::move_of_word(w) {

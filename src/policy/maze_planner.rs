@@ -87,7 +87,7 @@ fn walk(d: &Decision<'_>, m: &Known<'_>, me: usize, path: Option<Vec<usize>>) ->
 }
 
 fn plan(d: &Decision<'_>) -> u8 {
-    let Some(m) = Known::of(d) else {
+    let Some(m) = Known::of(d.obs) else {
         return act::NOOP;
     };
     let my_slot = usize::from(d.agent.slot);
