@@ -330,3 +330,26 @@ fn the_explorer_with_the_full_map_succeeds_without_keys() {
     let r = run(&cfg, |_| {}).expect("run");
     assert_eq!(r.metrics["success"], 1.0, "{:?}", r.metrics);
 }
+
+#[test]
+fn the_talking_pair_solves_the_split_view_and_talks() {
+    let mut cfg = shipped("split_view.scene.ron");
+    cfg.arenas = 32;
+    cfg.episodes = 2;
+    cfg.record_arenas = vec![];
+    let r = run(&cfg, |_| {}).expect("run");
+    assert!(r.metrics["success"] >= 0.9, "{:?}", r.metrics);
+    assert!(r.metrics["messages"] > 10.0, "{:?}", r.metrics);
+    assert_eq!(r.metrics["keys_picked"], r.metrics["doors_unlocked"]);
+}
+
+#[test]
+fn talking_bots_need_the_default_words() {
+    let src = "(name: \"t\", family: Maze(vocabulary: [\"go\"], \
+        generate: (plate_doors: 0, key_doors: 1)), \
+        teams: [(name: \"a\", policy: \"maze_talker\"), (name: \"b\", policy: \"maze_follower\")])";
+    let err = emergence::scene::parse_scene(src, Path::new("t.scene.ron"))
+        .expect_err("a vocabulary without the bots' words")
+        .to_string();
+    assert!(err.contains("vocabulary"), "{err}");
+}
