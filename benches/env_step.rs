@@ -1,9 +1,10 @@
 //! Agent-steps per second of every family with 256 arenas, and the cost of vision.
-//! Run: `cargo bench --bench env_step`. Criterion reports throughput in agent-steps/s
-//! ("elem/s"). Social dilemmas run the random policy; hide-and-seek runs the scenes' own
-//! scripted bots (fort builders are oracles and plan with breadth-first searches).
-//! Targets on a 2-core machine: ≥5M for matrix games, ≥2M for Commons Harvest, ≥1M for
-//! hide-and-seek.
+//! Run: `cargo bench --bench env_step` (`-- hide_and_seek`, `-- maze`, `-- vision` for one
+//! part). Criterion reports throughput in agent-steps/s ("elem/s"). Social dilemmas run the
+//! random policy; hide-and-seek runs the scenes' own scripted bots (fort builders are
+//! oracles and plan with breadth-first searches); maze scenes run both the random policy and
+//! their own bots (`…/bots`). Targets on a 2-core machine: ≥5M for matrix games, ≥2M for
+//! Commons Harvest, ≥1M for hide-and-seek.
 
 #![expect(
     missing_docs,
@@ -21,13 +22,13 @@ use std::path::Path;
 
 const ARENAS: u32 = 256;
 
-fn bench_scene(c: &mut Criterion, dir: &str, file: &str, random: bool) {
+/// Steps 256 arenas of `file` (under `scenes/`), with the scene's bots or all `random`.
+fn bench_scene(c: &mut Criterion, file: &str, keep_bots: bool) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("scenes")
-        .join(dir)
         .join(file);
     let mut scene = load_scene(&path).expect("shipped scene");
-    if random {
+    if !keep_bots {
         for a in &mut scene.agents {
             a.policy = "random".into();
         }
@@ -44,29 +45,40 @@ fn bench_scene(c: &mut Criterion, dir: &str, file: &str, random: bool) {
     }
     let mut group = c.benchmark_group("env_step");
     group.throughput(Throughput::Elements(agents * u64::from(ARENAS)));
-    group.bench_function(
-        format!("{dir}/{}", file.trim_end_matches(".scene.ron")),
-        |b| b.iter(|| app.update()),
-    );
+    let name = file.trim_end_matches(".scene.ron");
+    let name = if keep_bots {
+        format!("{name}/bots")
+    } else {
+        name.to_string()
+    };
+    group.bench_function(name, |b| b.iter(|| app.update()));
     group.finish();
 }
 
 fn env_step(c: &mut Criterion) {
     for file in [
-        "prisoners_dilemma.scene.ron",
-        "stag_hunt.scene.ron",
-        "chicken.scene.ron",
-        "commons_harvest_open.scene.ron",
-        "clean_up.scene.ron",
+        "dilemma/prisoners_dilemma.scene.ron",
+        "dilemma/stag_hunt.scene.ron",
+        "dilemma/chicken.scene.ron",
+        "dilemma/commons_harvest_open.scene.ron",
+        "dilemma/clean_up.scene.ron",
     ] {
-        bench_scene(c, "dilemma", file, true);
+        bench_scene(c, file, false);
     }
     for file in [
-        "open_field.scene.ron",
-        "two_rooms.scene.ron",
-        "quadrant.scene.ron",
+        "hide_and_seek/open_field.scene.ron",
+        "hide_and_seek/two_rooms.scene.ron",
+        "hide_and_seek/quadrant.scene.ron",
     ] {
-        bench_scene(c, "hide_and_seek", file, false);
+        bench_scene(c, file, true);
+    }
+    for file in [
+        "maze/corridor_pair.scene.ron",
+        "maze/split_view.scene.ron",
+        "maze/generated.scene.ron",
+    ] {
+        bench_scene(c, file, false);
+        bench_scene(c, file, true);
     }
 }
 

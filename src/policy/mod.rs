@@ -6,6 +6,8 @@
 mod grid_bots;
 mod hns_bots;
 mod matrix_bots;
+mod maze_bots;
+mod maze_planner;
 mod random;
 
 use bevy::prelude::*;
@@ -16,6 +18,8 @@ use crate::core::*;
 pub use grid_bots::{Cleaner, FreeRider, GreedyHarvester, SustainableHarvester};
 pub use hns_bots::{FortBuilder, Hider, Seeker};
 pub use matrix_bots::{AlwaysCooperate, AlwaysDefect, GrimTrigger, TitForTat};
+pub use maze_bots::{MazeExplorer, MazeFollower, MazeTalker};
+pub use maze_planner::MazePlanner;
 pub use random::RandomPolicy;
 
 /// One agent's decision request: what it sees, what it may do, its own random stream, and
@@ -65,6 +69,7 @@ impl PolicyInfo {
 
 const ALL: &[&str] = &["Matrix", "CommonsHarvest", "CleanUp", "HideAndSeek", "Maze"];
 const HNS: &[&str] = &["HideAndSeek"];
+const MAZE: &[&str] = &["Maze"];
 const MATRIX: &[&str] = &["Matrix"];
 const GRID: &[&str] = &["CommonsHarvest", "CleanUp"];
 const CLEANUP: &[&str] = &["CleanUp"];
@@ -153,6 +158,34 @@ static CATALOGUE: &[PolicyInfo] = &[
         families: HNS,
         oracle: true,
         make: || Box::new(FortBuilder::default()),
+    },
+    PolicyInfo {
+        name: "maze_planner",
+        doc: "sees the whole maze and every teammate; a joint rule shared by all planners (upper bound)",
+        families: MAZE,
+        oracle: true,
+        make: || Box::new(MazePlanner),
+    },
+    PolicyInfo {
+        name: "maze_explorer",
+        doc: "goes to the exit if it knows the way, else fetches keys, else explores; ignores talk",
+        families: MAZE,
+        oracle: false,
+        make: || Box::new(MazeExplorer),
+    },
+    PolicyInfo {
+        name: "maze_talker",
+        doc: "explores to the exit and tells its teammate each step which way to go",
+        families: MAZE,
+        oracle: false,
+        make: || Box::new(MazeTalker),
+    },
+    PolicyInfo {
+        name: "maze_follower",
+        doc: "does what it last heard when legal, explores otherwise",
+        families: MAZE,
+        oracle: false,
+        make: || Box::new(MazeFollower),
     },
 ];
 

@@ -183,6 +183,9 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
     if let FamilySpec::HideAndSeek(_) = spec.family {
         check_hide_seek_teams(&cx, &spec)?;
     }
+    if let FamilySpec::Maze(m) = &spec.family {
+        check_maze_talk(&cx, &spec, m)?;
+    }
     if let FamilySpec::Maze(MazeParams {
         generate: Some(g), ..
     }) = &spec.family
@@ -545,6 +548,27 @@ fn check_hide_seek_teams(cx: &Ctx<'_>, spec: &SceneSpec) -> Result<(), SceneErro
     Ok(())
 }
 
+/// Maze scenes whose teams use the talking bots: the vocabulary starts with the words they
+/// say and listen for, in the default order.
+fn check_maze_talk(cx: &Ctx<'_>, spec: &SceneSpec, m: &MazeParams) -> Result<(), SceneError> {
+    use crate::envs::maze::talk;
+    let talking = spec
+        .teams
+        .iter()
+        .any(|t| talk::TALKING_POLICIES.contains(&t.policy.as_str()));
+    let words = talk::WORDS;
+    if talking && (m.vocabulary.len() < words.len() || m.vocabulary[..words.len()] != words) {
+        return Err(cx.value_at(
+            &[FAM, Seg::Field("vocabulary")],
+            rule(
+                "maze_talker and maze_follower need the default words first in the vocabulary",
+                format!("a vocabulary that starts with {words:?} (the default)"),
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Maze maps: an exit; every door has a plate of its name and every plate a door; every
 /// locked door has a key of its colour and every key a locked door.
 fn check_maze_map(cx: &Ctx<'_>, cells: &[Thing]) -> Result<(), SceneError> {
@@ -621,13 +645,14 @@ fn check_maze_map(cx: &Ctx<'_>, cells: &[Thing]) -> Result<(), SceneError> {
             ));
         }
     }
-    if keys.len() > 32 || plates.len() > 64 {
+    let most = crate::envs::maze::view::MAX_LINKS;
+    if keys.len() > most || plates.len() > most {
         return Err(cx.field_at(
             &map,
             out_of_range(
                 "key colours / plate names",
                 format!("{} / {}", keys.len(), plates.len()),
-                "at most 32 key colours and 64 plate names",
+                "at most 16 key colours and 16 plate names",
             ),
         ));
     }

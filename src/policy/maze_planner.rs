@@ -1,0 +1,190 @@
+//! `maze_planner`: the full-map upper bound of the cooperative maze. Every planner sees the
+//! whole map and all teammates, and applies the same deterministic joint rule to that
+//! shared state, so planners coordinate without talking:
+//!
+//! 1. *Hold.* The lowest-slot agent on a plate of door `D` stays while another agent stands
+//!    in `D` or `D` lies on another agent's relaxed path to the exit (relaxed: every door
+//!    taken as open).
+//! 2. *The laggard* `j*` is, among agents that cannot reach an exit now (shut and locked
+//!    doors closed), the one with the most shut doors on its relaxed path (ties: lowest
+//!    slot). Its obstacle is the first shut door on that path.
+//!    - A locked door: if a key of its colour lies on the map, the lowest-slot agent that
+//!      can reach one fetches it; an agent carrying that colour walks into the door.
+//!    - A plate door: the lowest-slot other agent that can reach one of its plates (without
+//!      going through it) walks to the nearest and stays there (then rule 1 holds it).
+//!    - `j*` itself walks its relaxed path and waits at shut doors.
+//! 3. Agents that can reach an exit walk there; the others walk their relaxed path and wait
+//!    at shut doors.
+
+use super::maze_bots::Known;
+use super::{Decision, Policy};
+use crate::envs::maze::{act, view};
+
+/// The full-map planner (an oracle bot).
+pub struct MazePlanner;
+
+/// The joint state every planner of an arena sees alike.
+struct Shared<'a> {
+    m: Known<'a>,
+    /// Cell of each agent, by slot (`usize::MAX` for slots not seen).
+    at: Vec<usize>,
+}
+
+impl Shared<'_> {
+    fn kind(&self, i: usize) -> u8 {
+        view::kind(self.m.cells[i])
+    }
+    fn link(&self, i: usize) -> u8 {
+        view::link(self.m.cells[i])
+    }
+    /// Open now, without keys.
+    fn open(&self, i: usize) -> bool {
+        view::walkable(self.m.cells[i], 0)
+    }
+    fn relaxed(&self, i: usize) -> bool {
+        !matches!(self.kind(i), view::WALL | view::UNKNOWN)
+    }
+    fn is_exit(&self, i: usize) -> bool {
+        self.kind(i) == view::EXIT
+    }
+    fn shut(&self, i: usize) -> bool {
+        matches!(self.kind(i), view::DOOR_CLOSED | view::LOCKED)
+    }
+    fn relaxed_path(&self, from: usize) -> Vec<usize> {
+        self.m
+            .path(from, |i| self.relaxed(i), |i| self.is_exit(i))
+            .unwrap_or_default()
+    }
+    fn reaches_exit(&self, from: usize) -> bool {
+        self.m
+            .path(from, |i| self.open(i), |i| self.is_exit(i))
+            .is_some()
+    }
+    fn slots(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.at
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|&(_, c)| c != usize::MAX)
+    }
+    /// Whether a door of plate/door name `g` lies on `path` or someone stands in one.
+    fn door_needed(&self, g: u8, holder: usize) -> bool {
+        let is_door = |i: usize| {
+            matches!(self.kind(i), view::DOOR_OPEN | view::DOOR_CLOSED) && self.link(i) == g
+        };
+        self.slots().any(|(s, c)| {
+            s != holder && (is_door(c) || self.relaxed_path(c).iter().any(|&i| is_door(i)))
+        })
+    }
+}
+
+/// The first move along `path` if legal, else noop (waiting at a shut door).
+fn walk(d: &Decision<'_>, m: &Known<'_>, me: usize, path: Option<Vec<usize>>) -> u8 {
+    match m.first_move(me, path) {
+        Some(a) if d.mask.allows(a) => a,
+        _ => act::NOOP,
+    }
+}
+
+fn plan(d: &Decision<'_>) -> u8 {
+    let Some(m) = Known::of(d.obs) else {
+        return act::NOOP;
+    };
+    let my_slot = usize::from(d.agent.slot);
+    let n = d
+        .obs
+        .others
+        .iter()
+        .map(|o| usize::from(o.slot) + 1)
+        .max()
+        .unwrap_or(0);
+    let mut at = vec![usize::MAX; n.max(my_slot + 1)];
+    for o in &d.obs.others {
+        at[usize::from(o.slot)] = m.index(o.pos).unwrap_or(usize::MAX);
+    }
+    let Some(me) = m.index(d.obs.pos) else {
+        return act::NOOP;
+    };
+    at[my_slot] = me;
+    let s = Shared { m, at };
+    let m = &s.m;
+    let keys = d.obs.keys;
+    let mine = |i: usize| view::walkable(m.cells[i], keys);
+
+    // 1. Hold a plate while its door is needed.
+    if s.kind(me) == view::PLATE {
+        let g = s.link(me);
+        let first_on = s
+            .slots()
+            .find(|&(_, c)| s.kind(c) == view::PLATE && s.link(c) == g)
+            .map(|(slot, _)| slot);
+        if first_on == Some(my_slot) && s.door_needed(g, my_slot) {
+            return act::NOOP;
+        }
+    }
+
+    // 2. The laggard and its obstacle.
+    let laggard = s
+        .slots()
+        .filter(|&(_, c)| !s.reaches_exit(c))
+        .map(|(slot, c)| {
+            let path = s.relaxed_path(c);
+            let shut = path.iter().filter(|&&i| s.shut(i)).count();
+            (slot, path, shut)
+        })
+        .fold(
+            None,
+            |best: Option<(usize, Vec<usize>, usize)>, x| match best {
+                Some(b) if b.2 >= x.2 => Some(b),
+                _ => Some(x),
+            },
+        );
+    if let Some((j, path, _)) = laggard {
+        if let Some(&door) = path.iter().find(|&&i| s.shut(i)) {
+            let g = s.link(door);
+            if s.kind(door) == view::LOCKED {
+                let is_key = |i: usize| s.kind(i) == view::KEY && s.link(i) == g;
+                let fetcher = s
+                    .slots()
+                    .find(|&(_, c)| m.path(c, |i| s.open(i), is_key).is_some());
+                if fetcher.map(|f| f.0) == Some(my_slot) {
+                    return walk(d, m, me, m.path(me, mine, is_key));
+                }
+                if keys & (1 << g) != 0 {
+                    return walk(d, m, me, m.path(me, mine, |i| i == door));
+                }
+            } else {
+                let is_plate = |i: usize| s.kind(i) == view::PLATE && s.link(i) == g;
+                let helper = s.slots().find(|&(slot, c)| {
+                    slot != j && m.path(c, |i| i != door && s.open(i), is_plate).is_some()
+                });
+                if helper.map(|h| h.0) == Some(my_slot) {
+                    if is_plate(me) {
+                        return act::NOOP;
+                    }
+                    return walk(d, m, me, m.path(me, |i| i != door && mine(i), is_plate));
+                }
+            }
+        }
+        if j == my_slot {
+            return walk(d, m, me, Some(path));
+        }
+    }
+
+    // 3. To the exit if possible, else along the relaxed path.
+    if s.is_exit(me) {
+        return act::NOOP;
+    }
+    match m.path(me, mine, |i| s.is_exit(i)) {
+        Some(p) => walk(d, m, me, Some(p)),
+        None => walk(d, m, me, Some(s.relaxed_path(me))),
+    }
+}
+
+impl Policy for MazePlanner {
+    fn decide(&mut self, batch: &mut [Decision<'_>]) {
+        for d in batch {
+            d.action.0 = plan(d);
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! Rules of the cooperative maze on hand-built scenes (plates and doors, keys and locks,
+//! talk delivered next step, rewards and termination), generated mazes all solvable, and
+//! the scripted bots: the full-map planner always succeeds on generated mazes, the explorer
+//! succeeds when it knows the whole map.
+
+mod common;
+
+use common::*;
+use emergence::core::*;
+use emergence::envs::maze::generate::{generate, solvable};
+use emergence::envs::maze::{Layout, MazeArena, act, view};
+use emergence::headless::{RunConfig, run};
+use emergence::metrics::EpisodeLog;
+use emergence::policy::{Decision, Policy, PolicyRegistry};
+use emergence::scene::{GenerateSpec, load_scene};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::path::Path;
+
+/// Plays a fixed script: `moves[slot][step]` (noop past the end) and `says[slot][step]`.
+struct Script {
+    moves: Vec<Vec<u8>>,
+    says: Vec<Vec<Option<u8>>>,
+}
+
+impl Policy for Script {
+    fn decide(&mut self, batch: &mut [Decision<'_>]) {
+        for d in batch {
+            let (slot, t) = (usize::from(d.agent.slot), d.obs.step as usize);
+            d.action.0 = self
+                .moves
+                .get(slot)
+                .and_then(|m| m.get(t))
+                .copied()
+                .unwrap_or(act::NOOP);
+            let word = self
+                .says
+                .get(slot)
+                .and_then(|s| s.get(t))
+                .copied()
+                .flatten();
+            if let Some(say) = d.say.as_deref_mut() {
+                say.0 = word;
+            }
+        }
+    }
+}
+
+fn maze_scene(map: &[&str], legend: &str, agents: u32, extra: &str) -> String {
+    let rows: Vec<String> = map.iter().map(|r| format!("{r:?}")).collect();
+    format!(
+        "(name: \"t\", family: Maze(view: 1, knowledge: Local, success_reward: 1.0, \
+         step_cost: 0.1 {extra}), map: [{}], legend: {{ '#': Wall, '.': Floor, 'S': Spawn, \
+         'E': Exit, {legend} }}, teams: [(name: \"a\", count: {agents}, policy: \"random\")], \
+         episode: (max_steps: 50))",
+        rows.join(", ")
+    )
+}
+
+fn scripted(src: &str, script: Script) -> bevy::app::App {
+    let mut app = test_app(src, 1, 1, 1);
+    app.world_mut()
+        .resource_mut::<PolicyRegistry>()
+        .insert("random", Box::new(script));
+    app
+}
+
+fn maze(app: &bevy::app::App) -> &MazeArena {
+    app.world()
+        .get::<MazeArena>(arena(app, 0))
+        .expect("maze arena")
+}
+
+fn pos(app: &bevy::app::App, slot: usize) -> (i32, i32) {
+    let p = maze(app).pos[slot];
+    (p.x, p.y)
+}
+
+fn tile(app: &bevy::app::App, x: usize, y: usize) -> u8 {
+    let m = maze(app);
+    view::kind(m.tiles[y * m.width() + x])
+}
+
+const PLATE_MAP: [&str; 4] = ["#######", "#S.D.E#", "#Sp####", "#######"];
+const PLATE_LEGEND: &str = "'p': Plate(\"a\"), 'D': Door(\"a\")";
+
+#[test]
+fn a_plate_holds_its_door_open_only_while_occupied() {
+    use act::*;
+    let script = Script {
+        moves: vec![
+            vec![EAST, EAST, EAST, EAST, WEST],
+            vec![NOOP, EAST, WEST, NOOP, NOOP],
+        ],
+        says: vec![],
+    };
+    let mut app = scripted(&maze_scene(&PLATE_MAP, PLATE_LEGEND, 2, ""), script);
+    step(&mut app, 1);
+    assert_eq!(pos(&app, 0), (2, 1));
+    assert_eq!(tile(&app, 3, 1), view::DOOR_CLOSED);
+    // Step 1: the door is shut, so slot 0 cannot go east; slot 1 steps on the plate.
+    step(&mut app, 1);
+    assert_eq!(pos(&app, 0), (2, 1), "a shut door blocks");
+    assert_eq!(pos(&app, 1), (2, 2));
+    assert_eq!(tile(&app, 3, 1), view::DOOR_OPEN);
+    // Step 2: slot 0 walks into the open door while slot 1 leaves the plate: the door
+    // does not shut on slot 0.
+    step(&mut app, 1);
+    assert_eq!(pos(&app, 0), (3, 1));
+    assert_eq!(pos(&app, 1), (1, 2));
+    assert_eq!(
+        tile(&app, 3, 1),
+        view::DOOR_OPEN,
+        "no door shuts on an agent"
+    );
+    // Step 3: slot 0 leaves the doorway; with nobody on the plate the door shuts.
+    step(&mut app, 1);
+    assert_eq!(pos(&app, 0), (4, 1));
+    assert_eq!(tile(&app, 3, 1), view::DOOR_CLOSED);
+    step(&mut app, 1);
+    assert_eq!(pos(&app, 0), (4, 1), "cannot go back through the shut door");
+    // The mask of step 4 (door shut, slot 0 east of it).
+    let mask = app.world().get::<ActionMask>(agents(&app, 0)[0]).copied();
+    assert!(mask.is_some_and(|m| !m.allows(WEST) && m.allows(EAST) && m.allows(NOOP)));
+    assert_eq!(maze(&app).counters.plate_steps, 1);
+}
+
+#[test]
+fn keys_open_locked_doors_for_good_and_success_ends_the_episode() {
+    use act::*;
+    let script = Script {
+        moves: vec![vec![EAST, WEST, EAST, EAST, EAST, EAST]],
+        says: vec![],
+    };
+    let src = maze_scene(
+        &["#######", "#kSL.E#", "#######"],
+        "'k': Key(\"red\"), 'L': LockedDoor(\"red\")",
+        1,
+        "",
+    );
+    let mut app = scripted(&src, script);
+    let me = agents(&app, 0)[0];
+    step(&mut app, 1);
+    assert_eq!(pos(&app, 0), (2, 1), "locked without the key");
+    let obs = app.world().get::<Observation>(me).expect("obs");
+    assert_eq!(obs.keys, 0);
+    step(&mut app, 1);
+    assert_eq!(pos(&app, 0), (1, 1));
+    assert_eq!(maze(&app).keys[0], 1, "picked up");
+    assert_eq!(tile(&app, 1, 1), view::FLOOR, "the key left the map");
+    step(&mut app, 2);
+    assert_eq!(pos(&app, 0), (3, 1), "the key opens the lock");
+    assert_eq!(tile(&app, 3, 1), view::FLOOR, "unlocked for good");
+    assert_eq!(maze(&app).keys[0], 1, "the key is kept");
+    step(&mut app, 2);
+    let log = app.world().resource::<EpisodeLog>();
+    assert_eq!(log.episodes.len(), 1);
+    let e = &log.episodes[0];
+    assert!(e.terminated);
+    assert_eq!(e.steps, 6);
+    // Six steps at 0.1 each, then the success reward of 1.0.
+    assert!(
+        (e.agent_returns[0] - 0.4).abs() < 1e-5,
+        "{:?}",
+        e.agent_returns
+    );
+    assert_eq!(e.metrics["success"], 1.0);
+    assert_eq!(e.metrics["steps_to_exit"], 6.0);
+    assert_eq!(e.metrics["keys_picked"], 1.0);
+    assert_eq!(e.metrics["doors_unlocked"], 1.0);
+}
+
+#[test]
+fn failure_pays_the_step_cost_until_the_limit() {
+    let src = maze_scene(&PLATE_MAP, PLATE_LEGEND, 2, "").replace("50", "7");
+    let mut app = scripted(
+        &src,
+        Script {
+            moves: vec![],
+            says: vec![],
+        },
+    );
+    step(&mut app, 7);
+    let e = &app.world().resource::<EpisodeLog>().episodes[0];
+    assert!(!e.terminated);
+    assert_eq!(e.metrics["success"], 0.0);
+    assert_eq!(e.metrics["steps_to_exit"], 7.0);
+    assert!((e.agent_returns[1] + 0.7).abs() < 1e-5);
+}
+
+#[test]
+fn words_reach_teammates_on_the_next_step_only() {
+    let script = Script {
+        moves: vec![],
+        says: vec![vec![Some(3), None, Some(200)], vec![None, Some(8)]],
+    };
+    let mut app = scripted(&maze_scene(&PLATE_MAP, PLATE_LEGEND, 2, ""), script);
+    let ag = agents(&app, 0);
+    let heard = |app: &bevy::app::App, s: usize| {
+        let o = app.world().get::<Observation>(ag[s]).expect("obs");
+        o.heard.iter().map(|h| (h.from, h.word)).collect::<Vec<_>>()
+    };
+    step(&mut app, 1);
+    assert_eq!(heard(&app, 1), vec![], "not on the step it is said");
+    assert_eq!(
+        app.world().get::<Utterance>(ag[0]),
+        Some(&Utterance(Some(3)))
+    );
+    step(&mut app, 1);
+    assert_eq!(heard(&app, 1), vec![(0, 3)]);
+    assert_eq!(heard(&app, 0), vec![], "nobody hears themselves");
+    step(&mut app, 1);
+    assert_eq!(heard(&app, 0), vec![(1, 8)]);
+    assert_eq!(heard(&app, 1), vec![], "a word is delivered once");
+    step(&mut app, 1);
+    assert_eq!(
+        heard(&app, 1),
+        vec![],
+        "words outside the vocabulary are dropped"
+    );
+    assert_eq!(maze(&app).counters.messages, 2);
+}
+
+#[test]
+fn observations_show_the_window_the_known_map_and_teammates() {
+    let src = maze_scene(&PLATE_MAP, PLATE_LEGEND, 2, "");
+    let mut app = scripted(
+        &src,
+        Script {
+            moves: vec![],
+            says: vec![],
+        },
+    );
+    step(&mut app, 1);
+    let o = app
+        .world()
+        .get::<Observation>(agents(&app, 0)[0])
+        .expect("obs");
+    assert_eq!((o.view_width, o.view_height, o.view_self), (3, 3, (1, 1)));
+    assert_eq!(o.pos, [1, 1]);
+    assert_eq!(o.view[4], view::SELF);
+    assert_eq!(o.view[7], view::TEAMMATE, "slot 1 is just south");
+    assert_eq!(o.others.len(), 1);
+    assert_eq!(o.others[0].pos, [1, 2]);
+    assert_eq!((o.map_width, o.map_height), (7, 4));
+    // Local knowledge: the exit (5, 1) is outside the window, so unknown.
+    assert_eq!(o.map[7 + 5], view::UNKNOWN);
+    assert_eq!(view::kind(o.map[7 + 2]), view::FLOOR);
+}
+
+#[test]
+fn a_thousand_generated_mazes_are_all_solvable() {
+    let sizes = [7u16, 9, 11, 15, 21, 31];
+    let (mut doors, mut keys, mut unsolvable_without_key) = (0, 0, 0);
+    for seed in 0..1000u64 {
+        let s = sizes[seed as usize % sizes.len()];
+        let spec = GenerateSpec {
+            width: s,
+            height: sizes[(seed as usize / 6) % sizes.len()],
+            plate_doors: (seed % 3) as u8,
+            key_doors: ((seed / 3) % 3) as u8,
+            seed: None,
+        };
+        let l = generate(&spec, 2, &mut ChaCha8Rng::seed_from_u64(seed));
+        assert!(solvable(&l, 2), "seed {seed}: {spec:?}\n{}", draw(&l));
+        doors += l.doors.len();
+        keys += l.keys.len();
+        // The test can fail: take the key away and the maze must become unsolvable.
+        if let Some(k) = l.keys.first().and_then(|k| k.first()) {
+            let mut t = l.tiles.clone();
+            t[*k as usize] = view::WALL;
+            let walled = Layout::new(l.width, l.height, t, Vec::new(), l.shared.clone());
+            assert!(
+                !solvable(&walled, 2),
+                "seed {seed}: solvable without its key"
+            );
+            unsolvable_without_key += 1;
+        }
+    }
+    assert!(
+        doors > 400 && keys > 400,
+        "{doors} plate doors, {keys} locks"
+    );
+    assert_eq!(unsolvable_without_key, keys.min(unsolvable_without_key));
+}
+
+fn draw(l: &Layout) -> String {
+    l.tiles
+        .chunks(l.width)
+        .map(|r| r.iter().map(|&c| view::char_of(c)).collect::<String>())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn shipped(name: &str) -> RunConfig {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenes/maze")
+        .join(name);
+    RunConfig::new(load_scene(&path).expect("scene"))
+}
+
+#[test]
+fn the_planner_always_succeeds_on_generated_mazes() {
+    for (name, arenas, episodes) in [
+        ("generated.scene.ron", 50, 4),
+        ("generated_solo.scene.ron", 25, 2),
+        ("corridor_pair.scene.ron", 8, 2),
+    ] {
+        let mut cfg = shipped(name);
+        cfg.arenas = arenas;
+        cfg.episodes = episodes;
+        cfg.seed = 21;
+        cfg.record_arenas = vec![];
+        let r = run(&cfg, |_| {}).expect("run");
+        assert_eq!(r.episodes, u64::from(arenas * episodes));
+        assert_eq!(r.metrics["success"], 1.0, "{name}: {:?}", r.metrics);
+    }
+}
+
+#[test]
+fn the_explorer_with_the_full_map_succeeds_without_keys() {
+    let src = "(name: \"t\", family: Maze(knowledge: Full, \
+        generate: (width: 13, height: 13, plate_doors: 0, key_doors: 0)), \
+        teams: [(name: \"a\", count: 2, policy: \"maze_explorer\")], \
+        episode: (max_steps: 200))";
+    let mut cfg = RunConfig::new(scene(src));
+    cfg.arenas = 20;
+    cfg.episodes = 3;
+    cfg.record_arenas = vec![];
+    let r = run(&cfg, |_| {}).expect("run");
+    assert_eq!(r.metrics["success"], 1.0, "{:?}", r.metrics);
+}
+
+#[test]
+fn the_talking_pair_solves_the_split_view_and_talks() {
+    let mut cfg = shipped("split_view.scene.ron");
+    cfg.arenas = 32;
+    cfg.episodes = 2;
+    cfg.record_arenas = vec![];
+    let r = run(&cfg, |_| {}).expect("run");
+    assert!(r.metrics["success"] >= 0.9, "{:?}", r.metrics);
+    assert!(r.metrics["messages"] > 10.0, "{:?}", r.metrics);
+    assert_eq!(r.metrics["keys_picked"], r.metrics["doors_unlocked"]);
+}
+
+#[test]
+fn talking_bots_need_the_default_words() {
+    let src = "(name: \"t\", family: Maze(vocabulary: [\"go\"], \
+        generate: (plate_doors: 0, key_doors: 1)), \
+        teams: [(name: \"a\", policy: \"maze_talker\"), (name: \"b\", policy: \"maze_follower\")])";
+    let err = emergence::scene::parse_scene(src, Path::new("t.scene.ron"))
+        .expect_err("a vocabulary without the bots' words")
+        .to_string();
+    assert!(err.contains("vocabulary"), "{err}");
+}
