@@ -91,6 +91,57 @@ impl<'a> Known<'a> {
         }
         None
     }
+    /// Steps from every cell to the nearest cell where `goal` (and `pass`) holds, moving
+    /// through cells where `pass` holds (`u32::MAX`: unreachable). The start cell itself
+    /// need not pass, as in [`Known::path`]. One search answers for every start.
+    pub fn distances(
+        &self,
+        pass: impl Fn(usize) -> bool,
+        goal: impl Fn(usize) -> bool,
+    ) -> Vec<u32> {
+        let mut dist = vec![u32::MAX; self.cells.len()];
+        let mut q = VecDeque::new();
+        for i in 0..self.cells.len() {
+            if goal(i) && pass(i) {
+                dist[i] = 0;
+                q.push_back(i);
+            }
+        }
+        while let Some(c) = q.pop_front() {
+            for (_, n) in self.neighbours(c) {
+                if dist[n] == u32::MAX {
+                    dist[n] = dist[c] + 1;
+                    if pass(n) {
+                        q.push_back(n);
+                    }
+                }
+            }
+        }
+        dist
+    }
+    /// A shortest path from `from` down a distance field made by [`Known::distances`] with
+    /// the same `pass` (ties: neighbours in action order).
+    pub fn descend(
+        &self,
+        from: usize,
+        dist: &[u32],
+        pass: impl Fn(usize) -> bool,
+    ) -> Option<Vec<usize>> {
+        if dist[from] == u32::MAX {
+            return None;
+        }
+        let mut path = Vec::with_capacity(dist[from] as usize);
+        let mut cur = from;
+        while dist[cur] > 0 {
+            let next = self
+                .neighbours(cur)
+                .map(|(_, n)| n)
+                .find(|&n| pass(n) && dist[n] == dist[cur] - 1)?;
+            path.push(next);
+            cur = next;
+        }
+        Some(path)
+    }
     /// Like [`Known::path`], but ties between the nearest goals are broken at random from
     /// `rng` (so a memoryless explorer does not swing between two frontiers).
     pub fn path_any(

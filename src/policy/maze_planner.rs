@@ -16,18 +16,35 @@
 //! 3. Agents that can reach an exit walk there; the others walk their relaxed path and wait
 //!    at shut doors.
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
 use super::maze_bots::Known;
 use super::{Decision, Policy};
 use crate::envs::maze::{act, view};
 
 /// The full-map planner (an oracle bot).
-pub struct MazePlanner;
+#[derive(Default)]
+pub struct MazePlanner {
+    /// Searches already run this step, per arena: every planner of an arena sees the same
+    /// map and the same positions, so they share them.
+    memo: BTreeMap<u32, Memo>,
+}
+
+/// The searches of one arena at one step that do not depend on who asks: distance fields
+/// to the exits, relaxed (every door open) and as things are now (no keys).
+#[derive(Default)]
+struct Memo {
+    relaxed: Option<Vec<u32>>,
+    now: Option<Vec<u32>>,
+}
 
 /// The joint state every planner of an arena sees alike.
 struct Shared<'a> {
     m: Known<'a>,
     /// Cell of each agent, by slot (`usize::MAX` for slots not seen).
     at: Vec<usize>,
+    memo: RefCell<&'a mut Memo>,
 }
 
 impl Shared<'_> {
@@ -51,14 +68,20 @@ impl Shared<'_> {
         matches!(self.kind(i), view::DOOR_CLOSED | view::LOCKED)
     }
     fn relaxed_path(&self, from: usize) -> Vec<usize> {
+        let mut memo = self.memo.borrow_mut();
+        let dist = memo
+            .relaxed
+            .get_or_insert_with(|| self.m.distances(|i| self.relaxed(i), |i| self.is_exit(i)));
         self.m
-            .path(from, |i| self.relaxed(i), |i| self.is_exit(i))
+            .descend(from, dist, |i| self.relaxed(i))
             .unwrap_or_default()
     }
     fn reaches_exit(&self, from: usize) -> bool {
-        self.m
-            .path(from, |i| self.open(i), |i| self.is_exit(i))
-            .is_some()
+        let mut memo = self.memo.borrow_mut();
+        let dist = memo
+            .now
+            .get_or_insert_with(|| self.m.distances(|i| self.open(i), |i| self.is_exit(i)));
+        dist[from] != u32::MAX
     }
     fn slots(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         self.at
@@ -86,7 +109,7 @@ fn walk(d: &Decision<'_>, m: &Known<'_>, me: usize, path: Option<Vec<usize>>) ->
     }
 }
 
-fn plan(d: &Decision<'_>) -> u8 {
+fn plan(d: &Decision<'_>, memo: &mut Memo) -> u8 {
     let Some(m) = Known::of(d.obs) else {
         return act::NOOP;
     };
@@ -106,7 +129,11 @@ fn plan(d: &Decision<'_>) -> u8 {
         return act::NOOP;
     };
     at[my_slot] = me;
-    let s = Shared { m, at };
+    let s = Shared {
+        m,
+        at,
+        memo: RefCell::new(memo),
+    };
     let m = &s.m;
     let keys = d.obs.keys;
     let mine = |i: usize| view::walkable(m.cells[i], keys);
@@ -183,8 +210,10 @@ fn plan(d: &Decision<'_>) -> u8 {
 
 impl Policy for MazePlanner {
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
+        self.memo.clear();
         for d in batch {
-            d.action.0 = plan(d);
+            let memo = self.memo.entry(d.agent.arena).or_default();
+            d.action.0 = plan(d, memo);
         }
     }
 }

@@ -164,7 +164,7 @@ static CATALOGUE: &[PolicyInfo] = &[
         doc: "sees the whole maze and every teammate; a joint rule shared by all planners (upper bound)",
         families: MAZE,
         oracle: true,
-        make: || Box::new(MazePlanner),
+        make: || Box::new(MazePlanner::default()),
     },
     PolicyInfo {
         name: "maze_explorer",
