@@ -33,10 +33,17 @@ impl SpawnCells {
         }
     }
 
-    /// One start cell per slot (`slot_team[slot]` is its team), distinct, in slot order;
-    /// each pool is shuffled first with `rng` when `shuffle` is set. `None` for a slot that
-    /// found no cell left (validation prevents it for shipped scenes).
-    pub fn assign(&self, slot_team: &[u8], shuffle: bool, rng: &mut impl Rng) -> Vec<Option<u32>> {
+    /// One start cell per slot (`slot_team[slot]` is its team), in slot order, distinct
+    /// while the pool lasts; each pool is shuffled first with `rng` when `shuffle` is set.
+    /// When a pool runs out, `wrap` starts it again from its first cell (families where
+    /// agents may share cells); otherwise the slot gets `None` (validation prevents it).
+    pub fn assign(
+        &self,
+        slot_team: &[u8],
+        shuffle: bool,
+        wrap: bool,
+        rng: &mut impl Rng,
+    ) -> Vec<Option<u32>> {
         let mut pools = self.team_cells.clone();
         let mut shared = self.shared.clone();
         if shuffle {
@@ -52,14 +59,22 @@ impl SpawnCells {
                 match pools.get(team) {
                     Some(own) if !own.is_empty() => {
                         next[team] += 1;
-                        own.get(next[team] - 1).copied()
+                        pick(own, next[team] - 1, wrap)
                     }
                     _ => {
                         next_shared += 1;
-                        shared.get(next_shared - 1).copied()
+                        pick(&shared, next_shared - 1, wrap)
                     }
                 }
             })
             .collect()
+    }
+}
+
+fn pick(pool: &[u32], k: usize, wrap: bool) -> Option<u32> {
+    if wrap && !pool.is_empty() {
+        Some(pool[k % pool.len()])
+    } else {
+        pool.get(k).copied()
     }
 }

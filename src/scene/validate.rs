@@ -200,16 +200,7 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
             ));
         }
         let (w, h) = (usize::from(g.width), usize::from(g.height));
-        for (i, t) in spec.teams.iter().enumerate() {
-            let role = role_of(t);
-            for _ in 0..t.count.unwrap_or(1) {
-                agents.push(AgentSpec {
-                    team: i as u8,
-                    role,
-                    policy: t.policy.clone(),
-                });
-            }
-        }
+        agents = agents_by_count(&spec.teams, &mut role_of);
         if agents.len() > 32 {
             return Err(cx.field_at(
                 &[Seg::Field("teams")],
@@ -239,16 +230,7 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
     }
 
     if let FamilySpec::Matrix(_) = spec.family {
-        for (i, t) in spec.teams.iter().enumerate() {
-            let role = role_of(t);
-            for _ in 0..t.count.unwrap_or(1) {
-                agents.push(AgentSpec {
-                    team: i as u8,
-                    role,
-                    policy: t.policy.clone(),
-                });
-            }
-        }
+        agents = agents_by_count(&spec.teams, &mut role_of);
         if agents.len() != 2 {
             return Err(cx.field_at(
                 &[Seg::Field("teams")],
@@ -657,4 +639,23 @@ fn check_maze_map(cx: &Ctx<'_>, cells: &[Thing]) -> Result<(), SceneError> {
         ));
     }
     Ok(())
+}
+
+/// The agents of families without spawn cells: `count` (default 1) per team, in order.
+fn agents_by_count(
+    teams: &[TeamSpec],
+    role_of: &mut impl FnMut(&TeamSpec) -> u8,
+) -> Vec<AgentSpec> {
+    let mut agents = Vec::new();
+    for (i, t) in teams.iter().enumerate() {
+        let role = role_of(t);
+        for _ in 0..t.count.unwrap_or(1) {
+            agents.push(AgentSpec {
+                team: i as u8,
+                role,
+                policy: t.policy.clone(),
+            });
+        }
+    }
+    agents
 }

@@ -207,7 +207,7 @@ pub fn reset_grid_dilemmas(
         let plan = map.spawn.clone();
         let cells = plan
             .cells
-            .assign(&plan.slot_team, rules.shuffle_spawns, &mut rng.0);
+            .assign(&plan.slot_team, rules.shuffle_spawns, false, &mut rng.0);
         for (slot, (&e, cell)) in members.entities().iter().zip(cells).enumerate() {
             let facing = if rules.random_facing {
                 Dir4::ALL[rng.0.random_range(0..4)]

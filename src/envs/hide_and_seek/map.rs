@@ -297,7 +297,7 @@ pub fn reset_hide_and_seek(
         }
         let cells = arena
             .spawns
-            .assign(&arena.team, arena.shuffle_spawns, &mut rng.0);
+            .assign(&arena.team, arena.shuffle_spawns, false, &mut rng.0);
         for (slot, (&e, cell)) in members.entities().iter().zip(cells).enumerate() {
             let facing = if arena.random_facing {
                 Dir4::ALL[rng.0.random_range(0..4)]

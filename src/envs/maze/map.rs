@@ -5,13 +5,13 @@
 use bevy::math::IVec2;
 use bevy::prelude::*;
 use rand::Rng;
-use rand::seq::SliceRandom;
 use std::sync::Arc;
 
 use super::codes::view;
 use super::generate::generate;
 use super::layout::Layout;
 use crate::core::*;
+use crate::envs::spawn::SpawnCells;
 use crate::scene::{FamilySpec, GenerateSpec, Knowledge, Scene};
 
 /// Episode counters of a maze arena.
@@ -193,34 +193,19 @@ pub fn reset_mazes(
         maze.keys = vec![0; n];
         maze.said = vec![None; n];
         maze.pos = vec![IVec2::ZERO; n];
-        let mut pools = layout.team_cells.clone();
-        let mut shared = layout.shared.clone();
-        if maze.rules.shuffle_spawns {
-            pools.iter_mut().for_each(|p| p.shuffle(&mut rng.0));
-            shared.shuffle(&mut rng.0);
-        }
-        let (mut next, mut next_shared) = (vec![0usize; pools.len()], 0usize);
-        for (slot, &e) in members.entities().iter().enumerate() {
-            // A team with cells of its own uses them; the others share the pool. Agents
-            // may share cells, so a short list is reused from its start.
-            let team = maze
-                .rules
-                .slot_team
-                .get(slot)
-                .map_or(0, |&t| usize::from(t));
-            let cell = match pools.get(team) {
-                Some(own) if !own.is_empty() => {
-                    next[team] += 1;
-                    own[(next[team] - 1) % own.len()]
-                }
-                _ => {
-                    next_shared += 1;
-                    shared
-                        .get((next_shared - 1) % shared.len().max(1))
-                        .copied()
-                        .unwrap_or(0)
-                }
-            } as usize;
+        // Agents may share cells, so a short list is reused from its start.
+        let spawn = SpawnCells {
+            team_cells: layout.team_cells.clone(),
+            shared: layout.shared.clone(),
+        };
+        let cells = spawn.assign(
+            &maze.rules.slot_team,
+            maze.rules.shuffle_spawns,
+            true,
+            &mut rng.0,
+        );
+        for (slot, (&e, cell)) in members.entities().iter().zip(cells).enumerate() {
+            let cell = cell.unwrap_or(0) as usize;
             if let Ok((mut pos, mut say)) = agents.get_mut(e) {
                 let p = IVec2::new((cell % layout.width) as i32, (cell / layout.width) as i32);
                 pos.0 = p;
