@@ -353,3 +353,61 @@ fn talking_bots_need_the_default_words() {
         .to_string();
     assert!(err.contains("vocabulary"), "{err}");
 }
+
+#[test]
+fn split_knowledge_gives_each_agent_its_own_part() {
+    let map = ["########", "#S....E#", "#S.....#", "########"];
+    let knowledge = |k: &str| {
+        let src = maze_scene(&map, "", 2, "")
+            .replace("view: 1", "view: 0")
+            .replace("knowledge: Local", &format!("knowledge: {k}"));
+        let mut app = scripted(
+            &src,
+            Script {
+                moves: vec![],
+                says: vec![],
+            },
+        );
+        step(&mut app, 1);
+        let maps: Vec<Vec<u8>> = agents(&app, 0)
+            .iter()
+            .map(|&e| app.world().get::<Observation>(e).expect("obs").map.clone())
+            .collect();
+        maps
+    };
+    let known = |m: &[u8], i: usize| m[i] != view::UNKNOWN;
+    // Strips: agent 0 knows columns 0-3, agent 1 columns 4-7 (plus its own cell).
+    let strips = knowledge("Strips");
+    for y in 0..4 {
+        for x in 0..8 {
+            let i = y * 8 + x;
+            let own_cell = |slot: usize| (x, y) == (1, 1 + slot);
+            assert_eq!(
+                known(&strips[0], i),
+                x < 4 || own_cell(0),
+                "agent 0 at ({x}, {y})"
+            );
+            assert_eq!(
+                known(&strips[1], i),
+                x >= 4 || own_cell(1),
+                "agent 1 at ({x}, {y})"
+            );
+        }
+    }
+    // Scattered: every cell is known to exactly one of the two (own cells aside), and both
+    // know a fair share.
+    let scattered = knowledge("Scattered");
+    let mut counts = [0usize; 2];
+    for i in 0..32 {
+        if i == 9 || i == 17 {
+            continue;
+        }
+        let (a, b) = (known(&scattered[0], i), known(&scattered[1], i));
+        assert!(a != b, "cell {i}: known to {a} and {b}");
+        counts[usize::from(b)] += 1;
+    }
+    assert!(counts[0] >= 6 && counts[1] >= 6, "{counts:?}");
+    // Full: everything.
+    let full = knowledge("Full");
+    assert!(full.iter().all(|m| m.iter().all(|&c| c != view::UNKNOWN)));
+}
