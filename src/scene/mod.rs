@@ -5,6 +5,7 @@
 mod asset;
 mod checks;
 mod error;
+mod family_rules;
 mod locate;
 mod params;
 mod schema;

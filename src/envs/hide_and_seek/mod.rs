@@ -16,6 +16,7 @@
 //! | Statistics | `max_box_displacement`, `max_ramp_displacement` (largest distance any box / ramp got from its start, cells), `boxes_locked_prep_end`, `boxes_locked_end`, `ramps_locked_prep_end`, `ramps_locked_end`, `hider_success` (share of post-preparation steps with no hider seen), `hider_seen_steps`, `pushes`, `pulls`, `ramp_climbs`. |
 //! | Parameters | `prep_fraction` 0.4, `vision_range` 6, `vision_cone` 135, `reward` 1. |
 
+pub mod actions;
 mod codes;
 pub mod map;
 pub mod rules;
@@ -46,7 +47,7 @@ impl Plugin for HideAndSeekPlugin {
                     .in_set(SimSystems::Reset)
                     .after(reset_arenas),
                 rules::observe_hide_and_seek.in_set(SimSystems::Observe),
-                rules::apply_hide_and_seek.in_set(ActSystems::Apply),
+                actions::apply_hide_and_seek.in_set(ActSystems::Apply),
                 rules::reward_hide_and_seek.in_set(SimSystems::Reward),
                 rules::summarize_hide_and_seek.in_set(RecordSystems::Summarize),
             ),
