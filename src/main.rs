@@ -319,8 +319,18 @@ fn cmd_list(dir: &Path) -> Result<()> {
     );
     println!();
     println!("policies:");
+    let width = catalogue()
+        .iter()
+        .map(|p| p.families.join(",").len())
+        .max()
+        .unwrap_or(0);
     for p in catalogue() {
-        println!("  {:<24} {:<30} {}", p.name, p.families.join(","), p.doc);
+        println!(
+            "  {:<24} {:<width$} {}",
+            p.name,
+            p.families.join(","),
+            p.doc
+        );
     }
     Ok(())
 }
