@@ -153,11 +153,14 @@ fn reward_follows_who_is_seen_after_preparation() {
     let (mut app, acts) = puppet_app(&VISION_MAP, 0.25, 5);
     let (h, s) = (agents(&app, 0)[0], agents(&app, 0)[1]);
     let reward = |app: &bevy::app::App, e| app.world().get::<Reward>(e).expect("r").0;
-    // During preparation: the seeker is frozen (only noop is legal, forward is ignored)
-    // and rewards are zero.
+    // During preparation: the seeker is frozen (only noop is legal, and the rules ignore a
+    // forward that reaches them) and rewards are zero.
     assert_eq!(mask(&app, 1), ActionMask::only(act::NOOP));
+    force_actions(&mut app);
+    app.world_mut().resource_mut::<Forced>().0 = vec![None, Some(act::FORWARD)];
     play(&mut app, &acts, &[act::NOOP, act::FORWARD]);
     assert_eq!(pos(&app, 1), IVec2::new(7, 6));
+    app.world_mut().resource_mut::<Forced>().0.clear();
     assert_eq!((reward(&app, h), reward(&app, s)), (0.0, 0.0));
     step(&mut app, 3);
     assert_eq!(
@@ -181,27 +184,40 @@ fn reward_follows_who_is_seen_after_preparation() {
 
 #[test]
 fn locks_hold_against_the_other_side() {
-    let map = ["#######", "#.s...#", "#.b...#", "#.h...#", "#######"];
+    // Box at (2, 2); the seeker above it faces south (the cell beyond, (2, 3), is free);
+    // the hider beside it faces west.
+    let map = ["#######", "#.s...#", "#.bh..#", "#.....#", "#######"];
     let (mut app, acts) = puppet_app(&map, 0.0, 5);
+    force_actions(&mut app);
+    face(&mut app, 0, Dir4::West);
     face(&mut app, 1, Dir4::South);
     play(&mut app, &acts, &[act::NOOP, act::NOOP]);
-    // Both face the box at (2, 2); the hider locks it.
     assert!(mask(&app, 0).allows(act::LOCK));
     play(&mut app, &acts, &[act::LOCK, act::NOOP]);
     assert_eq!(hns(&app).objects[0].locked_by, Some(0));
     // (Masks are written at the start of a step: one more step shows the lock.)
     play(&mut app, &acts, &[act::NOOP, act::NOOP]);
-    // The seeker may not unlock it, and trying changes nothing; nor can it be pushed.
+    // The seeker may not unlock, grab or push it...
     assert!(!mask(&app, 1).allows(act::UNLOCK));
     assert!(!mask(&app, 1).allows(act::GRAB));
-    play(&mut app, &acts, &[act::NOOP, act::UNLOCK]);
+    assert!(!mask(&app, 1).allows(act::FORWARD));
+    // ...and the rules refuse even when the action reaches them.
+    app.world_mut().resource_mut::<Forced>().0 = vec![None, Some(act::UNLOCK)];
+    play(&mut app, &acts, &[act::NOOP, act::NOOP]);
     assert_eq!(hns(&app).objects[0].locked_by, Some(0));
-    play(&mut app, &acts, &[act::NOOP, act::FORWARD]);
+    app.world_mut().resource_mut::<Forced>().0 = vec![None, Some(act::FORWARD)];
+    play(&mut app, &acts, &[act::NOOP, act::NOOP]);
     assert_eq!(hns(&app).objects[0].pos, IVec2::new(2, 2));
-    // The hider's side may.
+    assert_eq!(pos(&app, 1), IVec2::new(2, 1));
+    app.world_mut().resource_mut::<Forced>().0.clear();
+    // The hider's side may unlock; then the seeker's push goes through.
+    play(&mut app, &acts, &[act::NOOP, act::NOOP]);
     assert!(mask(&app, 0).allows(act::UNLOCK));
     play(&mut app, &acts, &[act::UNLOCK, act::NOOP]);
     assert_eq!(hns(&app).objects[0].locked_by, None);
+    play(&mut app, &acts, &[act::NOOP, act::FORWARD]);
+    assert_eq!(hns(&app).objects[0].pos, IVec2::new(2, 3));
+    assert_eq!(pos(&app, 1), IVec2::new(2, 2));
 }
 
 #[test]
@@ -294,4 +310,34 @@ fn fort_builders_shut_the_doorways_and_stay_hidden() {
         "{:?}",
         open.metrics
     );
+}
+
+#[test]
+fn hiders_of_another_team_are_not_fled() {
+    // Two hider teams: "a" at (4, 4) facing north sees "b" at (4, 2), an ally. Preparation is
+    // over from the start and no seeker is in its cone, so the fleeing hider stays put.
+    let src = r#"(
+    name: "allies",
+    family: HideAndSeek(prep_fraction: 0.0),
+    map: ["WWWWWWWWW", "W.......W", "W...b...W", "W.......W", "W...a...W", "W.......W",
+          "Ws......W", "WWWWWWWWW"],
+    legend: {'W': Wall, '.': Floor, 'a': TeamSpawn("a"), 'b': TeamSpawn("b"),
+             's': TeamSpawn("seekers")},
+    teams: [
+        (name: "a", role: "hider", policy: "hider"),
+        (name: "b", role: "hider", policy: "hider"),
+        (name: "seekers", role: "seeker", policy: "random"),
+    ],
+    randomize: (shuffle_spawns: false, random_facing: false),
+)"#;
+    let mut app = test_app(src, 1, 1, 0);
+    step(&mut app, 2);
+    let seen = &app
+        .world()
+        .get::<Observation>(agents(&app, 0)[0])
+        .expect("obs")
+        .others;
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].ally);
+    assert_eq!(pos(&app, 0), IVec2::new(4, 4));
 }

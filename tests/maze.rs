@@ -281,7 +281,10 @@ fn a_thousand_generated_mazes_are_all_solvable() {
         doors > 400 && keys > 400,
         "{doors} plate doors, {keys} locks"
     );
-    assert_eq!(unsolvable_without_key, keys.min(unsolvable_without_key));
+    assert!(
+        unsolvable_without_key > 300,
+        "only {unsolvable_without_key} mazes had a key to take away"
+    );
 }
 
 fn draw(l: &Layout) -> String {

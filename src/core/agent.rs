@@ -151,6 +151,9 @@ pub struct Perceived {
     pub slot: u16,
     /// Its team.
     pub team: u8,
+    /// Whether it is on the observer's side (hide-and-seek: hiders or seekers, whatever
+    /// the team; maze: always).
+    pub ally: bool,
     /// Its map position.
     pub pos: [i32; 2],
 }

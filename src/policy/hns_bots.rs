@@ -89,14 +89,14 @@ fn go_towards(d: &mut Decision<'_>, target: IVec2) -> u8 {
     wander(d)
 }
 
-/// Opponents in sight (agents of another team), nearest first.
+/// Opponents in sight (agents of the other side), nearest first.
 fn opponents(d: &Decision<'_>) -> Vec<IVec2> {
     let me = pos(d);
     let mut v: Vec<IVec2> = d
         .obs
         .others
         .iter()
-        .filter(|o| o.team != d.obs.team)
+        .filter(|o| !o.ally)
         .map(|o| IVec2::new(o.pos[0], o.pos[1]))
         .collect();
     v.sort_by_key(|p| ((*p - me).abs().element_sum(), p.y, p.x));

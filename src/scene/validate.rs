@@ -127,10 +127,12 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
                 ),
             ));
         }
-        if t.count == Some(0) {
+        if let Some(n) = t.count
+            && !(1..=1024).contains(&n)
+        {
             return Err(cx.value_at(
                 &tp("count"),
-                out_of_range(&format!("teams[{i}].count"), 0, "at least 1 agent"),
+                out_of_range(&format!("teams[{i}].count"), n, "1 to 1024 agents"),
             ));
         }
         match catalogue().iter().find(|p| p.name == t.policy) {
@@ -482,6 +484,12 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
         return Err(cx.field_at(
             &[Seg::Field("teams")],
             out_of_range("agents per arena", agents.len(), "at most 1024"),
+        ));
+    }
+    if matches!(spec.family, FamilySpec::Maze(_)) && agents.len() > 32 {
+        return Err(cx.field_at(
+            &[Seg::Field("teams")],
+            out_of_range("agents per arena", agents.len(), "at most 32 in a maze"),
         ));
     }
     let height = spec.map.len();

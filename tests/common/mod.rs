@@ -69,3 +69,27 @@ pub fn puppet(app: &mut App, name: &str) -> std::sync::Arc<std::sync::Mutex<Vec<
 pub fn set_actions(acts: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>, a: &[u8]) {
     *acts.lock().expect("puppet lock") = a.to_vec();
 }
+
+/// Actions written over whatever the policies chose, just before the rules apply them
+/// (per slot; `None` leaves the policy's choice): tests the rules' own guards, which the
+/// legal-action fallback would otherwise hide.
+#[derive(Resource, Default)]
+pub struct Forced(pub Vec<Option<u8>>);
+
+fn force_actions_system(forced: Res<Forced>, mut agents: Query<(&Agent, &mut Action)>) {
+    for (agent, mut action) in &mut agents {
+        if let Some(Some(a)) = forced.0.get(usize::from(agent.slot)) {
+            action.0 = *a;
+        }
+    }
+}
+
+/// Installs [`Forced`] actions in `app`.
+pub fn force_actions(app: &mut App) {
+    app.init_resource::<Forced>().add_systems(
+        SimSchedule,
+        force_actions_system
+            .in_set(SimSystems::Act)
+            .before(ActSystems::Apply),
+    );
+}

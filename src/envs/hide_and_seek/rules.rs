@@ -112,6 +112,7 @@ fn agent_code(
             others.push(Perceived {
                 slot: s as u16,
                 team: arena.team[s],
+                ally: arena.side[s] == side,
                 pos: [c.x, c.y],
             });
             if arena.side[s] == side {
@@ -222,10 +223,8 @@ pub fn hash_hide_and_seek(world: &World, arena: Entity, hash: &mut StateHash) {
     for o in &a.objects {
         hash.write(&o.pos.x.to_le_bytes());
         hash.write(&o.pos.y.to_le_bytes());
-        hash.write(&[
-            o.locked_by.map_or(255, |s| s),
-            o.held_by.map_or(255, |s| s as u8),
-        ]);
+        hash.write(&[o.locked_by.map_or(255, |s| s)]);
+        hash.write(&o.held_by.map_or(u16::MAX, |s| s).to_le_bytes());
     }
     hash.write(&[u8::from(a.hider_seen)]);
     if let Some(members) = world.get::<ArenaAgents>(arena) {

@@ -85,6 +85,7 @@ pub fn observe_mazes(
                 obs.others.push(Perceived {
                     slot: s as u16,
                     team: maze.rules.slot_team.get(s).copied().unwrap_or(0),
+                    ally: true,
                     pos: [p.x, p.y],
                 });
                 let (dx, dy) = (p.x - me.x, p.y - me.y);
