@@ -9,6 +9,7 @@ mod matrix_bots;
 mod maze_bots;
 mod maze_planner;
 mod random;
+pub mod text;
 
 use bevy::prelude::*;
 use rand_chacha::ChaCha8Rng;

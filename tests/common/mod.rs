@@ -93,3 +93,26 @@ pub fn force_actions(app: &mut App) {
             .before(ActSystems::Apply),
     );
 }
+
+/// Words written over what the policies said, just before the rules apply the step (per
+/// slot; `None` leaves the policy's word).
+#[derive(Resource, Default)]
+pub struct ForcedWords(pub Vec<Option<u8>>);
+
+fn force_words_system(forced: Res<ForcedWords>, mut agents: Query<(&Agent, &mut Utterance)>) {
+    for (agent, mut say) in &mut agents {
+        if let Some(Some(w)) = forced.0.get(usize::from(agent.slot)) {
+            say.0 = Some(*w);
+        }
+    }
+}
+
+/// Installs [`ForcedWords`] in `app`.
+pub fn force_words(app: &mut App) {
+    app.init_resource::<ForcedWords>().add_systems(
+        SimSchedule,
+        force_words_system
+            .in_set(SimSystems::Act)
+            .before(ActSystems::Apply),
+    );
+}

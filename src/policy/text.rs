@@ -1,0 +1,288 @@
+//! Observations as text: what a language-model policy reads, and what the viewer shows.
+//! One function per family turns an agent's [`Observation`] into a few short lines:
+//!
+//! 1. a header: role, team, step (or round) of the episode and, where there is one, the phase;
+//! 2. the agent's view as an ASCII window, one character per cell, with its legend;
+//! 3. recent events: the last reward, payoffs of the last round, a zap cooldown or removal,
+//!    the agents in sight, the words teammates said;
+//! 4. the legal actions (and, where agents talk, the words they may say).
+//!
+//! The text is plain ASCII, one fact per line, so that a tokenizer built from the scenes'
+//! vocabulary covers it. Golden tests pin it for every family (`tests/observation_text.rs`).
+
+use std::fmt::Write;
+
+use crate::core::{ActionMask, Dir4, Observation};
+use crate::envs::{dilemma, hide_and_seek, maze};
+use crate::scene::{FamilySpec, Scene, Thing};
+
+/// What the text of a scene's observations needs besides the observation itself.
+#[derive(Debug, Clone)]
+pub struct TextFormat {
+    family: FamilySpec,
+    actions: Vec<String>,
+    teams: Vec<String>,
+    roles: Vec<String>,
+    max_steps: u32,
+    /// Maze key colours, by index (sorted names of a fixed map; `key0`… when generated).
+    key_names: Vec<String>,
+}
+
+/// The agent an observation belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Speaker {
+    /// Index of its team in the scene.
+    pub team: u8,
+    /// Index of its role in the scene's roles.
+    pub role: u8,
+}
+
+impl TextFormat {
+    /// The format of `scene`'s observations, with its family's action words.
+    pub fn new(scene: &Scene, actions: &[String]) -> Self {
+        let mut key_names: Vec<String> = scene
+            .cells
+            .iter()
+            .filter_map(|t| match t {
+                Thing::Key(n) | Thing::LockedDoor(n) => Some(n.clone()),
+                _ => None,
+            })
+            .collect();
+        key_names.sort();
+        key_names.dedup();
+        Self {
+            family: scene.spec.family.clone(),
+            actions: actions.to_vec(),
+            teams: scene.team_names().iter().map(|s| s.to_string()).collect(),
+            roles: scene.roles.clone(),
+            max_steps: scene.spec.episode.max_steps,
+            key_names,
+        }
+    }
+
+    /// The action words, by index.
+    pub fn actions(&self) -> &[String] {
+        &self.actions
+    }
+
+    /// The text of `obs` for `who`, whose legal actions are `mask` and whose reward on the
+    /// previous step was `last_reward`.
+    pub fn render(
+        &self,
+        who: Speaker,
+        obs: &Observation,
+        mask: ActionMask,
+        last_reward: f32,
+    ) -> String {
+        let mut s = String::with_capacity(256);
+        let role = self
+            .roles
+            .get(usize::from(who.role))
+            .map_or("?", String::as_str);
+        let team = self
+            .teams
+            .get(usize::from(who.team))
+            .map_or("?", String::as_str);
+        match &self.family {
+            FamilySpec::Matrix(m) => {
+                let _ = writeln!(
+                    s,
+                    "role {role} team {team} round {} of {}",
+                    obs.step + 1,
+                    m.rounds
+                );
+                self.matrix_events(&mut s, obs, m);
+            }
+            FamilySpec::CommonsHarvest(_) | FamilySpec::CleanUp(_) => {
+                let _ = writeln!(
+                    s,
+                    "role {role} team {team} step {} of {}",
+                    obs.step, self.max_steps
+                );
+                grid(&mut s, obs, &dilemma::view::CHARS, "view ahead is up");
+                let _ = writeln!(
+                    s,
+                    "legend @ you T teammate O other W wall A apple , empty apple cell ~ river # dirt ? outside"
+                );
+                reward_line(&mut s, last_reward);
+                if obs.removed {
+                    let _ = writeln!(s, "you are zapped out of play");
+                } else if obs.cooldown > 0 {
+                    let _ = writeln!(s, "zap ready in {} steps", obs.cooldown);
+                } else {
+                    let _ = writeln!(s, "zap ready");
+                }
+            }
+            FamilySpec::HideAndSeek(_) => {
+                let phase = if obs.prep_left > 0 {
+                    format!("preparation {} steps left", obs.prep_left)
+                } else {
+                    "play".to_string()
+                };
+                let _ = writeln!(
+                    s,
+                    "role {role} team {team} step {} of {} phase {phase}",
+                    obs.step, self.max_steps
+                );
+                let facing = Dir4::ALL[usize::from(obs.facing % 4)];
+                let _ = writeln!(
+                    s,
+                    "you at {} {} facing {}{}",
+                    obs.pos[0],
+                    obs.pos[1],
+                    dir_word(facing),
+                    if obs.holding {
+                        " holding an object"
+                    } else {
+                        ""
+                    }
+                );
+                grid(&mut s, obs, &hide_and_seek::view::CHARS, "view ahead is up");
+                let _ = writeln!(
+                    s,
+                    "legend @ you T your side O other side # wall = low wall b box B box locked by your side X box locked by them r ramp R ramp locked by your side Y ramp locked by them ? unseen"
+                );
+                reward_line(&mut s, last_reward);
+                if obs.others.is_empty() {
+                    let _ = writeln!(s, "you see nobody");
+                }
+                for o in &obs.others {
+                    let side = if o.ally { "ally" } else { "opponent" };
+                    let _ = writeln!(s, "you see {side} {} at {} {}", o.slot, o.pos[0], o.pos[1]);
+                }
+            }
+            FamilySpec::Maze(m) => {
+                let _ = writeln!(
+                    s,
+                    "role {role} team {team} step {} of {}",
+                    obs.step, self.max_steps
+                );
+                let keys: Vec<String> = (0..32)
+                    .filter(|k| obs.keys & (1 << k) != 0)
+                    .map(|k| self.key_name(k))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "you at {} {} keys {}",
+                    obs.pos[0],
+                    obs.pos[1],
+                    if keys.is_empty() {
+                        "none".to_string()
+                    } else {
+                        keys.join(" ")
+                    }
+                );
+                self.maze_map(&mut s, obs);
+                let _ = writeln!(
+                    s,
+                    "legend @ you T teammate # wall p plate D shut door / open door k key L locked door E exit ? unknown"
+                );
+                reward_line(&mut s, last_reward);
+                for o in &obs.others {
+                    let _ = writeln!(s, "teammate {} at {} {}", o.slot, o.pos[0], o.pos[1]);
+                }
+                for h in &obs.heard {
+                    let word = m
+                        .vocabulary
+                        .get(usize::from(h.word))
+                        .map_or("?", String::as_str);
+                    let _ = writeln!(s, "teammate {} said {word}", h.from);
+                }
+            }
+        }
+        let legal: Vec<&str> = self
+            .actions
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| mask.allows(i as u8))
+            .map(|(_, a)| a.as_str())
+            .collect();
+        let _ = writeln!(s, "actions {}", legal.join(" "));
+        if let FamilySpec::Maze(m) = &self.family {
+            let _ = writeln!(s, "say {}", m.vocabulary.join(" "));
+        }
+        s
+    }
+
+    fn key_name(&self, k: usize) -> String {
+        self.key_names
+            .get(k)
+            .cloned()
+            .unwrap_or_else(|| format!("key{k}"))
+    }
+
+    fn matrix_events(&self, s: &mut String, obs: &Observation, m: &crate::scene::MatrixParams) {
+        let word = |a: u8| self.actions.get(usize::from(a)).map_or("?", String::as_str);
+        if obs.history.is_empty() {
+            let _ = writeln!(s, "no rounds played yet");
+        }
+        for h in &obs.history {
+            let (mine, theirs) = (usize::from(h[0].min(1)), usize::from(h[1].min(1)));
+            let pay = m.payoffs[mine][theirs];
+            let _ = writeln!(s, "you {} other {} you got {pay}", word(h[0]), word(h[1]));
+        }
+        let _ = writeln!(
+            s,
+            "other so far {} {} {} {}",
+            word(0),
+            obs.other_counts[0],
+            word(1),
+            obs.other_counts[1]
+        );
+    }
+
+    fn maze_map(&self, s: &mut String, obs: &Observation) {
+        let (w, h) = (usize::from(obs.map_width), usize::from(obs.map_height));
+        let _ = writeln!(s, "map north is up");
+        if w == 0 || obs.map.len() != w * h {
+            return;
+        }
+        for y in 0..h {
+            for x in 0..w {
+                let c = obs.map[y * w + x];
+                let here = [x as i32, y as i32] == obs.pos;
+                let mate = obs.others.iter().any(|o| o.pos == [x as i32, y as i32]);
+                s.push(if here {
+                    '@'
+                } else if mate {
+                    'T'
+                } else {
+                    maze::view::CHARS
+                        .get(usize::from(maze::view::kind(c)))
+                        .copied()
+                        .unwrap_or('?')
+                });
+            }
+            s.push('\n');
+        }
+    }
+}
+
+/// The egocentric window, one row per line, under a title.
+fn grid(s: &mut String, obs: &Observation, chars: &[char], title: &str) {
+    let _ = writeln!(s, "{title}");
+    let w = usize::from(obs.view_width);
+    if w == 0 {
+        return;
+    }
+    for row in obs.view.chunks(w) {
+        s.extend(
+            row.iter()
+                .map(|&c| chars.get(usize::from(c)).copied().unwrap_or('?')),
+        );
+        s.push('\n');
+    }
+}
+
+fn reward_line(s: &mut String, r: f32) {
+    let _ = writeln!(s, "last reward {r}");
+}
+
+fn dir_word(d: Dir4) -> &'static str {
+    match d {
+        Dir4::North => "north",
+        Dir4::East => "east",
+        Dir4::South => "south",
+        Dir4::West => "west",
+    }
+}

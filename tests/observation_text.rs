@@ -1,0 +1,201 @@
+//! Golden texts: the observation text of each family on hand-built states, pinned exactly.
+
+mod common;
+
+use common::*;
+use emergence::core::*;
+use emergence::envs::{ActionNames, ActiveScene};
+use emergence::policy::text::{Speaker, TextFormat};
+
+/// The texts arena 0's agents read on the last step, captured in the Encode step (after
+/// Observe, before Decide: where language-model policies read them).
+#[derive(bevy::prelude::Resource, Default)]
+struct Texts(Vec<String>);
+
+fn capture_texts(
+    mut texts: bevy::prelude::ResMut<Texts>,
+    scene: bevy::prelude::Res<ActiveScene>,
+    names: bevy::prelude::Res<ActionNames>,
+    arenas: bevy::prelude::Res<Arenas>,
+    members: bevy::prelude::Query<&ArenaAgents>,
+    agents: bevy::prelude::Query<(&Team, &Role, &Observation, &ActionMask, &Reward)>,
+) {
+    let fmt = TextFormat::new(&scene.0, &names.0);
+    let Ok(m) = members.get(arenas.entities[0]) else {
+        return;
+    };
+    texts.0 = m
+        .entities()
+        .iter()
+        .filter_map(|&e| agents.get(e).ok())
+        .map(|(team, role, obs, mask, reward)| {
+            let who = Speaker {
+                team: team.0,
+                role: role.0,
+            };
+            fmt.render(who, obs, *mask, reward.0)
+        })
+        .collect();
+}
+
+/// An app of `src` whose agents are puppets, capturing arena 0's texts every step.
+fn app(src: &str) -> (bevy::app::App, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    use bevy::prelude::IntoScheduleConfigs;
+    let mut app = test_app(src, 1, 1, 0);
+    let acts = puppet(&mut app, "random");
+    app.init_resource::<Texts>()
+        .add_systems(SimSchedule, capture_texts.in_set(SimSystems::Encode));
+    (app, acts)
+}
+
+fn text(app: &bevy::app::App, slot: usize) -> String {
+    app.world().resource::<Texts>().0[slot].clone()
+}
+
+#[test]
+fn matrix_game_text() {
+    let src = r#"(name: "pd", family: Matrix(rounds: 10, history: 2),
+        teams: [(name: "me", role: "player", policy: "random"), (name: "you", role: "player", policy: "random")])"#;
+    let (mut app, acts) = app(src);
+    set_actions(&acts, &[0, 1]);
+    step(&mut app, 1);
+    set_actions(&acts, &[1, 1]);
+    step(&mut app, 2);
+    assert_eq!(
+        text(&app, 0),
+        [
+            "role player team me round 3 of 10",
+            "you cooperate other defect you got 0",
+            "you defect other defect you got 1",
+            "other so far cooperate 0 defect 2",
+            "actions cooperate defect",
+            "",
+        ]
+        .join("\n")
+    );
+}
+
+#[test]
+fn commons_harvest_text() {
+    let src = r#"(name: "ch", family: CommonsHarvest(view: (ahead: 2, behind: 1, side: 2)),
+        map: ["WWWWWW", "WA.AAW", "W.P.PW", "WWWWWW"],
+        legend: {'W': Wall, '.': Floor, 'A': Apple, 'P': Spawn},
+        teams: [(name: "g", role: "harvester", count: 2, policy: "random")],
+        randomize: (shuffle_spawns: false, random_facing: false))"#;
+    let (mut app, acts) = app(src);
+    set_actions(&acts, &[1, 7]);
+    step(&mut app, 2);
+    assert_eq!(text(&app, 0), [
+        "role harvester team g step 1 of 1000",
+        "view ahead is up",
+        "?????",
+        "WWWWW",
+        "WA@AA",
+        "W...T",
+        "legend @ you T teammate O other W wall A apple , empty apple cell ~ river # dirt ? outside",
+        "last reward 0",
+        "zap ready",
+        "actions noop forward backward step_left step_right turn_left turn_right zap",
+        "",
+    ]
+    .join("\n"));
+    assert_eq!(text(&app, 1), [
+        "role harvester team g step 1 of 1000",
+        "view ahead is up",
+        "WWWW?",
+        "TAAW?",
+        "..@W?",
+        "WWWW?",
+        "legend @ you T teammate O other W wall A apple , empty apple cell ~ river # dirt ? outside",
+        "last reward 0",
+        "zap ready in 4 steps",
+        "actions noop forward backward step_left step_right turn_left turn_right",
+        "",
+    ]
+    .join("\n"));
+}
+
+#[test]
+fn hide_and_seek_text() {
+    let src = r#"(name: "hs", family: HideAndSeek(prep_fraction: 0.5, vision_range: 3),
+        map: ["WWWWWWW", "W..b..W", "W.....W", "W..h..W", "Ws....W", "WWWWWWW"],
+        legend: {'W': Wall, '.': Floor, 'b': Box, 'h': TeamSpawn("hiders"), 's': TeamSpawn("seekers")},
+        teams: [(name: "hiders", role: "hider", policy: "random"), (name: "seekers", role: "seeker", policy: "random")],
+        episode: (max_steps: 20),
+        randomize: (shuffle_spawns: false, random_facing: false))"#;
+    let (mut app, acts) = app(src);
+    // The hider steps up to the box and locks it; the seekers wait out the preparation.
+    set_actions(&acts, &[1, 0]);
+    step(&mut app, 1);
+    set_actions(&acts, &[7, 0]);
+    step(&mut app, 1);
+    set_actions(&acts, &[0, 0]);
+    step(&mut app, 1);
+    assert_eq!(text(&app, 0), [
+        "role hider team hiders step 2 of 20 phase preparation 8 steps left",
+        "you at 3 2 facing north",
+        "view ahead is up",
+        "???????",
+        "?##?##?",
+        "?..B..?",
+        "???@???",
+        "legend @ you T your side O other side # wall = low wall b box B box locked by your side X box locked by them r ramp R ramp locked by your side Y ramp locked by them ? unseen",
+        "last reward 0",
+        "you see nobody",
+        "actions noop backward turn_left turn_right unlock",
+        "",
+    ]
+    .join("\n"));
+    assert_eq!(text(&app, 1), [
+        "role seeker team seekers step 2 of 20 phase preparation 8 steps left",
+        "you at 1 4 facing north",
+        "view ahead is up",
+        "???.???",
+        "???..O?",
+        "??#...?",
+        "???@???",
+        "legend @ you T your side O other side # wall = low wall b box B box locked by your side X box locked by them r ramp R ramp locked by your side Y ramp locked by them ? unseen",
+        "last reward 0",
+        "you see opponent 0 at 3 2",
+        "actions noop",
+        "",
+    ]
+    .join("\n"));
+}
+
+#[test]
+fn maze_text() {
+    let src = r#"(name: "mz", family: Maze(view: 1, knowledge: Strips, vocabulary: ["north", "south", "east", "west", "plate", "door", "key", "here", "wait", "exit"]),
+        map: ["WWWWWWW", "WS.k.LW", "WS...EW", "WWWWWWW"],
+        legend: {'W': Wall, '.': Floor, 'S': Spawn, 'k': Key("red"), 'L': LockedDoor("red"), 'E': Exit},
+        teams: [(name: "pair", count: 2, policy: "random")],
+        randomize: (shuffle_spawns: false, random_facing: false))"#;
+    let (mut app, acts) = app(src);
+    // Agent 0 walks east twice and picks up the red key; agent 1 says "west" on the
+    // second step, which agent 0 hears on the third.
+    set_actions(&acts, &[2, 0]);
+    step(&mut app, 1);
+    force_words(&mut app);
+    app.world_mut().resource_mut::<ForcedWords>().0 = vec![None, Some(3)];
+    step(&mut app, 1);
+    app.world_mut().resource_mut::<ForcedWords>().0.clear();
+    set_actions(&acts, &[0, 0]);
+    step(&mut app, 1);
+    assert_eq!(text(&app, 0), [
+        "role pair team pair step 2 of 1000",
+        "you at 3 1 keys red",
+        "map north is up",
+        "#####??",
+        "#..@.??",
+        "#T...??",
+        "####???",
+        "legend @ you T teammate # wall p plate D shut door / open door k key L locked door E exit ? unknown",
+        "last reward -0.01",
+        "teammate 1 at 1 2",
+        "teammate 1 said west",
+        "actions noop east south west",
+        "say north south east west plate door key here wait exit",
+        "",
+    ]
+    .join("\n"));
+}
