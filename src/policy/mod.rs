@@ -5,6 +5,7 @@
 
 mod grid_bots;
 mod hns_bots;
+pub mod lm;
 mod matrix_bots;
 mod maze_bots;
 mod maze_planner;

@@ -7,8 +7,9 @@
 //!    the agents in sight, the words teammates said;
 //! 4. the legal actions (and, where agents talk, the words they may say).
 //!
-//! The text is plain ASCII, one fact per line, so that a tokenizer built from the scenes'
-//! vocabulary covers it. Golden tests pin it for every family (`tests/observation_text.rs`).
+//! The text is plain ASCII words separated by spaces, one fact per line (map cells too are
+//! separate characters), so that a word-level tokenizer built from the encoders' vocabulary
+//! covers it; numbers are split into digits by the tokenizer. Golden tests pin it for every family (`tests/observation_text.rs`).
 
 use std::fmt::Write;
 
@@ -239,6 +240,9 @@ impl TextFormat {
         }
         for y in 0..h {
             for x in 0..w {
+                if x > 0 {
+                    s.push(' ');
+                }
                 let c = obs.map[y * w + x];
                 let here = [x as i32, y as i32] == obs.pos;
                 let mate = obs.others.iter().any(|o| o.pos == [x as i32, y as i32]);
@@ -266,10 +270,12 @@ fn grid(s: &mut String, obs: &Observation, chars: &[char], title: &str) {
         return;
     }
     for row in obs.view.chunks(w) {
-        s.extend(
-            row.iter()
-                .map(|&c| chars.get(usize::from(c)).copied().unwrap_or('?')),
-        );
+        for (i, &c) in row.iter().enumerate() {
+            if i > 0 {
+                s.push(' ');
+            }
+            s.push(chars.get(usize::from(c)).copied().unwrap_or('?'));
+        }
         s.push('\n');
     }
 }

@@ -1,0 +1,105 @@
+//! Language-model policies: a Qwen2-style decoder with Hugging Face weight names
+//! ([`model`]), its `config.json` ([`config`]), the default word-level tokenizer
+//! ([`tokenizer`]) and model folders on disk ([`folder`]).
+
+pub mod config;
+pub mod folder;
+pub mod model;
+pub mod tokenizer;
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+pub use config::{LmConfig, Preset};
+pub use folder::ModelFolder;
+pub use model::{Decoder, Path, Weights};
+
+/// What can go wrong with a model, its folder or its tokenizer.
+#[derive(Debug, Error)]
+pub enum LmError {
+    /// A file could not be read or written.
+    #[error("{path}: {io}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        io: std::io::Error,
+    },
+    /// `config.json` is not valid JSON of the expected shape.
+    #[error("{path}:{line}:{col}: {msg}")]
+    ConfigSyntax {
+        /// The file.
+        path: PathBuf,
+        /// Line (1-based).
+        line: usize,
+        /// Column (1-based).
+        col: usize,
+        /// What is wrong.
+        msg: String,
+    },
+    /// A `config.json` field has a value the decoder cannot use.
+    #[error("{path}: field `{field}` cannot be used; expected {expected}")]
+    ConfigField {
+        /// The file.
+        path: PathBuf,
+        /// The field.
+        field: String,
+        /// What it should be.
+        expected: String,
+    },
+    /// The weights file cannot be read as safetensors.
+    #[error("{path}: cannot read the weights: {msg}")]
+    WeightsFile {
+        /// The safetensors file.
+        path: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
+    /// The output folder exists already.
+    #[error("{path}: already exists; choose another folder or remove it first")]
+    Exists {
+        /// The folder.
+        path: PathBuf,
+    },
+    /// A weight the configuration needs is not in the file.
+    #[error("{path}: tensor `{name}` is missing; expected shape {shape:?}")]
+    MissingTensor {
+        /// The safetensors file.
+        path: PathBuf,
+        /// The tensor's name.
+        name: String,
+        /// Its expected shape.
+        shape: Vec<usize>,
+    },
+    /// A weight has the wrong shape.
+    #[error("{path}: tensor `{name}` has shape {found:?}; expected {expected:?}")]
+    TensorShape {
+        /// The safetensors file.
+        path: PathBuf,
+        /// The tensor's name.
+        name: String,
+        /// Its shape in the file.
+        found: Vec<usize>,
+        /// The shape the configuration implies.
+        expected: Vec<usize>,
+    },
+    /// The tokenizer cannot be read or does not fit the model or the scene.
+    #[error("{path}: {msg}")]
+    Tokenizer {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
+    /// A sequence longer than the rotary table.
+    #[error("a prompt of {tokens} tokens is longer than max_position_embeddings {max}")]
+    TooLong {
+        /// Tokens in the prompt.
+        tokens: usize,
+        /// The model's limit.
+        max: usize,
+    },
+    /// A tensor operation failed.
+    #[error("tensor error: {0}")]
+    Candle(#[from] candle_core::Error),
+}

@@ -1,0 +1,311 @@
+//! A Qwen2-style decoder whose weights carry the Hugging Face names, with two forward
+//! paths over the same tensors:
+//!
+//! - [`Path::Fast`] for inference: candle's fused kernels (`rms_norm`, `softmax_last_dim`,
+//!   `rope`), which record no backward pass;
+//! - [`Path::Train`] for training: the same maths from differentiable operations
+//!   (`rms_norm_slow`, `softmax`, `rope_slow`), so that every weight receives a gradient.
+//!
+//! Both follow candle-transformers' `qwen2` step for step (pre-norm layers, rotate-half
+//! rotary embeddings, grouped-query attention repeated as Hugging Face does, scale after the
+//! score matmul, SiLU-gated MLP, final norm, output layer or tied embedding), so the three
+//! agree to float rounding (tested).
+
+use candle_core::{D, DType, Device, Tensor};
+use candle_nn::{Linear, Module};
+use std::collections::BTreeMap;
+use std::path::Path as FsPath;
+
+use super::LmError;
+use super::config::LmConfig;
+
+/// Which forward pass to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// Fused kernels, no backward.
+    Fast,
+    /// Differentiable operations.
+    Train,
+}
+
+/// Named weight tensors, Hugging Face layout.
+pub type Weights = BTreeMap<String, Tensor>;
+
+struct Layer {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+    ln1: Tensor,
+    ln2: Tensor,
+}
+
+/// The decoder.
+pub struct Decoder {
+    cfg: LmConfig,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    head: Linear,
+    cos: Tensor,
+    sin: Tensor,
+}
+
+/// Every tensor a model of `cfg` has, with its shape, in name order.
+pub fn weight_shapes(cfg: &LmConfig) -> Vec<(String, Vec<usize>)> {
+    let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
+    let kv = cfg.kv_heads() * cfg.head_dim();
+    let mut out = vec![("model.embed_tokens.weight".to_string(), vec![v, h])];
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("model.layers.{l}");
+        out.extend([
+            (format!("{p}.self_attn.q_proj.weight"), vec![h, h]),
+            (format!("{p}.self_attn.q_proj.bias"), vec![h]),
+            (format!("{p}.self_attn.k_proj.weight"), vec![kv, h]),
+            (format!("{p}.self_attn.k_proj.bias"), vec![kv]),
+            (format!("{p}.self_attn.v_proj.weight"), vec![kv, h]),
+            (format!("{p}.self_attn.v_proj.bias"), vec![kv]),
+            (format!("{p}.self_attn.o_proj.weight"), vec![h, h]),
+            (format!("{p}.mlp.gate_proj.weight"), vec![i, h]),
+            (format!("{p}.mlp.up_proj.weight"), vec![i, h]),
+            (format!("{p}.mlp.down_proj.weight"), vec![h, i]),
+            (format!("{p}.input_layernorm.weight"), vec![h]),
+            (format!("{p}.post_attention_layernorm.weight"), vec![h]),
+        ]);
+    }
+    out.push(("model.norm.weight".to_string(), vec![h]));
+    if !cfg.tie_word_embeddings {
+        out.push(("lm_head.weight".to_string(), vec![v, h]));
+    }
+    out.sort();
+    out
+}
+
+/// Fresh weights for `cfg` drawn from a seeded stream (candle's own CPU generator cannot be
+/// seeded): normal(0, 0.02) matrices, unit norms, zero biases.
+pub fn init_weights(cfg: &LmConfig, seed: u64, device: &Device) -> Result<Weights, LmError> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut out = Weights::new();
+    for (name, shape) in weight_shapes(cfg) {
+        let n: usize = shape.iter().product();
+        let data: Vec<f32> = if name.ends_with("norm.weight") {
+            vec![1.0; n]
+        } else if name.ends_with(".bias") {
+            vec![0.0; n]
+        } else {
+            (0..n)
+                .map(|_| {
+                    // Box-Muller.
+                    let u1: f32 = rng.random::<f32>().max(f32::MIN_POSITIVE);
+                    let u2: f32 = rng.random::<f32>();
+                    0.02 * (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
+                })
+                .collect()
+        };
+        out.insert(name, Tensor::from_vec(data, shape, device)?);
+    }
+    Ok(out)
+}
+
+impl Decoder {
+    /// Builds the decoder of `cfg` over `weights` (read from `file`, named in errors).
+    /// Tensors are used as they are: pass variables' tensors to train them.
+    pub fn new(cfg: &LmConfig, weights: &Weights, file: &FsPath) -> Result<Self, LmError> {
+        let shapes: BTreeMap<String, Vec<usize>> = weight_shapes(cfg).into_iter().collect();
+        let get = |name: &str| -> Result<Tensor, LmError> {
+            let expected = shapes.get(name).cloned().unwrap_or_default();
+            let t = weights.get(name).ok_or_else(|| LmError::MissingTensor {
+                path: file.to_path_buf(),
+                name: name.to_string(),
+                shape: expected.clone(),
+            })?;
+            if t.dims() != expected.as_slice() {
+                return Err(LmError::TensorShape {
+                    path: file.to_path_buf(),
+                    name: name.to_string(),
+                    found: t.dims().to_vec(),
+                    expected,
+                });
+            }
+            Ok(t.to_dtype(DType::F32)?)
+        };
+        let lin = |p: &str, bias: bool| -> Result<Linear, LmError> {
+            let w = get(&format!("{p}.weight"))?;
+            let b = if bias {
+                Some(get(&format!("{p}.bias"))?)
+            } else {
+                None
+            };
+            Ok(Linear::new(w, b))
+        };
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for l in 0..cfg.num_hidden_layers {
+            let p = format!("model.layers.{l}");
+            layers.push(Layer {
+                q: lin(&format!("{p}.self_attn.q_proj"), true)?,
+                k: lin(&format!("{p}.self_attn.k_proj"), true)?,
+                v: lin(&format!("{p}.self_attn.v_proj"), true)?,
+                o: lin(&format!("{p}.self_attn.o_proj"), false)?,
+                gate: lin(&format!("{p}.mlp.gate_proj"), false)?,
+                up: lin(&format!("{p}.mlp.up_proj"), false)?,
+                down: lin(&format!("{p}.mlp.down_proj"), false)?,
+                ln1: get(&format!("{p}.input_layernorm.weight"))?,
+                ln2: get(&format!("{p}.post_attention_layernorm.weight"))?,
+            });
+        }
+        let embed = get("model.embed_tokens.weight")?;
+        let head = if cfg.tie_word_embeddings {
+            Linear::new(embed.clone(), None)
+        } else {
+            lin("lm_head", false)?
+        };
+        let (cos, sin) = rotary_tables(cfg, embed.device())?;
+        Ok(Self {
+            cfg: cfg.clone(),
+            embed,
+            layers,
+            norm: get("model.norm.weight")?,
+            head,
+            cos,
+            sin,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LmConfig {
+        &self.cfg
+    }
+
+    /// Logits `(b, t, vocab)` for token ids `(b, t)` (u32). `bias` is an additive attention
+    /// bias broadcastable to `(b, 1, t, t)` (0 or −∞; causal when `None`).
+    pub fn forward(
+        &self,
+        ids: &Tensor,
+        bias: Option<&Tensor>,
+        path: Path,
+    ) -> Result<Tensor, LmError> {
+        let hidden = self.hidden(ids, bias, path)?;
+        Ok(self.head.forward(&hidden)?)
+    }
+
+    /// The final normed hidden states `(b, t, hidden)`.
+    pub fn hidden(
+        &self,
+        ids: &Tensor,
+        bias: Option<&Tensor>,
+        path: Path,
+    ) -> Result<Tensor, LmError> {
+        let (b, t) = ids.dims2()?;
+        if t > self.cfg.max_position_embeddings {
+            return Err(LmError::TooLong {
+                tokens: t,
+                max: self.cfg.max_position_embeddings,
+            });
+        }
+        let h = self.cfg.hidden_size;
+        let mut x = self
+            .embed
+            .index_select(&ids.flatten_all()?, 0)?
+            .reshape((b, t, h))?;
+        let causal;
+        let bias = match bias {
+            Some(m) => m,
+            None => {
+                causal = causal_bias(t, x.device())?;
+                &causal
+            }
+        };
+        let (cos, sin) = (self.cos.narrow(0, 0, t)?, self.sin.narrow(0, 0, t)?);
+        for layer in &self.layers {
+            let n = self.rms(&x, &layer.ln1, path)?;
+            let a = self.attention(layer, &n, bias, &cos, &sin, path)?;
+            x = (x + a)?;
+            let n = self.rms(&x, &layer.ln2, path)?;
+            let m = layer
+                .down
+                .forward(&(layer.gate.forward(&n)?.silu()? * layer.up.forward(&n)?)?)?;
+            x = (x + m)?;
+        }
+        self.rms(&x, &self.norm, path)
+    }
+
+    fn rms(&self, x: &Tensor, w: &Tensor, path: Path) -> Result<Tensor, LmError> {
+        let eps = self.cfg.rms_norm_eps as f32;
+        Ok(match path {
+            Path::Fast => candle_nn::ops::rms_norm(&x.contiguous()?, w, eps)?,
+            Path::Train => candle_nn::ops::rms_norm_slow(x, w, eps)?,
+        })
+    }
+
+    fn attention(
+        &self,
+        l: &Layer,
+        x: &Tensor,
+        bias: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        path: Path,
+    ) -> Result<Tensor, LmError> {
+        let (b, t, _) = x.dims3()?;
+        let (nh, nkv, hd) = (
+            self.cfg.num_attention_heads,
+            self.cfg.kv_heads(),
+            self.cfg.head_dim(),
+        );
+        let heads = |y: Tensor, n: usize| y.reshape((b, t, n, hd))?.transpose(1, 2);
+        let q = heads(l.q.forward(x)?, nh)?;
+        let k = heads(l.k.forward(x)?, nkv)?;
+        let v = heads(l.v.forward(x)?, nkv)?;
+        let (q, k) = match path {
+            Path::Fast => (
+                candle_nn::rotary_emb::rope(&q.contiguous()?, cos, sin)?,
+                candle_nn::rotary_emb::rope(&k.contiguous()?, cos, sin)?,
+            ),
+            Path::Train => (
+                candle_nn::rotary_emb::rope_slow(&q.contiguous()?, cos, sin)?,
+                candle_nn::rotary_emb::rope_slow(&k.contiguous()?, cos, sin)?,
+            ),
+        };
+        let rep = nh / nkv;
+        let k = candle_transformers::utils::repeat_kv(k, rep)?.contiguous()?;
+        let v = candle_transformers::utils::repeat_kv(v, rep)?.contiguous()?;
+        let scale = 1f64 / (hd as f64).sqrt();
+        let w = (q.matmul(&k.transpose(2, 3)?)? * scale)?;
+        let w = w.broadcast_add(bias)?;
+        let w = match path {
+            Path::Fast => candle_nn::ops::softmax_last_dim(&w)?,
+            Path::Train => candle_nn::ops::softmax(&w, D::Minus1)?,
+        };
+        let out = w.matmul(&v)?.transpose(1, 2)?.reshape((b, t, nh * hd))?;
+        Ok(l.o.forward(&out)?)
+    }
+}
+
+/// Rotary tables `(max_positions, head_dim / 2)`, as candle-transformers' qwen2 builds them.
+fn rotary_tables(cfg: &LmConfig, device: &Device) -> Result<(Tensor, Tensor), LmError> {
+    let dim = cfg.head_dim();
+    let inv: Vec<f32> = (0..dim)
+        .step_by(2)
+        .map(|i| 1f32 / cfg.rope_theta.powf(i as f64 / dim as f64) as f32)
+        .collect();
+    let n = inv.len();
+    let inv = Tensor::from_vec(inv, (1, n), device)?;
+    let max = cfg.max_position_embeddings;
+    let t = Tensor::arange(0u32, max as u32, device)?
+        .to_dtype(DType::F32)?
+        .reshape((max, 1))?;
+    let freqs = t.matmul(&inv)?;
+    Ok((freqs.cos()?, freqs.sin()?))
+}
+
+/// The causal additive bias `(t, t)`: 0 on and below the diagonal, −∞ above.
+pub fn causal_bias(t: usize, device: &Device) -> Result<Tensor, LmError> {
+    let data: Vec<f32> = (0..t)
+        .flat_map(|i| (0..t).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 }))
+        .collect();
+    Ok(Tensor::from_vec(data, (t, t), device)?)
+}

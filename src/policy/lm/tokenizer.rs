@@ -1,0 +1,87 @@
+//! The default tokenizer: word level, built locally from every word the observation
+//! encoders can write (plus the action words, team and role names and talk vocabularies of
+//! the scenes it is built with), saved as a Hugging Face `tokenizer.json`. Text is split on
+//! whitespace, then numbers into single digits. Any Hugging Face `tokenizer.json` loads too.
+
+use std::collections::{BTreeSet, HashMap};
+use tokenizers::Tokenizer;
+use tokenizers::models::wordlevel::WordLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
+
+use crate::envs::{dilemma, hide_and_seek, maze};
+use crate::scene::{FamilySpec, Scene, Thing};
+
+/// Padding (id 0), unknown word (id 1), end of text (id 2).
+pub const SPECIAL: [&str; 3] = ["<pad>", "<unk>", "<eos>"];
+
+/// Words the encoders of `policy::text` write, whatever the scene.
+const ENCODER_WORDS: &str = "role team round of step phase preparation steps left play you at \
+    facing north east south west holding an object view ahead is up legend teammate other wall \
+    apple empty cell river dirt outside last reward zapped out ready in zap are your side low box \
+    locked by them ramp unseen see nobody ally opponent keys none map unknown plate shut door open \
+    key exit said actions say got so far no rounds played yet - . ? @ , ~ # = / \
+    0 1 2 3 4 5 6 7 8 9";
+
+/// The vocabulary of the default tokenizer for `scenes`: special tokens, then every word in
+/// sorted order.
+pub fn default_vocabulary(scenes: &[Scene]) -> Vec<String> {
+    let mut words: BTreeSet<String> = ENCODER_WORDS.split_whitespace().map(String::from).collect();
+    let chars = dilemma::view::CHARS
+        .iter()
+        .chain(&hide_and_seek::view::CHARS)
+        .chain(&maze::view::CHARS);
+    words.extend(chars.map(|c| c.to_string()));
+    let actions = dilemma::GRID_ACTIONS
+        .iter()
+        .chain(&hide_and_seek::ACTIONS)
+        .chain(&maze::ACTIONS);
+    words.extend(actions.map(|s| s.to_string()));
+    words.extend(crate::scene::MazeParams::default().vocabulary);
+    words.extend(["cooperate", "defect"].map(String::from));
+    for s in scenes {
+        words.extend(crate::envs::action_names(s));
+        words.extend(s.team_names().iter().map(|n| n.to_string()));
+        words.extend(s.roles.iter().cloned());
+        if let FamilySpec::Maze(m) = &s.spec.family {
+            words.extend(m.vocabulary.iter().cloned());
+        }
+        for t in &s.cells {
+            if let Thing::Key(n) | Thing::LockedDoor(n) = t {
+                words.insert(n.clone());
+            }
+        }
+    }
+    // Names with spaces would never come out of the whitespace split.
+    words.retain(|w| !w.chars().any(char::is_whitespace) && !SPECIAL.contains(&w.as_str()));
+    SPECIAL.iter().map(|s| s.to_string()).chain(words).collect()
+}
+
+/// A word-level tokenizer over `vocabulary` (ids in order), splitting on whitespace and
+/// numbers into digits.
+pub fn build_tokenizer(vocabulary: &[String]) -> Result<Tokenizer, String> {
+    let vocab: HashMap<String, u32> = vocabulary
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (w.clone(), i as u32))
+        .collect();
+    let model = WordLevel::builder()
+        .vocab(vocab.into_iter().collect())
+        .unk_token(SPECIAL[1].to_string())
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut tok = Tokenizer::new(model);
+    tok.with_pre_tokenizer(Some(Sequence::new(vec![
+        WhitespaceSplit.into(),
+        Digits::new(true).into(),
+    ])));
+    Ok(tok)
+}
+
+/// Token ids of `text` (no special tokens added).
+pub fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, String> {
+    tok.encode(text, false)
+        .map(|e| e.get_ids().to_vec())
+        .map_err(|e| e.to_string())
+}

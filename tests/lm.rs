@@ -1,0 +1,393 @@
+//! The language-model decoder: both forward paths against candle-transformers' qwen2 on the
+//! same weights, gradients to every tensor, Hugging Face folders written and loaded, errors
+//! that name the file and the tensor or field, and the default tokenizer on every scene.
+
+use candle_core::{DType, Device, IndexOp, Tensor, Var};
+use candle_nn::{Linear, Module, VarBuilder};
+use emergence::policy::lm::model::{Path as Fwd, Weights, init_weights, weight_shapes};
+use emergence::policy::lm::tokenizer::{build_tokenizer, default_vocabulary, encode};
+use emergence::policy::lm::{Decoder, LmConfig, LmError, ModelFolder, Preset};
+use std::collections::HashMap;
+use std::path::Path;
+
+fn small_config(tied: bool) -> LmConfig {
+    LmConfig {
+        vocab_size: 61,
+        hidden_size: 32,
+        intermediate_size: 64,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: Some(2),
+        max_position_embeddings: 64,
+        rope_theta: 10_000.0,
+        rms_norm_eps: 1e-6,
+        tie_word_embeddings: tied,
+        hidden_act: "silu".into(),
+        architectures: vec![],
+        model_type: "qwen2".into(),
+    }
+}
+
+fn qwen2_config(c: &LmConfig) -> candle_transformers::models::qwen2::Config {
+    candle_transformers::models::qwen2::Config {
+        vocab_size: c.vocab_size,
+        hidden_size: c.hidden_size,
+        intermediate_size: c.intermediate_size,
+        num_hidden_layers: c.num_hidden_layers,
+        num_attention_heads: c.num_attention_heads,
+        num_key_value_heads: c.kv_heads(),
+        max_position_embeddings: c.max_position_embeddings,
+        sliding_window: c.max_position_embeddings,
+        max_window_layers: c.num_hidden_layers,
+        tie_word_embeddings: c.tie_word_embeddings,
+        rope_theta: c.rope_theta,
+        rms_norm_eps: c.rms_norm_eps,
+        use_sliding_window: false,
+        hidden_act: candle_nn::Activation::Silu,
+    }
+}
+
+/// Full-sequence logits of candle-transformers' qwen2 over `weights`.
+fn reference_logits(cfg: &LmConfig, weights: &Weights, ids: &Tensor) -> Tensor {
+    let map: HashMap<String, Tensor> = weights.clone().into_iter().collect();
+    let vb = VarBuilder::from_tensors(map, DType::F32, &Device::Cpu);
+    let mut model = candle_transformers::models::qwen2::Model::new(&qwen2_config(cfg), vb.clone())
+        .expect("qwen2");
+    let hidden = model.forward(ids, 0, None).expect("forward");
+    let head = if cfg.tie_word_embeddings {
+        "model.embed_tokens.weight"
+    } else {
+        "lm_head.weight"
+    };
+    let w = vb
+        .get((cfg.vocab_size, cfg.hidden_size), head)
+        .expect("head");
+    Linear::new(w, None).forward(&hidden).expect("logits")
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .expect("same shape")
+        .abs()
+        .expect("abs")
+        .flatten_all()
+        .expect("flat")
+        .max(0)
+        .expect("max")
+        .to_scalar::<f32>()
+        .expect("scalar")
+}
+
+fn ids(cfg: &LmConfig) -> Tensor {
+    let data: Vec<u32> = (0..2 * 9)
+        .map(|i| (i * 7 + 3) as u32 % cfg.vocab_size as u32)
+        .collect();
+    Tensor::from_vec(data, (2, 9), &Device::Cpu).expect("ids")
+}
+
+#[test]
+fn both_paths_match_candle_transformers_qwen2() {
+    for tied in [false, true] {
+        let cfg = small_config(tied);
+        let weights = init_weights(&cfg, 7, &Device::Cpu).expect("init");
+        let dec = Decoder::new(&cfg, &weights, Path::new("mem")).expect("decoder");
+        let ids = ids(&cfg);
+        let reference = reference_logits(&cfg, &weights, &ids);
+        let fast = dec.forward(&ids, None, Fwd::Fast).expect("fast");
+        let train = dec.forward(&ids, None, Fwd::Train).expect("train");
+        assert_eq!(fast.dims(), &[2, 9, cfg.vocab_size]);
+        let (df, dt) = (
+            max_abs_diff(&fast, &reference),
+            max_abs_diff(&train, &reference),
+        );
+        assert!(df < 1e-5 && dt < 1e-5, "tied {tied}: fast {df}, train {dt}");
+        // And the logits are not trivially equal: another seed differs.
+        let other = init_weights(&cfg, 8, &Device::Cpu).expect("init");
+        let other = Decoder::new(&cfg, &other, Path::new("mem")).expect("decoder");
+        let o = other.forward(&ids, None, Fwd::Fast).expect("fast");
+        assert!(max_abs_diff(&o, &fast) > 1e-3);
+    }
+}
+
+#[test]
+fn training_path_gives_every_tensor_a_gradient() {
+    let cfg = small_config(false);
+    let init = init_weights(&cfg, 3, &Device::Cpu).expect("init");
+    let vars: Vec<(String, Var)> = init
+        .iter()
+        .map(|(k, t)| (k.clone(), Var::from_tensor(t).expect("var")))
+        .collect();
+    let weights: Weights = vars
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+        .collect();
+    let dec = Decoder::new(&cfg, &weights, Path::new("mem")).expect("decoder");
+    let ids = ids(&cfg);
+    let loss = |path| {
+        let logits = dec.forward(&ids, None, path).expect("forward");
+        let lp = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1).expect("lsm");
+        // Mean log-probability of token 5 at every position: touches every weight.
+        lp.i((.., .., 5)).expect("pick").mean_all().expect("mean")
+    };
+    let grads = loss(Fwd::Train).backward().expect("backward");
+    let missing: Vec<&str> = vars
+        .iter()
+        .filter(|(_, v)| {
+            grads.get(v).is_none_or(|g| {
+                g.abs()
+                    .and_then(|a| a.sum_all())
+                    .and_then(|s| s.to_scalar::<f32>())
+                    .map_or(true, |s| s == 0.0)
+            })
+        })
+        .map(|(k, _)| k.as_str())
+        .collect();
+    assert!(missing.is_empty(), "no gradient reached: {missing:?}");
+    assert_eq!(vars.len(), weight_shapes(&cfg).len());
+    // The fused path cuts the graph silently: that is why the training path exists.
+    let fast = loss(Fwd::Fast).backward().expect("backward");
+    let embed = &vars
+        .iter()
+        .find(|(k, _)| k == "model.embed_tokens.weight")
+        .expect("embed")
+        .1;
+    assert!(
+        fast.get(embed).is_none(),
+        "the fused path now records a backward pass"
+    );
+}
+
+/// Writes a folder the way Hugging Face lays out a Qwen2 checkpoint.
+fn write_hf_folder(dir: &Path, cfg: &LmConfig, weights: &Weights) {
+    std::fs::create_dir_all(dir).expect("dir");
+    let config = serde_json::json!({
+        "architectures": ["Qwen2ForCausalLM"],
+        "attention_dropout": 0.0,
+        "bos_token_id": 2,
+        "eos_token_id": 2,
+        "hidden_act": "silu",
+        "hidden_size": cfg.hidden_size,
+        "initializer_range": 0.02,
+        "intermediate_size": cfg.intermediate_size,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "max_window_layers": cfg.num_hidden_layers,
+        "model_type": "qwen2",
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "num_key_value_heads": cfg.kv_heads(),
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "rope_theta": cfg.rope_theta,
+        "sliding_window": null,
+        "tie_word_embeddings": cfg.tie_word_embeddings,
+        "torch_dtype": "float32",
+        "transformers_version": "4.45.0",
+        "use_cache": true,
+        "use_sliding_window": false,
+        "vocab_size": cfg.vocab_size
+    });
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_string_pretty(&config).expect("json"),
+    )
+    .expect("config");
+    let map: HashMap<String, Tensor> = weights.clone().into_iter().collect();
+    candle_core::safetensors::save(&map, dir.join("model.safetensors")).expect("weights");
+    // Words without digits (the pre-tokenizer splits digits off): "xaa", "xba", ...
+    let word = |i: usize| {
+        format!(
+            "x{}{}",
+            (b'a' + (i % 26) as u8) as char,
+            (b'a' + (i / 26) as u8) as char
+        )
+    };
+    let vocab: Vec<String> = (0..cfg.vocab_size - 5).map(word).collect();
+    let mut vocab = vocab;
+    vocab.splice(0..0, ["<pad>", "<unk>", "<eos>"].map(String::from));
+    build_tokenizer(&vocab)
+        .expect("tokenizer")
+        .save(dir.join("tokenizer.json"), true)
+        .expect("save tokenizer");
+}
+
+#[test]
+fn a_hugging_face_qwen2_folder_loads_and_matches() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("qwen2");
+    let cfg = small_config(false);
+    let weights = init_weights(&cfg, 11, &Device::Cpu).expect("init");
+    write_hf_folder(&dir, &cfg, &weights);
+    let folder = ModelFolder::load(&dir, &Device::Cpu).expect("load");
+    assert_eq!(folder.config.kv_heads(), 2);
+    let dec = folder.decoder().expect("decoder");
+    let ids = ids(&cfg);
+    let d = max_abs_diff(
+        &dec.forward(&ids, None, Fwd::Fast).expect("fast"),
+        &reference_logits(&cfg, &weights, &ids),
+    );
+    assert!(d < 1e-5, "{d}");
+    // Ids 3.. are the words in order; unknown words are <unk> (1).
+    assert_eq!(
+        encode(&folder.tokenizer, "xda xka nonsense").expect("encode"),
+        vec![6, 13, 1]
+    );
+}
+
+fn load_err(dir: &Path) -> String {
+    match ModelFolder::load(dir, &Device::Cpu) {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_folders_name_the_file_and_the_tensor_or_field() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = small_config(false);
+    let weights = init_weights(&cfg, 1, &Device::Cpu).expect("init");
+    // A missing tensor.
+    let dir = tmp.path().join("missing");
+    let mut w = weights.clone();
+    w.remove("model.layers.1.mlp.up_proj.weight");
+    write_hf_folder(&dir, &cfg, &w);
+    let e = load_err(&dir);
+    assert!(
+        e.contains("model.safetensors")
+            && e.contains("`model.layers.1.mlp.up_proj.weight` is missing")
+            && e.contains("[64, 32]"),
+        "{e}"
+    );
+    // A wrong shape.
+    let dir = tmp.path().join("shape");
+    let mut w = weights.clone();
+    w.insert(
+        "model.norm.weight".into(),
+        Tensor::ones(7, DType::F32, &Device::Cpu).expect("t"),
+    );
+    write_hf_folder(&dir, &cfg, &w);
+    let e = load_err(&dir);
+    assert!(
+        e.contains("`model.norm.weight` has shape [7]; expected [32]"),
+        "{e}"
+    );
+    // A bad config field and bad JSON.
+    let dir = tmp.path().join("field");
+    write_hf_folder(&dir, &cfg, &weights);
+    let c = std::fs::read_to_string(dir.join("config.json")).expect("read");
+    std::fs::write(dir.join("config.json"), c.replace("\"silu\"", "\"gelu\"")).expect("write");
+    let e = load_err(&dir);
+    assert!(
+        e.contains("config.json: field `hidden_act`") && e.contains("\"silu\""),
+        "{e}"
+    );
+    std::fs::write(
+        dir.join("config.json"),
+        "{\n  \"hidden_size\": 32,\n  \"vocab_size\": ,\n}",
+    )
+    .expect("write");
+    let e = load_err(&dir);
+    assert!(e.contains("config.json:3:17"), "{e}");
+    // A tokenizer that is not one.
+    let dir = tmp.path().join("tok");
+    write_hf_folder(&dir, &cfg, &weights);
+    std::fs::write(dir.join("tokenizer.json"), "{}").expect("write");
+    let e = load_err(&dir);
+    assert!(e.contains("tokenizer.json"), "{e}");
+    // A missing folder.
+    let e = load_err(&tmp.path().join("nowhere"));
+    assert!(e.contains("nowhere") && e.contains("config.json"), "{e}");
+}
+
+#[test]
+fn init_writes_a_loadable_folder_and_never_overwrites() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("models").join("tiny");
+    let scenes: Vec<_> =
+        emergence::scene::find_scenes(&Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes"))
+            .iter()
+            .map(|p| emergence::scene::load_scene(p).expect("scene"))
+            .collect();
+    let m = ModelFolder::init(Preset::Tiny, 5, &scenes, &Device::Cpu).expect("init");
+    let params = m.config.parameters();
+    assert!((900_000..1_300_000).contains(&params), "{params}");
+    m.save(&dir).expect("save");
+    let e = m.save(&dir).expect_err("second save");
+    assert!(matches!(e, LmError::Exists { .. }), "{e}");
+    let back = ModelFolder::load(&dir, &Device::Cpu).expect("load");
+    assert_eq!(back.config, m.config);
+    let ids = Tensor::new(&[[1u32, 5, 9, 2]], &Device::Cpu).expect("ids");
+    let a = m
+        .decoder()
+        .expect("d")
+        .forward(&ids, None, Fwd::Fast)
+        .expect("f");
+    let b = back
+        .decoder()
+        .expect("d")
+        .forward(&ids, None, Fwd::Fast)
+        .expect("f");
+    assert_eq!(max_abs_diff(&a, &b), 0.0);
+    // Same seed, same bytes.
+    let again = ModelFolder::init(Preset::Tiny, 5, &scenes, &Device::Cpu).expect("init");
+    again.save(&tmp.path().join("again")).expect("save");
+    assert_eq!(
+        std::fs::read(dir.join("model.safetensors")).expect("a"),
+        std::fs::read(tmp.path().join("again/model.safetensors")).expect("b")
+    );
+    // The small preset's size, without building it.
+    let small = LmConfig::preset(Preset::Small, m.config.vocab_size);
+    assert!(
+        (35_000_000..40_000_000).contains(&small.parameters()),
+        "{}",
+        small.parameters()
+    );
+}
+
+#[test]
+fn the_default_tokenizer_covers_every_scene_text() {
+    use emergence::envs::action_names;
+    use emergence::policy::text::{Speaker, TextFormat};
+    let paths =
+        emergence::scene::find_scenes(&Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes"));
+    let scenes: Vec<_> = paths
+        .iter()
+        .map(|p| emergence::scene::load_scene(p).expect("scene"))
+        .collect();
+    let tok = build_tokenizer(&default_vocabulary(&scenes)).expect("tokenizer");
+    for scene in &scenes {
+        let mut cfg = emergence::headless::RunConfig::new(scene.clone());
+        cfg.record_arenas = vec![];
+        let mut app = emergence::headless::build_app(&cfg).expect("app");
+        let fmt = TextFormat::new(scene, &action_names(scene));
+        for _ in 0..5 {
+            app.update();
+            let w = app.world_mut();
+            let mut q = w.query::<(
+                &emergence::core::Team,
+                &emergence::core::Role,
+                &emergence::core::Observation,
+                &emergence::core::ActionMask,
+            )>();
+            for (team, role, obs, mask) in q.iter(w) {
+                let text = fmt.render(
+                    Speaker {
+                        team: team.0,
+                        role: role.0,
+                    },
+                    obs,
+                    *mask,
+                    -0.25,
+                );
+                let ids = encode(&tok, &text).expect("encode");
+                let unknown: Vec<&str> = text
+                    .split_whitespace()
+                    .filter(|w| encode(&tok, w).expect("encode").contains(&1))
+                    .collect();
+                assert!(
+                    !ids.contains(&1),
+                    "{}: unknown words {unknown:?} in\n{text}",
+                    scene.path.display()
+                );
+            }
+        }
+    }
+}
