@@ -12,6 +12,8 @@ use crate::SimPlugins;
 use crate::core::{RunProgress, StateHash};
 use crate::envs::{SpawnError, spawn_arenas};
 use crate::metrics::{EpisodeLog, MetricsWriter, peak_memory_bytes};
+use crate::policy::PolicyRegistry;
+use crate::policy::lm::{LmPolicy, ModelSource};
 use crate::replay::Recorder;
 use crate::scene::Scene;
 
@@ -36,6 +38,10 @@ pub struct RunConfig {
     pub record_arenas: Vec<u32>,
     /// Keep the state hash of every step.
     pub hash_steps: bool,
+    /// `--model`: the folder the `lm` policy loads (the embedded tiny model otherwise).
+    pub model: Option<PathBuf>,
+    /// `--device`: where language models run.
+    pub device: candle_core::Device,
 }
 
 impl RunConfig {
@@ -51,6 +57,8 @@ impl RunConfig {
             record: None,
             record_arenas: vec![0],
             hash_steps: false,
+            model: None,
+            device: candle_core::Device::Cpu,
         }
     }
 }
@@ -95,6 +103,8 @@ pub struct RunReport {
     pub peak_memory: Option<u64>,
     /// Every step's state hash, when asked for.
     pub step_hashes: Vec<u64>,
+    /// Counters of model-backed policies, by name.
+    pub policies: Vec<(String, crate::policy::PolicyStats)>,
 }
 
 impl RunReport {
@@ -141,6 +151,18 @@ pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
         app.edit_schedule(label, |s| {
             s.set_executor(SingleThreadedExecutor::new());
         });
+    }
+    if cfg.model.is_some() || !matches!(cfg.device, candle_core::Device::Cpu) {
+        let source = match &cfg.model {
+            Some(dir) => ModelSource::Folder(dir.clone()),
+            None => ModelSource::Embedded {
+                preset: crate::policy::lm::Preset::Tiny,
+                seed: 0,
+            },
+        };
+        app.world_mut()
+            .resource_mut::<PolicyRegistry>()
+            .insert("lm", Box::new(LmPolicy::new(source, cfg.device.clone())));
     }
     spawn_arenas(
         app.world_mut(),
@@ -230,7 +252,9 @@ pub fn run(
         .get_resource::<StateHash>()
         .map(|h| h.history.clone())
         .unwrap_or_default();
+    let policies = world.resource::<PolicyRegistry>().stats();
     Ok(RunReport {
+        policies,
         teams,
         team_returns,
         metrics,

@@ -32,6 +32,9 @@ enum Command {
         /// The `.scene.ron` file.
         scene: PathBuf,
     },
+    /// Create or inspect language-model folders.
+    #[command(subcommand)]
+    Model(ModelCommand),
     /// List the shipped scenes, the families and the policies.
     List {
         /// Folder to look for scenes in.
@@ -71,6 +74,40 @@ struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Let this policy decide for every team (e.g. `lm`), whatever the scene says.
+    #[arg(long)]
+    policy: Option<String>,
+    /// Model folder (config.json, model.safetensors, tokenizer.json) for the `lm` policy;
+    /// without it, `lm` uses the embedded tiny model.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Where language models run: `cpu`, or `cuda:N` (built with the `cuda` feature).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+}
+
+#[derive(Subcommand)]
+enum ModelCommand {
+    /// Write a fresh, seeded model folder in the Hugging Face layout.
+    Init {
+        /// The folder to create (must not exist).
+        #[arg(long)]
+        out: PathBuf,
+        /// Size: `tiny` (about 1M parameters) or `small` (about 38M).
+        #[arg(long, default_value = "tiny")]
+        preset: String,
+        /// Weight seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Scenes whose words the tokenizer must cover (every `*.scene.ron` below).
+        #[arg(long, default_value = "scenes")]
+        scenes: PathBuf,
+    },
+    /// Load a model folder and print its shape.
+    Info {
+        /// The model folder.
+        path: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -79,6 +116,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd_run(args),
         Command::Check { scene } => cmd_check(&scene),
         Command::List { scenes } => cmd_list(&scenes),
+        Command::Model(m) => cmd_model(m),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -103,7 +141,24 @@ fn refuse_overwrite_of_input(out: &Option<PathBuf>, scene: &Path, flag: &str) ->
 }
 
 fn cmd_run(args: RunArgs) -> Result<()> {
-    let scene = load_scene(&args.scene)?;
+    let mut scene = load_scene(&args.scene)?;
+    if let Some(p) = &args.policy {
+        let info = catalogue().iter().find(|i| i.name == p).with_context(|| {
+            let known: Vec<&str> = catalogue().iter().map(|i| i.name).collect();
+            format!(
+                "--policy {p:?} is not a policy; expected one of {}",
+                known.join(", ")
+            )
+        })?;
+        let family = scene.spec.family.name();
+        if !info.plays(family) {
+            anyhow::bail!("--policy {p:?} does not play {family}");
+        }
+        for a in &mut scene.agents {
+            a.policy = p.clone();
+        }
+    }
+    let device = parse_device(&args.device)?;
     refuse_overwrite_of_input(&args.metrics, &args.scene, "--metrics")?;
     refuse_overwrite_of_input(&args.record, &args.scene, "--record")?;
     let cfg = RunConfig {
@@ -116,6 +171,8 @@ fn cmd_run(args: RunArgs) -> Result<()> {
         record: args.record.clone(),
         record_arenas: args.record_arenas.clone(),
         hash_steps: args.hash_log.is_some(),
+        model: args.model.clone(),
+        device,
     };
     let total = u64::from(cfg.arenas) * u64::from(cfg.episodes);
     let bar = if args.quiet {
@@ -176,6 +233,24 @@ fn print_report(cfg: &RunConfig, r: &RunReport) {
     println!("{:<28} {:>14}", "steps", r.steps);
     println!("{:<28} {:>14}", "agent-steps", r.agent_steps);
     println!("{:<28} {:>14.0}", "agent-steps/s", r.agent_steps_per_sec());
+    for (name, p) in &r.policies {
+        let secs = p.seconds.max(1e-9);
+        println!(
+            "{:<28} {:>14.0}",
+            format!("{name} decisions/s"),
+            p.decisions as f64 / secs
+        );
+        println!(
+            "{:<28} {:>14.0}",
+            format!("{name} tokens/s"),
+            p.tokens as f64 / secs
+        );
+        println!(
+            "{:<28} {:>14.3}",
+            format!("{name} seconds deciding"),
+            p.seconds
+        );
+    }
     println!("{:<28} {:>14.3}", "wall time (s)", r.wall.as_secs_f64());
     match r.peak_memory {
         Some(b) => println!(
@@ -333,4 +408,71 @@ fn cmd_list(dir: &Path) -> Result<()> {
         );
     }
     Ok(())
+}
+
+fn parse_device(s: &str) -> Result<candle_core::Device> {
+    if s == "cpu" {
+        return Ok(candle_core::Device::Cpu);
+    }
+    let Some(n) = s
+        .strip_prefix("cuda:")
+        .and_then(|n| n.parse::<usize>().ok())
+    else {
+        anyhow::bail!("--device {s:?}: expected cpu or cuda:N");
+    };
+    if !candle_core::utils::cuda_is_available() {
+        anyhow::bail!(
+            "--device {s}: this build has no CUDA (build with --features cuda on a machine with a GPU)"
+        );
+    }
+    candle_core::Device::new_cuda(n).with_context(|| format!("--device {s}"))
+}
+
+fn cmd_model(cmd: ModelCommand) -> Result<()> {
+    use emergence::policy::lm::{ModelFolder, Preset};
+    match cmd {
+        ModelCommand::Init {
+            out,
+            preset,
+            seed,
+            scenes,
+        } => {
+            let p = Preset::parse(&preset)
+                .with_context(|| format!("--preset {preset:?}: expected tiny or small"))?;
+            let found: Vec<Scene> = find_scenes(&scenes)
+                .iter()
+                .map(|p| load_scene(p))
+                .collect::<Result<_, _>>()?;
+            let m = ModelFolder::init(p, seed, &found, &candle_core::Device::Cpu)?;
+            m.save(&out)?;
+            println!(
+                "wrote {} ({} preset, {} parameters, {} tokens in the tokenizer, seed {seed})",
+                out.display(),
+                preset,
+                m.config.parameters(),
+                m.tokenizer.get_vocab_size(true)
+            );
+            Ok(())
+        }
+        ModelCommand::Info { path } => {
+            let m = ModelFolder::load(&path, &candle_core::Device::Cpu)?;
+            let c = &m.config;
+            println!("model      {}", path.display());
+            println!(
+                "shape      hidden {}, {} layers, {} heads ({} key/value), intermediate {}",
+                c.hidden_size,
+                c.num_hidden_layers,
+                c.num_attention_heads,
+                c.kv_heads(),
+                c.intermediate_size
+            );
+            println!(
+                "vocabulary {} (tokenizer {})",
+                c.vocab_size,
+                m.tokenizer.get_vocab_size(true)
+            );
+            println!("parameters {}", c.parameters());
+            Ok(())
+        }
+    }
 }

@@ -176,3 +176,19 @@ pub struct Utterance(pub Option<u8>);
 /// of the map show it the whole map.
 #[derive(Component, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Oracle;
+
+/// What a learned policy recorded about its last decision (the training plugin reads it;
+/// scripted bots leave it empty).
+#[derive(Component, Debug, Clone, Default, PartialEq)]
+pub struct DecisionTrace {
+    /// Token ids of the prompt the model read.
+    pub tokens: Vec<u32>,
+    /// Log-probability of the chosen action under the masked distribution.
+    pub logprob: f32,
+    /// Entropy of the masked action distribution.
+    pub entropy: f32,
+    /// Probability of every action (0 for illegal ones), by action index.
+    pub probs: Vec<f32>,
+    /// The value estimate, when the policy has a value head.
+    pub value: Option<f32>,
+}

@@ -94,6 +94,10 @@ pub fn spawn_arenas(
         }
     }
     let names = action_names(scene);
+    world
+        .resource_mut::<PolicyRegistry>()
+        .setup(scene, &names)
+        .map_err(SpawnError)?;
     let n_actions = names.len();
     let max_steps = scene.spec.episode.max_steps;
     let rules = |view, zap, clean_length, apple_reward| gridworld::DilemmaRules {
@@ -177,6 +181,7 @@ pub fn spawn_arenas(
                 AgentStats::default(),
                 Observation::default(),
                 AgentRng(ChaCha8Rng::seed_from_u64(0)),
+                DecisionTrace::default(),
             ));
             match &family {
                 FamilyState::Matrix(_) => {}

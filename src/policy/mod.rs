@@ -40,12 +40,43 @@ pub struct Decision<'a> {
     pub action: &'a mut Action,
     /// What the agent says, in families with talk (`None` elsewhere).
     pub say: Option<&'a mut Utterance>,
+    /// The agent's team and role (indices into the scene's teams and roles).
+    pub team: u8,
+    /// See `team`.
+    pub role: u8,
+    /// The reward the agent got on the previous step.
+    pub last_reward: f32,
+    /// Where learned policies record their decision.
+    pub trace: &'a mut DecisionTrace,
 }
 
 /// A decision maker for a batch of agents.
 pub trait Policy: Send + Sync + 'static {
     /// Chooses an action for every agent of the batch (agents of many arenas).
     fn decide(&mut self, batch: &mut [Decision<'_>]);
+    /// Called once when a scene's arenas are spawned, with the scene and its action words;
+    /// policies that need them (language models: the text format, the action tokens) set
+    /// up here. An error stops the run with its message.
+    fn setup(&mut self, _scene: &crate::scene::Scene, _actions: &[String]) -> Result<(), String> {
+        Ok(())
+    }
+    /// Counters of the work done so far (language models), for the run summary.
+    fn stats(&self) -> Option<PolicyStats> {
+        None
+    }
+}
+
+/// What a model-backed policy has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PolicyStats {
+    /// Decisions made (agent-steps decided).
+    pub decisions: u64,
+    /// Prompt tokens run through the model.
+    pub tokens: u64,
+    /// Batched forward passes.
+    pub forwards: u64,
+    /// Seconds spent deciding.
+    pub seconds: f64,
 }
 
 /// A named policy that scenes may ask for.
@@ -189,6 +220,21 @@ static CATALOGUE: &[PolicyInfo] = &[
         oracle: false,
         make: || Box::new(MazeFollower),
     },
+    PolicyInfo {
+        name: "lm",
+        doc: "language model: the embedded tiny model (seed 0), or --model PATH; one batched forward per step",
+        families: ALL,
+        oracle: false,
+        make: || {
+            Box::new(lm::LmPolicy::new(
+                lm::ModelSource::Embedded {
+                    preset: lm::Preset::Tiny,
+                    seed: 0,
+                },
+                candle_core::Device::Cpu,
+            ))
+        },
+    },
 ];
 
 /// Every policy a scene may name.
@@ -221,6 +267,21 @@ impl PolicyRegistry {
         self.entries.push((name.to_string(), policy));
         PolicyHandle((self.entries.len() - 1) as u16)
     }
+    /// The counters of every policy that keeps them, by name.
+    pub fn stats(&self) -> Vec<(String, PolicyStats)> {
+        self.entries
+            .iter()
+            .filter_map(|(n, p)| p.stats().map(|s| (n.clone(), s)))
+            .collect()
+    }
+    /// Runs every registered policy's [`Policy::setup`] for `scene`.
+    pub fn setup(&mut self, scene: &crate::scene::Scene, actions: &[String]) -> Result<(), String> {
+        for (name, p) in &mut self.entries {
+            p.setup(scene, actions)
+                .map_err(|e| format!("policy {name:?}: {e}"))?;
+        }
+        Ok(())
+    }
     /// The name behind a handle.
     pub fn name(&self, h: PolicyHandle) -> Option<&str> {
         self.entries.get(h.0 as usize).map(|(n, _)| n.as_str())
@@ -247,13 +308,16 @@ pub fn decide_actions(
             &mut AgentRng,
             &mut Action,
             Option<&mut Utterance>,
+            (&Team, &Role, &Reward, &mut DecisionTrace),
         ),
         Without<Idle>,
     >,
 ) {
     let n = registry.entries.len();
     let mut groups: Vec<Vec<Decision<'_>>> = (0..n).map(|_| Vec::new()).collect();
-    for (agent, handle, obs, mask, rng, action, say) in agents.iter_mut() {
+    for (agent, handle, obs, mask, rng, action, say, (team, role, reward, trace)) in
+        agents.iter_mut()
+    {
         if let Some(g) = groups.get_mut(handle.0 as usize) {
             g.push(Decision {
                 agent: *agent,
@@ -262,6 +326,10 @@ pub fn decide_actions(
                 rng: &mut rng.into_inner().0,
                 action: action.into_inner(),
                 say: say.map(|s| s.into_inner()),
+                team: team.0,
+                role: role.0,
+                last_reward: reward.0,
+                trace: trace.into_inner(),
             });
         }
     }

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod folder;
 pub mod model;
+pub mod policy;
 pub mod tokenizer;
 
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use thiserror::Error;
 pub use config::{LmConfig, Preset};
 pub use folder::ModelFolder;
 pub use model::{Decoder, Path, Weights};
+pub use policy::{LmPolicy, ModelSource};
 
 /// What can go wrong with a model, its folder or its tokenizer.
 #[derive(Debug, Error)]

@@ -192,6 +192,11 @@ impl Decoder {
         Ok(self.head.forward(&hidden)?)
     }
 
+    /// The output layer applied to hidden states `(..., hidden)`.
+    pub fn head(&self, hidden: &Tensor) -> Result<Tensor, LmError> {
+        Ok(self.head.forward(hidden)?)
+    }
+
     /// The final normed hidden states `(b, t, hidden)`.
     pub fn hidden(
         &self,

@@ -1,0 +1,308 @@
+//! The language-model policy: every agent bound to it, across every arena, is decided in
+//! ONE batched forward per step. Prompts are the observation texts ([`crate::policy::text`])
+//! tokenized and right-padded (with a causal mask, real tokens never see the padding and keep
+//! their positions, so a padded row gives exactly the logits it would alone). Actions are
+//! words: each legal action word is scored by the sum of its tokens' log-probabilities after
+//! the prompt, illegal ones are masked, and the action is sampled from the agent's own stream.
+//! The trace keeps the prompt tokens, the log-probability of the choice, the entropy of the
+//! masked distribution and the probabilities. In the maze a word to say is then chosen the
+//! same way, after the prompt, the chosen action and `say`.
+
+use candle_core::{D, Device, Tensor};
+use rand::Rng;
+use std::path::PathBuf;
+use std::time::Instant;
+use tokenizers::Tokenizer;
+
+use super::folder::ModelFolder;
+use super::model::{Decoder, Path};
+use super::tokenizer::encode;
+use super::{LmError, Preset};
+use crate::policy::text::{Speaker, TextFormat};
+use crate::policy::{Decision, Policy, PolicyStats};
+use crate::scene::{FamilySpec, Scene};
+
+/// Where the model comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelSource {
+    /// Built in memory from a preset and a seed, with the default tokenizer for the scene.
+    Embedded {
+        /// Size.
+        preset: Preset,
+        /// Weight seed.
+        seed: u64,
+    },
+    /// A model folder on disk (`config.json`, `model.safetensors`, `tokenizer.json`).
+    Folder(PathBuf),
+}
+
+struct Ready {
+    decoder: Decoder,
+    tokenizer: Tokenizer,
+    format: TextFormat,
+    /// Token ids of each action word.
+    actions: Vec<Vec<u32>>,
+    /// Token ids of each word agents may say, and of `say` (families with talk).
+    words: Option<(Vec<Vec<u32>>, Vec<u32>)>,
+    pad: u32,
+}
+
+/// A language-model policy.
+pub struct LmPolicy {
+    source: ModelSource,
+    device: Device,
+    ready: Option<Ready>,
+    stats: PolicyStats,
+}
+
+impl LmPolicy {
+    /// A policy whose model comes from `source`, run on `device`.
+    pub fn new(source: ModelSource, device: Device) -> Self {
+        Self {
+            source,
+            device,
+            ready: None,
+            stats: PolicyStats::default(),
+        }
+    }
+
+    fn prepare(&mut self, scene: &Scene, actions: &[String]) -> Result<Ready, LmError> {
+        let (folder, tpath) = match &self.source {
+            ModelSource::Embedded { preset, seed } => (
+                ModelFolder::init(*preset, *seed, std::slice::from_ref(scene), &self.device)?,
+                PathBuf::from("the embedded tokenizer"),
+            ),
+            ModelSource::Folder(dir) => (
+                ModelFolder::load(dir, &self.device)?,
+                dir.join("tokenizer.json"),
+            ),
+        };
+        let unk = folder.tokenizer.token_to_id("<unk>");
+        let words_of = |list: &[String], what: &str| -> Result<Vec<Vec<u32>>, LmError> {
+            list.iter()
+                .map(|w| {
+                    let ids = encode(&folder.tokenizer, w).map_err(|msg| LmError::Tokenizer {
+                        path: tpath.clone(),
+                        msg,
+                    })?;
+                    if ids.is_empty() || unk.is_some_and(|u| ids.contains(&u)) {
+                        return Err(LmError::Tokenizer {
+                            path: tpath.clone(),
+                            msg: format!("cannot encode the {what} {w:?} (unknown token)"),
+                        });
+                    }
+                    Ok(ids)
+                })
+                .collect()
+        };
+        let action_ids = words_of(actions, "action word")?;
+        let words = match &scene.spec.family {
+            FamilySpec::Maze(m) => {
+                let say = words_of(&["say".to_string()], "word")?.remove(0);
+                Some((words_of(&m.vocabulary, "vocabulary word")?, say))
+            }
+            _ => None,
+        };
+        let pad = folder
+            .tokenizer
+            .token_to_id("<pad>")
+            .or_else(|| folder.tokenizer.token_to_id("<|endoftext|>"))
+            .unwrap_or(0);
+        Ok(Ready {
+            decoder: folder.decoder()?,
+            tokenizer: folder.tokenizer,
+            format: TextFormat::new(scene, actions),
+            actions: action_ids,
+            words,
+            pad,
+        })
+    }
+}
+
+/// Log-probabilities `(rows, vocab)` of the token after each prompt.
+fn next_logprobs(r: &Ready, device: &Device, prompts: &[Vec<u32>]) -> Result<Tensor, LmError> {
+    let t = prompts.iter().map(Vec::len).max().unwrap_or(1).max(1);
+    let b = prompts.len();
+    let mut flat = Vec::with_capacity(b * t);
+    for p in prompts {
+        flat.extend_from_slice(p);
+        flat.extend(std::iter::repeat_n(r.pad, t - p.len()));
+    }
+    let ids = Tensor::from_vec(flat, (b, t), device)?;
+    let hidden = r.decoder.hidden(&ids, None, Path::Fast)?;
+    // The hidden state at each row's last real token: (b, hidden).
+    let last: Vec<u32> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (i * t + p.len().max(1) - 1) as u32)
+        .collect();
+    let last = Tensor::from_vec(last, b, device)?;
+    let h = hidden.reshape((b * t, ()))?.index_select(&last, 0)?;
+    let logits = r.decoder.head(&h)?;
+    Ok(candle_nn::ops::log_softmax(&logits, D::Minus1)?)
+}
+
+/// Scores of `choices` (token sequences) after each prompt: the sum of their tokens'
+/// log-probabilities. One forward for single-token choices; multi-token choices add a second
+/// batched forward over the prompts extended by each choice.
+fn score(
+    r: &Ready,
+    device: &Device,
+    prompts: &[Vec<u32>],
+    choices: &[Vec<u32>],
+    tokens: &mut u64,
+) -> Result<Vec<Vec<f32>>, LmError> {
+    let lp = next_logprobs(r, device, prompts)?.to_vec2::<f32>()?;
+    *tokens += prompts.iter().map(|p| p.len() as u64).sum::<u64>();
+    let mut out: Vec<Vec<f32>> = lp
+        .iter()
+        .map(|row| choices.iter().map(|c| row[c[0] as usize]).collect())
+        .collect();
+    let multi: Vec<usize> = (0..choices.len())
+        .filter(|&c| choices[c].len() > 1)
+        .collect();
+    if !multi.is_empty() {
+        // Every (prompt, choice) continuation in one batch; position k scores token k + 1.
+        let mut rows = Vec::new();
+        for p in prompts {
+            for &c in &multi {
+                rows.push(
+                    p.iter()
+                        .chain(&choices[c][..choices[c].len() - 1])
+                        .copied()
+                        .collect::<Vec<u32>>(),
+                );
+            }
+        }
+        let t = rows.iter().map(Vec::len).max().unwrap_or(1);
+        let mut flat = Vec::new();
+        for row in &rows {
+            flat.extend_from_slice(row);
+            flat.extend(std::iter::repeat_n(r.pad, t - row.len()));
+        }
+        *tokens += rows.iter().map(|p| p.len() as u64).sum::<u64>();
+        let ids = Tensor::from_vec(flat, (rows.len(), t), device)?;
+        let lp =
+            candle_nn::ops::log_softmax(&r.decoder.forward(&ids, None, Path::Fast)?, D::Minus1)?;
+        let lp = lp.to_vec3::<f32>()?;
+        for (i, p) in prompts.iter().enumerate() {
+            for (j, &c) in multi.iter().enumerate() {
+                let row = &lp[i * multi.len() + j];
+                let extra: f32 = choices[c][1..]
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &tok)| row[p.len() + k][tok as usize])
+                    .sum();
+                out[i][c] += extra;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The masked distribution over `scores` (illegal: `allowed` false) and a draw from it.
+fn sample(
+    scores: &[f32],
+    allowed: impl Fn(usize) -> bool,
+    rng: &mut impl Rng,
+) -> (usize, Vec<f32>, f32, f32) {
+    let max = scores
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| allowed(i))
+        .map(|(_, &s)| s)
+        .fold(f32::NEG_INFINITY, f32::max);
+    let mut probs: Vec<f32> = scores
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| if allowed(i) { (s - max).exp() } else { 0.0 })
+        .collect();
+    let z: f32 = probs.iter().sum();
+    if z > 0.0 && z.is_finite() {
+        probs.iter_mut().for_each(|p| *p /= z);
+    }
+    let entropy = -probs
+        .iter()
+        .filter(|&&p| p > 0.0)
+        .map(|&p| p * p.ln())
+        .sum::<f32>();
+    let u: f32 = rng.random();
+    let mut acc = 0.0;
+    let mut pick = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
+    for (i, &p) in probs.iter().enumerate() {
+        acc += p;
+        if p > 0.0 && u < acc {
+            pick = i;
+            break;
+        }
+    }
+    let logprob = probs[pick].max(f32::MIN_POSITIVE).ln();
+    (pick, probs, logprob, entropy)
+}
+
+impl Policy for LmPolicy {
+    fn setup(&mut self, scene: &Scene, actions: &[String]) -> Result<(), String> {
+        self.ready = Some(self.prepare(scene, actions).map_err(|e| e.to_string())?);
+        Ok(())
+    }
+
+    fn decide(&mut self, batch: &mut [Decision<'_>]) {
+        let Some(r) = &self.ready else {
+            return;
+        };
+        let start = Instant::now();
+        let prompts: Vec<Vec<u32>> = batch
+            .iter()
+            .map(|d| {
+                let who = Speaker {
+                    team: d.team,
+                    role: d.role,
+                };
+                let text = r.format.render(who, d.obs, d.mask, d.last_reward);
+                encode(&r.tokenizer, &text).unwrap_or_default()
+            })
+            .collect();
+        let mut tokens = 0u64;
+        let Ok(scores) = score(r, &self.device, &prompts, &r.actions, &mut tokens) else {
+            return;
+        };
+        for ((d, s), p) in batch.iter_mut().zip(&scores).zip(&prompts) {
+            let mask = d.mask;
+            let (a, probs, logprob, entropy) = sample(s, |i| mask.allows(i as u8), d.rng);
+            d.action.0 = a as u8;
+            d.trace.tokens.clone_from(p);
+            d.trace.logprob = logprob;
+            d.trace.entropy = entropy;
+            d.trace.probs = probs;
+            d.trace.value = None;
+        }
+        if let Some((words, say)) = &r.words {
+            let talk: Vec<Vec<u32>> = batch
+                .iter()
+                .zip(&prompts)
+                .map(|(d, p)| {
+                    let mut q = p.clone();
+                    q.extend(&r.actions[usize::from(d.action.0)]);
+                    q.extend(say);
+                    q
+                })
+                .collect();
+            if let Ok(scores) = score(r, &self.device, &talk, words, &mut tokens) {
+                for (d, s) in batch.iter_mut().zip(&scores) {
+                    let (w, ..) = sample(s, |_| true, d.rng);
+                    if let Some(say) = d.say.as_deref_mut() {
+                        say.0 = Some(w as u8);
+                    }
+                }
+            }
+        }
+        self.stats.decisions += batch.len() as u64;
+        self.stats.tokens += tokens;
+        self.stats.forwards += 1 + u64::from(r.words.is_some());
+        self.stats.seconds += start.elapsed().as_secs_f64();
+    }
+
+    fn stats(&self) -> Option<PolicyStats> {
+        Some(self.stats)
+    }
+}

@@ -1,0 +1,168 @@
+//! The language-model policy: a padded batch decides exactly as each agent alone would,
+//! illegal actions get no probability, and runs are reproducible from their seed.
+
+mod common;
+
+use common::*;
+use emergence::core::*;
+use emergence::envs::action_names;
+use emergence::headless::{RunConfig, run};
+use emergence::policy::lm::{LmPolicy, ModelSource, Preset};
+use emergence::policy::{Decision, Policy};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+const PD: &str = r#"(name: "pd", family: Matrix(rounds: 6, history: 3),
+    teams: [(name: "a", role: "player", policy: "lm"), (name: "b", role: "player", policy: "lm")])"#;
+
+fn policy(scene: &emergence::scene::Scene) -> LmPolicy {
+    let mut p = LmPolicy::new(
+        ModelSource::Embedded {
+            preset: Preset::Tiny,
+            seed: 0,
+        },
+        candle_core::Device::Cpu,
+    );
+    p.setup(scene, &action_names(scene)).expect("setup");
+    p
+}
+
+/// Decides for `obs` (with `masks`) in one batch; returns the traces and actions.
+fn decide(p: &mut LmPolicy, obs: &[Observation], masks: &[ActionMask]) -> Vec<(DecisionTrace, u8)> {
+    let mut rngs: Vec<ChaCha8Rng> = (0..obs.len())
+        .map(|i| ChaCha8Rng::seed_from_u64(i as u64))
+        .collect();
+    let mut actions = vec![Action::default(); obs.len()];
+    let mut traces = vec![DecisionTrace::default(); obs.len()];
+    let mut batch: Vec<Decision<'_>> = obs
+        .iter()
+        .zip(masks)
+        .zip(rngs.iter_mut())
+        .zip(actions.iter_mut())
+        .zip(traces.iter_mut())
+        .enumerate()
+        .map(|(i, ((((o, m), rng), action), trace))| Decision {
+            agent: Agent {
+                arena: i as u32,
+                slot: 0,
+            },
+            obs: o,
+            mask: *m,
+            rng,
+            action,
+            say: None,
+            team: 0,
+            role: 0,
+            last_reward: 0.0,
+            trace,
+        })
+        .collect();
+    p.decide(&mut batch);
+    drop(batch);
+    traces
+        .into_iter()
+        .zip(actions.iter().map(|a| a.0))
+        .collect()
+}
+
+fn history(rounds: &[[u8; 2]]) -> Observation {
+    Observation {
+        step: rounds.len() as u32,
+        history: rounds.to_vec(),
+        other_counts: [
+            rounds.iter().filter(|r| r[1] == 0).count() as u32,
+            rounds.iter().filter(|r| r[1] == 1).count() as u32,
+        ],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_padded_batch_decides_as_each_agent_alone() {
+    let scene = scene(PD);
+    let mut p = policy(&scene);
+    // Prompts of different lengths: 0 to 3 rounds of history.
+    let obs = vec![
+        history(&[]),
+        history(&[[0, 1]]),
+        history(&[[1, 1], [0, 0], [1, 0]]),
+        history(&[[0, 0], [1, 1]]),
+    ];
+    let masks = vec![ActionMask::all(2); obs.len()];
+    let together = decide(&mut p, &obs, &masks);
+    let lens: Vec<usize> = together.iter().map(|(t, _)| t.tokens.len()).collect();
+    assert!(
+        lens.windows(2).any(|w| w[0] != w[1]),
+        "prompts should differ in length: {lens:?}"
+    );
+    for (i, o) in obs.iter().enumerate() {
+        // Alone, with the same stream as in the batch.
+        let mut rng = ChaCha8Rng::seed_from_u64(i as u64);
+        let mut action = Action::default();
+        let mut trace = DecisionTrace::default();
+        let mut one = vec![Decision {
+            agent: Agent {
+                arena: i as u32,
+                slot: 0,
+            },
+            obs: o,
+            mask: masks[i],
+            rng: &mut rng,
+            action: &mut action,
+            say: None,
+            team: 0,
+            role: 0,
+            last_reward: 0.0,
+            trace: &mut trace,
+        }];
+        p.decide(&mut one);
+        drop(one);
+        let (batched, a) = &together[i];
+        assert_eq!(trace.tokens, batched.tokens);
+        for (x, y) in trace.probs.iter().zip(&batched.probs) {
+            assert!(
+                (x - y).abs() < 1e-5,
+                "agent {i}: {:?} vs {:?}",
+                trace.probs,
+                batched.probs
+            );
+        }
+        assert_eq!(action.0, *a);
+        assert!((trace.probs.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        assert!(trace.entropy > 0.0 && trace.entropy <= 2f32.ln() + 1e-5);
+        assert!((trace.logprob - trace.probs[usize::from(*a)].ln()).abs() < 1e-5);
+    }
+    let stats = p.stats().expect("stats");
+    assert_eq!(stats.decisions, 8);
+    assert_eq!(stats.forwards, 5, "one forward per decide call");
+}
+
+#[test]
+fn illegal_actions_get_no_probability() {
+    let scene = scene(PD);
+    let mut p = policy(&scene);
+    let out = decide(&mut p, &[history(&[[0, 1]])], &[ActionMask::only(1)]);
+    let (t, a) = &out[0];
+    assert_eq!(*a, 1);
+    assert_eq!(t.probs, vec![0.0, 1.0]);
+    assert_eq!((t.logprob, t.entropy), (0.0, 0.0));
+}
+
+#[test]
+fn language_model_runs_are_reproducible() {
+    let hashes = |seed| {
+        let mut cfg = RunConfig::new(scene(PD));
+        cfg.arenas = 6;
+        cfg.episodes = 2;
+        cfg.seed = seed;
+        cfg.hash_steps = true;
+        cfg.record_arenas = vec![];
+        let r = run(&cfg, |_| {}).expect("run");
+        assert_eq!(r.policies.len(), 1);
+        assert_eq!(r.policies[0].1.decisions, 6 * 2 * 6 * 2);
+        r.step_hashes
+    };
+    let a = hashes(4);
+    assert_eq!(a, hashes(4));
+    assert_ne!(a, hashes(5));
+}
