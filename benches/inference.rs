@@ -1,0 +1,132 @@
+//! Language-model speed on this machine. Run: `cargo bench --bench inference` (or
+//! `-- forward/tiny`, `-- matmul`, `-- decide` for one part). Criterion's `elem/s` is
+//! tokens/s for `forward/*`, FLOP/s for `matmul/*` (the same gemm candle's forward uses) and
+//! decisions/s for `decide/*`.
+//!
+//! Targets (issue 4): `tiny` at batch 64 ≥ 60k tokens/s; `small` at batch 64 ≥ 70% of the
+//! matmul rate; the batched Decide step at batch 64 ≥ 10× faster per decision than 64
+//! single forwards.
+
+#![expect(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented function"
+)]
+
+use candle_core::{DType, Device, Tensor};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use emergence::core::*;
+use emergence::envs::action_names;
+use emergence::policy::lm::model::{Path as Fwd, init_weights};
+use emergence::policy::lm::{Decoder, LmConfig, LmPolicy, ModelSource, Preset};
+use emergence::policy::{Decision, Policy};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::path::Path;
+use std::time::Duration;
+
+const PROMPT: usize = 64;
+
+fn decoder(preset: Preset) -> (LmConfig, Decoder) {
+    let cfg = LmConfig::preset(preset, 160);
+    let w = init_weights(&cfg, 0, &Device::Cpu).expect("weights");
+    let d = Decoder::new(&cfg, &w, Path::new("bench")).expect("decoder");
+    (cfg, d)
+}
+
+fn forward(c: &mut Criterion) {
+    for (name, preset, batches) in [
+        ("tiny", Preset::Tiny, &[1usize, 16, 64, 256][..]),
+        ("small", Preset::Small, &[1usize, 16, 64, 256][..]),
+    ] {
+        let (cfg, dec) = decoder(preset);
+        let mut group = c.benchmark_group(format!("forward/{name}"));
+        group
+            .sample_size(10)
+            .measurement_time(Duration::from_secs(5));
+        for &b in batches {
+            let ids: Vec<u32> = (0..b * PROMPT)
+                .map(|i| (i * 31 % cfg.vocab_size) as u32)
+                .collect();
+            let ids = Tensor::from_vec(ids, (b, PROMPT), &Device::Cpu).expect("ids");
+            group.throughput(Throughput::Elements((b * PROMPT) as u64));
+            group.bench_function(format!("batch{b}"), |bench| {
+                bench.iter(|| dec.forward(&ids, None, Fwd::Fast).expect("forward"))
+            });
+        }
+        group.finish();
+    }
+}
+
+/// The machine's float32 matmul rate with candle's gemm, at the shape of `small`'s MLP at
+/// batch 64 × 64 tokens.
+fn matmul(c: &mut Criterion) {
+    let (m, k, n) = (64 * PROMPT, 512, 2048);
+    let a = Tensor::ones((m, k), DType::F32, &Device::Cpu).expect("a");
+    let b = Tensor::ones((k, n), DType::F32, &Device::Cpu).expect("b");
+    let mut group = c.benchmark_group("matmul");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements((2 * m * k * n) as u64));
+    group.bench_function(format!("{m}x{k}x{n}"), |bench| {
+        bench.iter(|| a.matmul(&b).expect("mm"))
+    });
+    group.finish();
+}
+
+/// The Decide step of the `lm` policy: 64 agents in one batch against 64 batches of one,
+/// on prisoner's dilemma observations.
+fn decide(c: &mut Criterion) {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/dilemma/prisoners_dilemma.scene.ron");
+    let scene = emergence::scene::load_scene(&path).expect("scene");
+    let mut p = LmPolicy::new(
+        ModelSource::Embedded {
+            preset: Preset::Tiny,
+            seed: 0,
+        },
+        Device::Cpu,
+    );
+    p.setup(&scene, &action_names(&scene)).expect("setup");
+    let obs: Vec<Observation> = (0..64)
+        .map(|i| Observation {
+            step: 3,
+            history: vec![[i % 2, 1], [0, (i / 2) % 2], [1, 0]],
+            other_counts: [1, 2],
+            ..Default::default()
+        })
+        .collect();
+    let run = |p: &mut LmPolicy, chunk: usize| {
+        let mut rngs: Vec<ChaCha8Rng> = (0..64).map(|i| ChaCha8Rng::seed_from_u64(i)).collect();
+        let mut actions = vec![Action::default(); 64];
+        let mut traces = vec![DecisionTrace::default(); 64];
+        let mut all: Vec<Decision<'_>> = obs
+            .iter()
+            .zip(rngs.iter_mut())
+            .zip(actions.iter_mut())
+            .zip(traces.iter_mut())
+            .map(|(((o, rng), action), trace)| Decision {
+                agent: Agent { arena: 0, slot: 0 },
+                obs: o,
+                mask: ActionMask::all(2),
+                rng,
+                action,
+                say: None,
+                team: 0,
+                role: 0,
+                last_reward: 0.0,
+                trace,
+            })
+            .collect();
+        for batch in all.chunks_mut(chunk) {
+            p.decide(batch);
+        }
+    };
+    let mut group = c.benchmark_group("decide");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(64));
+    group.bench_function("batch64", |b| b.iter(|| run(&mut p, 64)));
+    group.bench_function("64_single", |b| b.iter(|| run(&mut p, 1)));
+    group.finish();
+}
+
+criterion_group!(benches, forward, matmul, decide);
+criterion_main!(benches);
