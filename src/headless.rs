@@ -70,7 +70,7 @@ pub enum RunError {
     #[error("{0}")]
     Config(String),
     /// The scene could not be spawned.
-    #[error("cannot spawn the scene: {0}")]
+    #[error("cannot spawn the scene")]
     Spawn(#[from] SpawnError),
     /// An output file could not be written.
     #[error("{path}: {io}")]

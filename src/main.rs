@@ -340,7 +340,10 @@ fn describe(scene: &Scene) -> String {
         let role = t.role.as_deref().unwrap_or(&t.name);
         s += &format!(
             "  {:<16} {:>3} agents  role {:<14} policy {}\n",
-            t.name, n, role, t.policy
+            t.name,
+            n,
+            role,
+            t.policy.key()
         );
     }
     s

@@ -166,3 +166,44 @@ fn language_model_runs_are_reproducible() {
     assert_eq!(a, hashes(4));
     assert_ne!(a, hashes(5));
 }
+
+#[test]
+fn a_team_can_name_its_model_folder() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("m");
+    let pd = scene(PD);
+    emergence::policy::lm::ModelFolder::init(Preset::Tiny, 9, &[pd], &candle_core::Device::Cpu)
+        .expect("init")
+        .save(&dir)
+        .expect("save");
+    let src = format!(
+        r#"(name: "pd", family: Matrix(rounds: 3),
+    teams: [(name: "a", policy: lm(model: "{}")), (name: "b", policy: "random")])"#,
+        dir.display()
+    );
+    let mut cfg = RunConfig::new(scene(&src));
+    cfg.arenas = 3;
+    cfg.record_arenas = vec![];
+    let r = run(&cfg, |_| {}).expect("run");
+    let key = format!("lm:{}", dir.display());
+    assert_eq!(r.policies.len(), 1);
+    assert_eq!(r.policies[0].0, key);
+    assert_eq!(r.policies[0].1.decisions, 3 * 3);
+    // A folder that is not there stops the run with the file's name.
+    let missing = src.replace(&dir.display().to_string(), "/nonexistent/model");
+    let cfg = RunConfig::new(scene(&missing));
+    let e = match run(&cfg, |_| {}) {
+        Ok(_) => panic!("ran without a model"),
+        Err(e) => e,
+    };
+    let text = format!("{}", std::error::Error::source(&e).expect("source"));
+    assert!(text.contains("/nonexistent/model/config.json"), "{text}");
+    // A misspelt field is a scene error at its place.
+    let bad = src.replace("lm(model:", "lm(modle:");
+    let e =
+        emergence::scene::parse_scene(&bad, std::path::Path::new("t.scene.ron")).expect_err("bad");
+    assert!(
+        e.to_string().contains("modle") && e.to_string().contains("`model`"),
+        "{e}"
+    );
+}

@@ -50,7 +50,7 @@ pub(crate) fn check_maze_talk(
     let talking = spec
         .teams
         .iter()
-        .any(|t| talk::TALKING_POLICIES.contains(&t.policy.as_str()));
+        .any(|t| talk::TALKING_POLICIES.contains(&t.policy.key().as_str()));
     let words = talk::WORDS;
     if talking && (m.vocabulary.len() < words.len() || m.vocabulary[..words.len()] != words) {
         return Err(cx.value_at(

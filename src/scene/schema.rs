@@ -249,8 +249,45 @@ pub struct TeamSpec {
     /// Number of agents (defaults to the number of the team's spawn cells, or 1 in matrix games).
     #[serde(default)]
     pub count: Option<u32>,
-    /// Name of the policy that decides for its agents (see `emergence list`).
-    pub policy: String,
+    /// The policy that decides for its agents: a name from `emergence list`, or
+    /// `lm(model: "models/tiny")` for a language model loaded from a folder.
+    pub policy: PolicySpec,
+}
+
+/// A team's policy as written: `"random"`, `"lm"`, or `lm(model: "path/to/folder")`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum PolicySpec {
+    /// A policy of the catalogue, by name.
+    Name(String),
+    /// A language model from a folder (relative paths: from the working directory).
+    Lm(LmSpec),
+}
+
+/// The fields of `lm(...)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename = "lm", deny_unknown_fields)]
+pub struct LmSpec {
+    /// The model folder; the embedded tiny model when left out.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+impl PolicySpec {
+    /// The registry key: the catalogue name, or `lm:PATH` for a model folder.
+    pub fn key(&self) -> String {
+        match self {
+            PolicySpec::Name(n) => n.clone(),
+            PolicySpec::Lm(LmSpec { model: None }) => "lm".into(),
+            PolicySpec::Lm(LmSpec { model: Some(m) }) => format!("lm:{m}"),
+        }
+    }
+}
+
+impl From<&str> for PolicySpec {
+    fn from(s: &str) -> Self {
+        PolicySpec::Name(s.to_string())
+    }
 }
 
 /// Episode limits.
@@ -283,5 +320,36 @@ impl Default for RandomizeSpec {
             shuffle_spawns: true,
             random_facing: true,
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for PolicySpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = PolicySpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a policy name such as \"random\", or lm(model: \"path/to/model\")")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PolicySpec, E> {
+                Ok(PolicySpec::Name(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<PolicySpec, A::Error> {
+                let mut model = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "model" => model = Some(map.next_value::<String>()?),
+                        other => {
+                            return Err(serde::de::Error::unknown_field(other, &["model"]));
+                        }
+                    }
+                }
+                Ok(PolicySpec::Lm(LmSpec { model }))
+            }
+        }
+        d.deserialize_any(V)
     }
 }

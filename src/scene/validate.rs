@@ -135,7 +135,9 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
                 out_of_range(&format!("teams[{i}].count"), n, "1 to 1024 agents"),
             ));
         }
-        match catalogue().iter().find(|p| p.name == t.policy) {
+        let key = t.policy.key();
+        match catalogue().iter().find(|p| p.name == key) {
+            None if key.starts_with("lm:") => {}
             None => {
                 let known = catalogue()
                     .iter()
@@ -145,7 +147,7 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
                 return Err(cx.value_at(
                     &tp("policy"),
                     SceneErrorKind::UnknownPolicy {
-                        name: t.policy.clone(),
+                        name: key.clone(),
                         known,
                     },
                 ));
@@ -160,7 +162,7 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
                 return Err(cx.value_at(
                     &tp("policy"),
                     SceneErrorKind::PolicyFamily {
-                        name: t.policy.clone(),
+                        name: key.clone(),
                         family: family.into(),
                         known,
                     },
@@ -465,7 +467,7 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
             agents.push(AgentSpec {
                 team: i as u8,
                 role,
-                policy: t.policy.clone(),
+                policy: t.policy.key(),
             });
         }
         spawn_cells.push(own);
@@ -518,7 +520,7 @@ fn agents_by_count(
             agents.push(AgentSpec {
                 team: i as u8,
                 role,
-                policy: t.policy.clone(),
+                policy: t.policy.key(),
             });
         }
     }
