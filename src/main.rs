@@ -240,11 +240,13 @@ fn print_report(cfg: &RunConfig, r: &RunReport) {
             format!("{name} decisions/s"),
             p.decisions as f64 / secs
         );
-        println!(
-            "{:<28} {:>14.0}",
-            format!("{name} tokens/s"),
-            p.tokens as f64 / secs
-        );
+        if p.tokens > 0 {
+            println!(
+                "{:<28} {:>14.0}",
+                format!("{name} tokens/s"),
+                p.tokens as f64 / secs
+            );
+        }
         println!(
             "{:<28} {:>14.3}",
             format!("{name} seconds deciding"),

@@ -207,3 +207,34 @@ fn a_team_can_name_its_model_folder() {
         "{e}"
     );
 }
+
+#[test]
+fn an_mlp_agent_and_a_language_model_agent_share_an_arena() {
+    let src = r#"(name: "pd", family: Matrix(rounds: 4),
+    teams: [(name: "a", policy: "lm"), (name: "b", policy: "mlp")])"#;
+    let mut app = test_app(src, 3, 1, 2);
+    step(&mut app, 3);
+    let [lm, mlp] = [0, 1].map(|s| {
+        app.world()
+            .get::<DecisionTrace>(agents(&app, 1)[s])
+            .expect("trace")
+            .clone()
+    });
+    assert!(!lm.tokens.is_empty() && lm.value.is_none());
+    assert!(mlp.tokens.is_empty() && mlp.value.is_some_and(f32::is_finite));
+    for t in [&lm, &mlp] {
+        assert_eq!(t.probs.len(), 2);
+        assert!((t.probs.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    }
+    let reg = app.world().resource::<emergence::policy::PolicyRegistry>();
+    let stats = reg.stats();
+    let names: Vec<&str> = stats.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["lm", "mlp"]);
+    // Three steps of three arenas, one agent each.
+    assert!(
+        stats
+            .iter()
+            .all(|(_, s)| s.decisions == 9 && s.forwards == 3),
+        "{stats:?}"
+    );
+}

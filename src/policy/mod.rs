@@ -9,7 +9,9 @@ pub mod lm;
 mod matrix_bots;
 mod maze_bots;
 mod maze_planner;
+pub mod mlp;
 mod random;
+pub mod sampling;
 pub mod text;
 
 use bevy::prelude::*;
@@ -234,6 +236,13 @@ static CATALOGUE: &[PolicyInfo] = &[
                 candle_core::Device::Cpu,
             ))
         },
+    },
+    PolicyInfo {
+        name: "mlp",
+        doc: "two-layer network on the observation's features, with a value head (seed 0); one batched forward per step",
+        families: ALL,
+        oracle: false,
+        make: || Box::new(mlp::MlpPolicy::new(0, candle_core::Device::Cpu)),
     },
 ];
 

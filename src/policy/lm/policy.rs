@@ -9,7 +9,6 @@
 //! same way, after the prompt, the chosen action and `say`.
 
 use candle_core::{D, Device, Tensor};
-use rand::Rng;
 use std::path::PathBuf;
 use std::time::Instant;
 use tokenizers::Tokenizer;
@@ -18,6 +17,7 @@ use super::folder::ModelFolder;
 use super::model::{Decoder, Path};
 use super::tokenizer::encode;
 use super::{LmError, Preset};
+use crate::policy::sampling::sample;
 use crate::policy::text::{Speaker, TextFormat};
 use crate::policy::{Decision, Policy, PolicyStats};
 use crate::scene::{FamilySpec, Scene};
@@ -198,46 +198,6 @@ fn score(
         }
     }
     Ok(out)
-}
-
-/// The masked distribution over `scores` (illegal: `allowed` false) and a draw from it.
-fn sample(
-    scores: &[f32],
-    allowed: impl Fn(usize) -> bool,
-    rng: &mut impl Rng,
-) -> (usize, Vec<f32>, f32, f32) {
-    let max = scores
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| allowed(i))
-        .map(|(_, &s)| s)
-        .fold(f32::NEG_INFINITY, f32::max);
-    let mut probs: Vec<f32> = scores
-        .iter()
-        .enumerate()
-        .map(|(i, &s)| if allowed(i) { (s - max).exp() } else { 0.0 })
-        .collect();
-    let z: f32 = probs.iter().sum();
-    if z > 0.0 && z.is_finite() {
-        probs.iter_mut().for_each(|p| *p /= z);
-    }
-    let entropy = -probs
-        .iter()
-        .filter(|&&p| p > 0.0)
-        .map(|&p| p * p.ln())
-        .sum::<f32>();
-    let u: f32 = rng.random();
-    let mut acc = 0.0;
-    let mut pick = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
-    for (i, &p) in probs.iter().enumerate() {
-        acc += p;
-        if p > 0.0 && u < acc {
-            pick = i;
-            break;
-        }
-    }
-    let logprob = probs[pick].max(f32::MIN_POSITIVE).ln();
-    (pick, probs, logprob, entropy)
 }
 
 impl Policy for LmPolicy {

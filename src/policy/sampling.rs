@@ -1,0 +1,45 @@
+//! Sampling an action from scores under a mask, with the agent's own stream: shared by the
+//! model-backed policies so that they record log-probabilities and entropies the same way.
+
+use rand::Rng;
+
+/// The masked softmax of `scores` (entries where `allowed` is false get probability 0) and
+/// one draw from it: (choice, probabilities, log-probability of the choice, entropy).
+pub fn sample(
+    scores: &[f32],
+    allowed: impl Fn(usize) -> bool,
+    rng: &mut impl Rng,
+) -> (usize, Vec<f32>, f32, f32) {
+    let max = scores
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| allowed(i))
+        .map(|(_, &s)| s)
+        .fold(f32::NEG_INFINITY, f32::max);
+    let mut probs: Vec<f32> = scores
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| if allowed(i) { (s - max).exp() } else { 0.0 })
+        .collect();
+    let z: f32 = probs.iter().sum();
+    if z > 0.0 && z.is_finite() {
+        probs.iter_mut().for_each(|p| *p /= z);
+    }
+    let entropy = -probs
+        .iter()
+        .filter(|&&p| p > 0.0)
+        .map(|&p| p * p.ln())
+        .sum::<f32>();
+    let u: f32 = rng.random();
+    let mut acc = 0.0;
+    let mut pick = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
+    for (i, &p) in probs.iter().enumerate() {
+        acc += p;
+        if p > 0.0 && u < acc {
+            pick = i;
+            break;
+        }
+    }
+    let logprob = probs[pick].max(f32::MIN_POSITIVE).ln();
+    (pick, probs, logprob, entropy)
+}
