@@ -391,3 +391,88 @@ fn the_default_tokenizer_covers_every_scene_text() {
         }
     }
 }
+
+#[test]
+fn lora_adapters_start_neutral_train_and_round_trip() {
+    use emergence::policy::lm::{Adapter, LoraConfig};
+    let cfg = small_config(false);
+    let base = init_weights(&cfg, 2, &Device::Cpu).expect("init");
+    let dec = Decoder::new(&cfg, &base, Path::new("mem")).expect("decoder");
+    let ids = ids(&cfg);
+    let plain = dec.forward(&ids, None, Fwd::Fast).expect("base");
+    let fresh = Adapter::init(&cfg, LoraConfig::all(4), 1, &Device::Cpu).expect("adapter");
+    assert_eq!(fresh.weights.len(), 7 * cfg.num_hidden_layers);
+    // B = 0: the adapter changes nothing.
+    let same = dec
+        .forward_with(&ids, None, Fwd::Fast, Some(&fresh))
+        .expect("lora");
+    assert_eq!(max_abs_diff(&plain, &same), 0.0);
+    // Gradients reach every A and B through the training path (B first, A once B moved).
+    let vars: Vec<(String, Var, Var)> = fresh
+        .weights
+        .iter()
+        .map(|(k, (a, b))| {
+            let b = (b + 0.01).expect("nudge");
+            (
+                k.clone(),
+                Var::from_tensor(a).expect("a"),
+                Var::from_tensor(&b).expect("b"),
+            )
+        })
+        .collect();
+    let trained = Adapter {
+        config: fresh.config.clone(),
+        weights: vars
+            .iter()
+            .map(|(k, a, b)| (k.clone(), (a.as_tensor().clone(), b.as_tensor().clone())))
+            .collect(),
+    };
+    let logits = dec
+        .forward_with(&ids, None, Fwd::Train, Some(&trained))
+        .expect("train");
+    let lp = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1).expect("lsm");
+    let loss = lp.i((.., .., 7)).expect("pick").mean_all().expect("mean");
+    let grads = loss.backward().expect("backward");
+    let nonzero = |v: &Var| {
+        grads.get(v).is_some_and(|g| {
+            g.abs()
+                .and_then(|a| a.sum_all())
+                .and_then(|s| s.to_scalar::<f32>())
+                .is_ok_and(|s| s > 0.0)
+        })
+    };
+    let missing: Vec<&str> = vars
+        .iter()
+        .filter(|(_, a, b)| !nonzero(a) || !nonzero(b))
+        .map(|(k, _, _)| k.as_str())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "no gradient reached the adapter of {missing:?}"
+    );
+    let moved = dec
+        .forward_with(&ids, None, Fwd::Fast, Some(&trained))
+        .expect("lora");
+    assert!(max_abs_diff(&plain, &moved) > 1e-4);
+    // Saved and loaded in the PEFT layout, the same logits.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("adapters/role_a");
+    trained.save(&dir).expect("save");
+    let back = Adapter::load(&dir, &cfg, &Device::Cpu).expect("load");
+    let again = dec
+        .forward_with(&ids, None, Fwd::Fast, Some(&back))
+        .expect("lora");
+    assert_eq!(max_abs_diff(&moved, &again), 0.0);
+    // A missing tensor names the file and the tensor.
+    let small = LmConfig {
+        num_hidden_layers: 3,
+        ..cfg.clone()
+    };
+    let e = Adapter::load(&dir, &small, &Device::Cpu).expect_err("a layer short");
+    let e = e.to_string();
+    assert!(
+        e.contains("adapter_model.safetensors")
+            && e.contains("base_model.model.model.layers.2.self_attn.q_proj.lora_A.weight"),
+        "{e}"
+    );
+}

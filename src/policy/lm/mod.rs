@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod folder;
+pub mod lora;
 pub mod model;
 pub mod policy;
 pub mod tokenizer;
@@ -13,6 +14,7 @@ use thiserror::Error;
 
 pub use config::{LmConfig, Preset};
 pub use folder::ModelFolder;
+pub use lora::{Adapter, LoraConfig};
 pub use model::{Decoder, Path, Weights};
 pub use policy::{LmPolicy, ModelSource};
 

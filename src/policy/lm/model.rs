@@ -18,6 +18,7 @@ use std::path::Path as FsPath;
 
 use super::LmError;
 use super::config::LmConfig;
+use super::lora::Adapter;
 
 /// Which forward pass to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub enum Path {
 pub type Weights = BTreeMap<String, Tensor>;
 
 struct Layer {
+    /// Module names, for adapters: q, k, v, o, gate, up, down.
+    names: [String; 7],
     q: Linear,
     k: Linear,
     v: Linear,
@@ -146,6 +149,16 @@ impl Decoder {
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");
             layers.push(Layer {
+                names: [
+                    "self_attn.q_proj",
+                    "self_attn.k_proj",
+                    "self_attn.v_proj",
+                    "self_attn.o_proj",
+                    "mlp.gate_proj",
+                    "mlp.up_proj",
+                    "mlp.down_proj",
+                ]
+                .map(|m| format!("{p}.{m}")),
                 q: lin(&format!("{p}.self_attn.q_proj"), true)?,
                 k: lin(&format!("{p}.self_attn.k_proj"), true)?,
                 v: lin(&format!("{p}.self_attn.v_proj"), true)?,
@@ -188,7 +201,18 @@ impl Decoder {
         bias: Option<&Tensor>,
         path: Path,
     ) -> Result<Tensor, LmError> {
-        let hidden = self.hidden(ids, bias, path)?;
+        self.forward_with(ids, bias, path, None)
+    }
+
+    /// [`Decoder::forward`] with a LoRA adapter over the base weights.
+    pub fn forward_with(
+        &self,
+        ids: &Tensor,
+        bias: Option<&Tensor>,
+        path: Path,
+        adapter: Option<&Adapter>,
+    ) -> Result<Tensor, LmError> {
+        let hidden = self.hidden_with(ids, bias, path, adapter)?;
         Ok(self.head.forward(&hidden)?)
     }
 
@@ -203,6 +227,17 @@ impl Decoder {
         ids: &Tensor,
         bias: Option<&Tensor>,
         path: Path,
+    ) -> Result<Tensor, LmError> {
+        self.hidden_with(ids, bias, path, None)
+    }
+
+    /// [`Decoder::hidden`] with a LoRA adapter over the base weights.
+    pub fn hidden_with(
+        &self,
+        ids: &Tensor,
+        bias: Option<&Tensor>,
+        path: Path,
+        adapter: Option<&Adapter>,
     ) -> Result<Tensor, LmError> {
         let (b, t) = ids.dims2()?;
         if t > self.cfg.max_position_embeddings {
@@ -227,12 +262,12 @@ impl Decoder {
         let (cos, sin) = (self.cos.narrow(0, 0, t)?, self.sin.narrow(0, 0, t)?);
         for layer in &self.layers {
             let n = self.rms(&x, &layer.ln1, path)?;
-            let a = self.attention(layer, &n, bias, &cos, &sin, path)?;
+            let a = self.attention(layer, &n, bias, &cos, &sin, path, adapter)?;
             x = (x + a)?;
             let n = self.rms(&x, &layer.ln2, path)?;
-            let m = layer
-                .down
-                .forward(&(layer.gate.forward(&n)?.silu()? * layer.up.forward(&n)?)?)?;
+            let g = proj(&layer.gate, &layer.names[4], &n, adapter)?.silu()?;
+            let u = proj(&layer.up, &layer.names[5], &n, adapter)?;
+            let m = proj(&layer.down, &layer.names[6], &(g * u)?, adapter)?;
             x = (x + m)?;
         }
         self.rms(&x, &self.norm, path)
@@ -254,6 +289,7 @@ impl Decoder {
         cos: &Tensor,
         sin: &Tensor,
         path: Path,
+        adapter: Option<&Adapter>,
     ) -> Result<Tensor, LmError> {
         let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = (
@@ -262,9 +298,9 @@ impl Decoder {
             self.cfg.head_dim(),
         );
         let heads = |y: Tensor, n: usize| y.reshape((b, t, n, hd))?.transpose(1, 2);
-        let q = heads(l.q.forward(x)?, nh)?;
-        let k = heads(l.k.forward(x)?, nkv)?;
-        let v = heads(l.v.forward(x)?, nkv)?;
+        let q = heads(proj(&l.q, &l.names[0], x, adapter)?, nh)?;
+        let k = heads(proj(&l.k, &l.names[1], x, adapter)?, nkv)?;
+        let v = heads(proj(&l.v, &l.names[2], x, adapter)?, nkv)?;
         let (q, k) = match path {
             Path::Fast => (
                 candle_nn::rotary_emb::rope(&q.contiguous()?, cos, sin)?,
@@ -286,7 +322,21 @@ impl Decoder {
             Path::Train => candle_nn::ops::softmax(&w, D::Minus1)?,
         };
         let out = w.matmul(&v)?.transpose(1, 2)?.reshape((b, t, nh * hd))?;
-        Ok(l.o.forward(&out)?)
+        proj(&l.o, &l.names[3], &out, adapter)
+    }
+}
+
+/// A projection, plus the adapter's low-rank update when it adapts `name`.
+fn proj(
+    lin: &Linear,
+    name: &str,
+    x: &Tensor,
+    adapter: Option<&Adapter>,
+) -> Result<Tensor, LmError> {
+    let y = lin.forward(x)?;
+    match adapter.map(|a| a.delta(name, x)).transpose()?.flatten() {
+        Some(d) => Ok((y + d)?),
+        None => Ok(y),
     }
 }
 
