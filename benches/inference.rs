@@ -57,18 +57,19 @@ fn forward(c: &mut Criterion) {
     }
 }
 
-/// The machine's float32 matmul rate with candle's gemm, at the shape of `small`'s MLP at
-/// batch 64 × 64 tokens.
+/// The machine's float32 matmul rate with candle's gemm, at the shapes of `small`'s and
+/// `tiny`'s MLP at batch 64 × 64 tokens.
 fn matmul(c: &mut Criterion) {
-    let (m, k, n) = (64 * PROMPT, 512, 2048);
-    let a = Tensor::ones((m, k), DType::F32, &Device::Cpu).expect("a");
-    let b = Tensor::ones((k, n), DType::F32, &Device::Cpu).expect("b");
     let mut group = c.benchmark_group("matmul");
     group.sample_size(10);
-    group.throughput(Throughput::Elements((2 * m * k * n) as u64));
-    group.bench_function(format!("{m}x{k}x{n}"), |bench| {
-        bench.iter(|| a.matmul(&b).expect("mm"))
-    });
+    for (m, k, n) in [(64 * PROMPT, 512, 2048), (64 * PROMPT, 128, 512)] {
+        let a = Tensor::ones((m, k), DType::F32, &Device::Cpu).expect("a");
+        let b = Tensor::ones((k, n), DType::F32, &Device::Cpu).expect("b");
+        group.throughput(Throughput::Elements((2 * m * k * n) as u64));
+        group.bench_function(format!("{m}x{k}x{n}"), |bench| {
+            bench.iter(|| a.matmul(&b).expect("mm"))
+        });
+    }
     group.finish();
 }
 

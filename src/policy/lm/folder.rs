@@ -32,10 +32,10 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LmError + '_ {
     }
 }
 
-/// Reads and checks `config.json`.
-pub fn read_config(path: &Path) -> Result<LmConfig, LmError> {
+/// Reads a JSON file into `T`; syntax and shape errors carry the file's line and column.
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, LmError> {
     let text = std::fs::read_to_string(path).map_err(io(path))?;
-    let cfg: LmConfig = serde_json::from_str(&text).map_err(|e| LmError::ConfigSyntax {
+    serde_json::from_str(&text).map_err(|e| LmError::ConfigSyntax {
         path: path.to_path_buf(),
         line: e.line(),
         col: e.column(),
@@ -45,7 +45,12 @@ pub fn read_config(path: &Path) -> Result<LmConfig, LmError> {
             .next()
             .unwrap_or_default()
             .to_string(),
-    })?;
+    })
+}
+
+/// Reads and checks `config.json`.
+pub fn read_config(path: &Path) -> Result<LmConfig, LmError> {
+    let cfg: LmConfig = read_json(path)?;
     cfg.check()
         .map_err(|(field, expected)| LmError::ConfigField {
             path: path.to_path_buf(),

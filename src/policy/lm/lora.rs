@@ -149,22 +149,7 @@ impl Adapter {
     /// Reads an adapter of a model shaped `cfg` from `dir`, checking every tensor.
     pub fn load(dir: &Path, cfg: &LmConfig, device: &Device) -> Result<Self, LmError> {
         let cpath = dir.join("adapter_config.json");
-        let text = std::fs::read_to_string(&cpath).map_err(|e| LmError::Io {
-            path: cpath.clone(),
-            io: e,
-        })?;
-        let config: LoraConfig =
-            serde_json::from_str(&text).map_err(|e| LmError::ConfigSyntax {
-                path: cpath.clone(),
-                line: e.line(),
-                col: e.column(),
-                msg: e
-                    .to_string()
-                    .split(" at line")
-                    .next()
-                    .unwrap_or_default()
-                    .to_string(),
-            })?;
+        let config: LoraConfig = super::folder::read_json(&cpath)?;
         if config.r == 0 {
             return Err(LmError::ConfigField {
                 path: cpath,
