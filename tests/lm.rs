@@ -23,6 +23,7 @@ fn small_config(tied: bool) -> LmConfig {
         rms_norm_eps: 1e-6,
         tie_word_embeddings: tied,
         hidden_act: "silu".into(),
+        value_head: false,
         architectures: vec![],
         model_type: "qwen2".into(),
     }
@@ -475,4 +476,46 @@ fn lora_adapters_start_neutral_train_and_round_trip() {
             && e.contains("base_model.model.model.layers.2.self_attn.q_proj.lora_A.weight"),
         "{e}"
     );
+}
+
+#[test]
+fn the_value_head_trains_and_hugging_face_folders_do_without_it() {
+    let cfg = LmConfig {
+        value_head: true,
+        ..small_config(true)
+    };
+    let init = init_weights(&cfg, 4, &Device::Cpu).expect("init");
+    assert!(init.contains_key("value_head.weight") && init.contains_key("value_head.bias"));
+    let vars: Vec<(String, Var)> = init
+        .iter()
+        .map(|(k, t)| (k.clone(), Var::from_tensor(t).expect("var")))
+        .collect();
+    let weights: Weights = vars
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+        .collect();
+    let dec = Decoder::new(&cfg, &weights, Path::new("mem")).expect("decoder");
+    let h = dec.hidden(&ids(&cfg), None, Fwd::Train).expect("hidden");
+    let v = dec.value(&h).expect("value").expect("a value head");
+    assert_eq!(v.dims(), &[2, 9, 1]);
+    let grads = v
+        .sqr()
+        .expect("sq")
+        .mean_all()
+        .expect("mean")
+        .backward()
+        .expect("backward");
+    for name in [
+        "value_head.weight",
+        "value_head.bias",
+        "model.layers.0.mlp.up_proj.weight",
+    ] {
+        let var = &vars.iter().find(|(k, _)| k == name).expect("var").1;
+        assert!(grads.get(var).is_some(), "no gradient to {name}");
+    }
+    // The HF layout has no value head: loading such a folder gives a model without one.
+    let plain = init_weights(&small_config(true), 4, &Device::Cpu).expect("init");
+    let dec = Decoder::new(&small_config(true), &plain, Path::new("mem")).expect("decoder");
+    let h = dec.hidden(&ids(&cfg), None, Fwd::Fast).expect("hidden");
+    assert!(dec.value(&h).expect("value").is_none());
 }

@@ -35,6 +35,11 @@ pub struct LmConfig {
     /// The MLP activation; only `silu` is supported.
     #[serde(default = "default_act")]
     pub hidden_act: String,
+    /// A value head (`value_head.weight` (1, hidden) and `value_head.bias` (1)) on the final
+    /// hidden state, for actor-critic training. Not a Hugging Face field: other tools ignore
+    /// it and the tensors.
+    #[serde(default)]
+    pub value_head: bool,
     /// Written for Hugging Face tools: `["Qwen2ForCausalLM"]`.
     #[serde(default)]
     pub architectures: Vec<String>,
@@ -95,6 +100,7 @@ impl LmConfig {
             rms_norm_eps: 1e-6,
             tie_word_embeddings: tie,
             hidden_act: "silu".into(),
+            value_head: true,
             architectures: vec!["Qwen2ForCausalLM".into()],
             model_type: "qwen2".into(),
         }
@@ -163,6 +169,7 @@ impl LmConfig {
         let attn = h * h + h + 2 * (h * kv + kv) + h * h;
         let layer = attn + 3 * h * i + 2 * h;
         let head = if self.tie_word_embeddings { 0 } else { v * h };
-        v * h + self.num_hidden_layers * layer + h + head
+        let value = if self.value_head { h + 1 } else { 0 };
+        v * h + self.num_hidden_layers * layer + h + head + value
     }
 }

@@ -53,6 +53,7 @@ pub struct Decoder {
     layers: Vec<Layer>,
     norm: Tensor,
     head: Linear,
+    value: Option<Linear>,
     cos: Tensor,
     sin: Tensor,
 }
@@ -82,6 +83,10 @@ pub fn weight_shapes(cfg: &LmConfig) -> Vec<(String, Vec<usize>)> {
     out.push(("model.norm.weight".to_string(), vec![h]));
     if !cfg.tie_word_embeddings {
         out.push(("lm_head.weight".to_string(), vec![v, h]));
+    }
+    if cfg.value_head {
+        out.push(("value_head.weight".to_string(), vec![1, h]));
+        out.push(("value_head.bias".to_string(), vec![1]));
     }
     out.sort();
     out
@@ -177,7 +182,13 @@ impl Decoder {
             lin("lm_head", false)?
         };
         let (cos, sin) = rotary_tables(cfg, embed.device())?;
+        let value = if cfg.value_head {
+            Some(lin("value_head", true)?)
+        } else {
+            None
+        };
         Ok(Self {
+            value,
             cfg: cfg.clone(),
             embed,
             layers,
@@ -219,6 +230,12 @@ impl Decoder {
     /// The output layer applied to hidden states `(..., hidden)`.
     pub fn head(&self, hidden: &Tensor) -> Result<Tensor, LmError> {
         Ok(self.head.forward(hidden)?)
+    }
+
+    /// The value head applied to hidden states `(..., hidden)`: `(..., 1)`, if the model
+    /// has one.
+    pub fn value(&self, hidden: &Tensor) -> Result<Option<Tensor>, LmError> {
+        Ok(self.value.as_ref().map(|v| v.forward(hidden)).transpose()?)
     }
 
     /// The final normed hidden states `(b, t, hidden)`.

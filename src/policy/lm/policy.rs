@@ -119,8 +119,13 @@ impl LmPolicy {
     }
 }
 
-/// Log-probabilities `(rows, vocab)` of the token after each prompt.
-fn next_logprobs(r: &Ready, device: &Device, prompts: &[Vec<u32>]) -> Result<Tensor, LmError> {
+/// Log-probabilities `(rows, vocab)` of the token after each prompt, and the value head's
+/// estimate at each prompt's last token when the model has one.
+fn next_logprobs(
+    r: &Ready,
+    device: &Device,
+    prompts: &[Vec<u32>],
+) -> Result<(Tensor, Option<Vec<f32>>), LmError> {
     let t = prompts.iter().map(Vec::len).max().unwrap_or(1).max(1);
     let b = prompts.len();
     let mut flat = Vec::with_capacity(b * t);
@@ -139,7 +144,11 @@ fn next_logprobs(r: &Ready, device: &Device, prompts: &[Vec<u32>]) -> Result<Ten
     let last = Tensor::from_vec(last, b, device)?;
     let h = hidden.reshape((b * t, ()))?.index_select(&last, 0)?;
     let logits = r.decoder.head(&h)?;
-    Ok(candle_nn::ops::log_softmax(&logits, D::Minus1)?)
+    let values = match r.decoder.value(&h)? {
+        Some(v) => Some(v.flatten_all()?.to_vec1::<f32>()?),
+        None => None,
+    };
+    Ok((candle_nn::ops::log_softmax(&logits, D::Minus1)?, values))
 }
 
 /// Scores of `choices` (token sequences) after each prompt: the sum of their tokens'
@@ -151,8 +160,9 @@ fn score(
     prompts: &[Vec<u32>],
     choices: &[Vec<u32>],
     tokens: &mut u64,
-) -> Result<Vec<Vec<f32>>, LmError> {
-    let lp = next_logprobs(r, device, prompts)?.to_vec2::<f32>()?;
+) -> Result<(Vec<Vec<f32>>, Option<Vec<f32>>), LmError> {
+    let (lp, values) = next_logprobs(r, device, prompts)?;
+    let lp = lp.to_vec2::<f32>()?;
     *tokens += prompts.iter().map(|p| p.len() as u64).sum::<u64>();
     let mut out: Vec<Vec<f32>> = lp
         .iter()
@@ -197,7 +207,7 @@ fn score(
             }
         }
     }
-    Ok(out)
+    Ok((out, values))
 }
 
 impl Policy for LmPolicy {
@@ -223,10 +233,10 @@ impl Policy for LmPolicy {
             })
             .collect();
         let mut tokens = 0u64;
-        let Ok(scores) = score(r, &self.device, &prompts, &r.actions, &mut tokens) else {
+        let Ok((scores, values)) = score(r, &self.device, &prompts, &r.actions, &mut tokens) else {
             return;
         };
-        for ((d, s), p) in batch.iter_mut().zip(&scores).zip(&prompts) {
+        for (i, ((d, s), p)) in batch.iter_mut().zip(&scores).zip(&prompts).enumerate() {
             let mask = d.mask;
             let (a, probs, logprob, entropy) = sample(s, |i| mask.allows(i as u8), d.rng);
             d.action.0 = a as u8;
@@ -234,7 +244,7 @@ impl Policy for LmPolicy {
             d.trace.logprob = logprob;
             d.trace.entropy = entropy;
             d.trace.probs = probs;
-            d.trace.value = None;
+            d.trace.value = values.as_ref().and_then(|v| v.get(i).copied());
         }
         if let Some((words, say)) = &r.words {
             let talk: Vec<Vec<u32>> = batch
@@ -247,7 +257,7 @@ impl Policy for LmPolicy {
                     q
                 })
                 .collect();
-            if let Ok(scores) = score(r, &self.device, &talk, words, &mut tokens) {
+            if let Ok((scores, _)) = score(r, &self.device, &talk, words, &mut tokens) {
                 for (d, s) in batch.iter_mut().zip(&scores) {
                     let (w, ..) = sample(s, |_| true, d.rng);
                     if let Some(say) = d.say.as_deref_mut() {
