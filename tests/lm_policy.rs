@@ -238,3 +238,56 @@ fn an_mlp_agent_and_a_language_model_agent_share_an_arena() {
         "{stats:?}"
     );
 }
+
+#[test]
+fn roles_with_adapters_decide_with_them() {
+    use emergence::policy::lm::{Adapter, LoraConfig, ModelFolder};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("m");
+    let pd = scene(PD);
+    let folder =
+        ModelFolder::init(Preset::Tiny, 3, &[pd], &candle_core::Device::Cpu).expect("init");
+    folder.save(&dir).expect("save");
+    let src = format!(
+        r#"(name: "pd", family: Matrix(rounds: 3),
+    teams: [(name: "a", policy: lm(model: "{d}")), (name: "b", policy: lm(model: "{d}"))])"#,
+        d = dir.display()
+    );
+    let probs = |app: &bevy::app::App| -> Vec<Vec<f32>> {
+        (0..2)
+            .map(|s| {
+                app.world()
+                    .get::<DecisionTrace>(agents(app, 0)[s])
+                    .expect("trace")
+                    .probs
+                    .clone()
+            })
+            .collect()
+    };
+    let mut base = test_app(&src, 2, 1, 0);
+    step(&mut base, 1);
+    let before = probs(&base);
+    // An adapter for role "a" whose B is not zero.
+    let mut ad = Adapter::init(
+        &folder.config,
+        LoraConfig::all(2),
+        1,
+        &candle_core::Device::Cpu,
+    )
+    .expect("adapter");
+    for (_, (_, b)) in ad.weights.iter_mut() {
+        *b = (&*b + 0.05).expect("nudge");
+    }
+    ad.save(&dir.join("adapters/a")).expect("save adapter");
+    let mut app = test_app(&src, 2, 1, 0);
+    step(&mut app, 1);
+    let after = probs(&app);
+    assert_ne!(before[0], after[0], "role a should decide with its adapter");
+    assert_eq!(before[1], after[1], "role b has no adapter");
+    let reg = app.world().resource::<emergence::policy::PolicyRegistry>();
+    let stats = reg.stats();
+    assert_eq!(
+        stats[0].1.forwards, 2,
+        "one forward per adapter group: {stats:?}"
+    );
+}

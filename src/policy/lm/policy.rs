@@ -5,8 +5,10 @@
 //! words: each legal action word is scored by the sum of its tokens' log-probabilities after
 //! the prompt, illegal ones are masked, and the action is sampled from the agent's own stream.
 //! The trace keeps the prompt tokens, the log-probability of the choice, the entropy of the
-//! masked distribution and the probabilities. In the maze a word to say is then chosen the
-//! same way, after the prompt, the chosen action and `say`.
+//! masked distribution, the probabilities and the value-head estimate. In the maze a word to
+//! say is then chosen the same way, after the prompt, the chosen action and `say`. When the
+//! model folder holds LoRA adapters for roles (`adapters/<role>/`), each role's agents run
+//! with their adapter: one batched forward per adapter group.
 
 use candle_core::{D, Device, Tensor};
 use std::path::PathBuf;
@@ -14,6 +16,7 @@ use std::time::Instant;
 use tokenizers::Tokenizer;
 
 use super::folder::ModelFolder;
+use super::lora::Adapter;
 use super::model::{Decoder, Path};
 use super::tokenizer::encode;
 use super::{LmError, Preset};
@@ -45,6 +48,9 @@ struct Ready {
     /// Token ids of each word agents may say, and of `say` (families with talk).
     words: Option<(Vec<Vec<u32>>, Vec<u32>)>,
     pad: u32,
+    /// A LoRA adapter per role (by the scene's role index), from `adapters/<role>/` of the
+    /// model folder.
+    adapters: Vec<Option<Adapter>>,
 }
 
 /// A language-model policy.
@@ -108,7 +114,21 @@ impl LmPolicy {
             .token_to_id("<pad>")
             .or_else(|| folder.tokenizer.token_to_id("<|endoftext|>"))
             .unwrap_or(0);
+        let adapters = match &self.source {
+            ModelSource::Folder(dir) => scene
+                .roles
+                .iter()
+                .map(|role| {
+                    let a = dir.join("adapters").join(role);
+                    a.exists()
+                        .then(|| Adapter::load(&a, &folder.config, &self.device))
+                        .transpose()
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            ModelSource::Embedded { .. } => Vec::new(),
+        };
         Ok(Ready {
+            adapters,
             decoder: folder.decoder()?,
             tokenizer: folder.tokenizer,
             format: TextFormat::new(scene, actions),
@@ -125,6 +145,7 @@ fn next_logprobs(
     r: &Ready,
     device: &Device,
     prompts: &[Vec<u32>],
+    adapter: Option<&Adapter>,
 ) -> Result<(Tensor, Option<Vec<f32>>), LmError> {
     let t = prompts.iter().map(Vec::len).max().unwrap_or(1).max(1);
     let b = prompts.len();
@@ -134,7 +155,7 @@ fn next_logprobs(
         flat.extend(std::iter::repeat_n(r.pad, t - p.len()));
     }
     let ids = Tensor::from_vec(flat, (b, t), device)?;
-    let hidden = r.decoder.hidden(&ids, None, Path::Fast)?;
+    let hidden = r.decoder.hidden_with(&ids, None, Path::Fast, adapter)?;
     // The hidden state at each row's last real token: (b, hidden).
     let last: Vec<u32> = prompts
         .iter()
@@ -159,9 +180,10 @@ fn score(
     device: &Device,
     prompts: &[Vec<u32>],
     choices: &[Vec<u32>],
+    adapter: Option<&Adapter>,
     tokens: &mut u64,
 ) -> Result<(Vec<Vec<f32>>, Option<Vec<f32>>), LmError> {
-    let (lp, values) = next_logprobs(r, device, prompts)?;
+    let (lp, values) = next_logprobs(r, device, prompts, adapter)?;
     let lp = lp.to_vec2::<f32>()?;
     *tokens += prompts.iter().map(|p| p.len() as u64).sum::<u64>();
     let mut out: Vec<Vec<f32>> = lp
@@ -192,8 +214,10 @@ fn score(
         }
         *tokens += rows.iter().map(|p| p.len() as u64).sum::<u64>();
         let ids = Tensor::from_vec(flat, (rows.len(), t), device)?;
-        let lp =
-            candle_nn::ops::log_softmax(&r.decoder.forward(&ids, None, Path::Fast)?, D::Minus1)?;
+        let lp = candle_nn::ops::log_softmax(
+            &r.decoder.forward_with(&ids, None, Path::Fast, adapter)?,
+            D::Minus1,
+        )?;
         let lp = lp.to_vec3::<f32>()?;
         for (i, p) in prompts.iter().enumerate() {
             for (j, &c) in multi.iter().enumerate() {
@@ -208,6 +232,39 @@ fn score(
         }
     }
     Ok((out, values))
+}
+
+/// [`score`] for every row, one batched forward per adapter group: rows whose role has an
+/// adapter run with it, the others on the base model. Also returns the forwards run.
+fn score_grouped(
+    r: &Ready,
+    device: &Device,
+    prompts: &[Vec<u32>],
+    roles: &[u8],
+    choices: &[Vec<u32>],
+    tokens: &mut u64,
+) -> Result<(Vec<Vec<f32>>, Vec<Option<f32>>, u64), LmError> {
+    let mut groups: std::collections::BTreeMap<Option<u8>, Vec<usize>> = Default::default();
+    for (i, &role) in roles.iter().enumerate() {
+        let key = r
+            .adapters
+            .get(usize::from(role))
+            .and_then(|a| a.as_ref())
+            .map(|_| role);
+        groups.entry(key).or_default().push(i);
+    }
+    let mut scores = vec![Vec::new(); prompts.len()];
+    let mut values = vec![None; prompts.len()];
+    for (key, rows) in &groups {
+        let adapter = key.and_then(|k| r.adapters[usize::from(k)].as_ref());
+        let sub: Vec<Vec<u32>> = rows.iter().map(|&i| prompts[i].clone()).collect();
+        let (s, v) = score(r, device, &sub, choices, adapter, tokens)?;
+        for (j, &i) in rows.iter().enumerate() {
+            scores[i] = s[j].clone();
+            values[i] = v.as_ref().and_then(|v| v.get(j).copied());
+        }
+    }
+    Ok((scores, values, groups.len() as u64))
 }
 
 impl Policy for LmPolicy {
@@ -233,7 +290,10 @@ impl Policy for LmPolicy {
             })
             .collect();
         let mut tokens = 0u64;
-        let Ok((scores, values)) = score(r, &self.device, &prompts, &r.actions, &mut tokens) else {
+        let roles: Vec<u8> = batch.iter().map(|d| d.role).collect();
+        let Ok((scores, values, mut forwards)) =
+            score_grouped(r, &self.device, &prompts, &roles, &r.actions, &mut tokens)
+        else {
             return;
         };
         for (i, ((d, s), p)) in batch.iter_mut().zip(&scores).zip(&prompts).enumerate() {
@@ -244,7 +304,7 @@ impl Policy for LmPolicy {
             d.trace.logprob = logprob;
             d.trace.entropy = entropy;
             d.trace.probs = probs;
-            d.trace.value = values.as_ref().and_then(|v| v.get(i).copied());
+            d.trace.value = values[i];
         }
         if let Some((words, say)) = &r.words {
             let talk: Vec<Vec<u32>> = batch
@@ -257,7 +317,10 @@ impl Policy for LmPolicy {
                     q
                 })
                 .collect();
-            if let Ok((scores, _)) = score(r, &self.device, &talk, words, &mut tokens) {
+            if let Ok((scores, _, f)) =
+                score_grouped(r, &self.device, &talk, &roles, words, &mut tokens)
+            {
+                forwards += f;
                 for (d, s) in batch.iter_mut().zip(&scores) {
                     let (w, ..) = sample(s, |_| true, d.rng);
                     if let Some(say) = d.say.as_deref_mut() {
@@ -268,7 +331,7 @@ impl Policy for LmPolicy {
         }
         self.stats.decisions += batch.len() as u64;
         self.stats.tokens += tokens;
-        self.stats.forwards += 1 + u64::from(r.words.is_some());
+        self.stats.forwards += forwards;
         self.stats.seconds += start.elapsed().as_secs_f64();
     }
 
