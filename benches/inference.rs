@@ -129,5 +129,38 @@ fn decide(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, forward, matmul, decide);
+/// Whole simulation steps of 256 arenas with every agent on the `lm` policy (the embedded
+/// tiny model): the Decide step dominates. `elem/s` is decisions/s. Slow at today's speed
+/// (tens of seconds per step for hide-and-seek): run it on purpose, `-- scene_step`.
+fn scene_step(c: &mut Criterion) {
+    use emergence::headless::{RunConfig, build_app};
+    for file in [
+        "dilemma/commons_harvest_open.scene.ron",
+        "hide_and_seek/quadrant.scene.ron",
+    ] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("scenes")
+            .join(file);
+        let mut scene = emergence::scene::load_scene(&path).expect("scene");
+        for a in &mut scene.agents {
+            a.policy = "lm".into();
+        }
+        let agents = scene.agent_count() as u64;
+        let mut cfg = RunConfig::new(scene);
+        cfg.arenas = 256;
+        cfg.episodes = u32::MAX;
+        cfg.record_arenas = vec![];
+        let mut app = build_app(&cfg).expect("app");
+        app.update();
+        let mut group = c.benchmark_group("scene_step");
+        group.sample_size(10);
+        group.throughput(Throughput::Elements(agents * 256));
+        group.bench_function(file.trim_end_matches(".scene.ron"), |b| {
+            b.iter(|| app.update())
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, forward, matmul, decide, scene_step);
 criterion_main!(benches);
