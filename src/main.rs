@@ -252,6 +252,9 @@ fn print_report(cfg: &RunConfig, r: &RunReport) {
             format!("{name} seconds deciding"),
             p.seconds
         );
+        if p.errors > 0 {
+            println!("{:<28} {:>14}", format!("{name} FAILED batches"), p.errors);
+        }
     }
     println!("{:<28} {:>14.3}", "wall time (s)", r.wall.as_secs_f64());
     match r.peak_memory {

@@ -158,6 +158,7 @@ impl Policy for MlpPolicy {
             .and_then(|x| net.forward(&x))
             .and_then(|(l, v)| Ok((l.to_vec2::<f32>()?, v.to_vec1::<f32>()?)));
         let Ok((logits, values)) = out else {
+            self.stats.errors += 1;
             return;
         };
         for ((d, l), v) in batch.iter_mut().zip(&logits).zip(&values) {

@@ -79,6 +79,9 @@ pub struct PolicyStats {
     pub forwards: u64,
     /// Seconds spent deciding.
     pub seconds: f64,
+    /// Failures: batches whose forward failed (their agents kept a fallback legal action)
+    /// and prompts the tokenizer could not encode.
+    pub errors: u64,
 }
 
 /// A named policy that scenes may ask for.

@@ -278,6 +278,7 @@ impl Policy for LmPolicy {
             return;
         };
         let start = Instant::now();
+        let mut unencodable = 0u64;
         let prompts: Vec<Vec<u32>> = batch
             .iter()
             .map(|d| {
@@ -286,14 +287,19 @@ impl Policy for LmPolicy {
                     role: d.role,
                 };
                 let text = r.format.render(who, d.obs, d.mask, d.last_reward);
-                encode(&r.tokenizer, &text).unwrap_or_default()
+                encode(&r.tokenizer, &text).unwrap_or_else(|_| {
+                    unencodable += 1;
+                    vec![r.pad]
+                })
             })
             .collect();
+        self.stats.errors += unencodable;
         let mut tokens = 0u64;
         let roles: Vec<u8> = batch.iter().map(|d| d.role).collect();
         let Ok((scores, values, mut forwards)) =
             score_grouped(r, &self.device, &prompts, &roles, &r.actions, &mut tokens)
         else {
+            self.stats.errors += 1;
             return;
         };
         for (i, ((d, s), p)) in batch.iter_mut().zip(&scores).zip(&prompts).enumerate() {
@@ -317,9 +323,11 @@ impl Policy for LmPolicy {
                     q
                 })
                 .collect();
-            if let Ok((scores, _, f)) =
-                score_grouped(r, &self.device, &talk, &roles, words, &mut tokens)
-            {
+            let talked = score_grouped(r, &self.device, &talk, &roles, words, &mut tokens);
+            if talked.is_err() {
+                self.stats.errors += 1;
+            }
+            if let Ok((scores, _, f)) = talked {
                 forwards += f;
                 for (d, s) in batch.iter_mut().zip(&scores) {
                     let (w, ..) = sample(s, |_| true, d.rng);
