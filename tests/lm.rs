@@ -110,18 +110,24 @@ fn both_paths_match_candle_transformers_qwen2() {
     }
 }
 
-#[test]
-fn training_path_gives_every_tensor_a_gradient() {
-    let cfg = small_config(false);
-    let init = init_weights(&cfg, 3, &Device::Cpu).expect("init");
+/// Every weight as a variable, and the weights the decoder reads from those variables.
+fn trainable(init: &Weights) -> (Vec<(String, Var)>, Weights) {
     let vars: Vec<(String, Var)> = init
         .iter()
         .map(|(k, t)| (k.clone(), Var::from_tensor(t).expect("var")))
         .collect();
-    let weights: Weights = vars
+    let weights = vars
         .iter()
         .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
         .collect();
+    (vars, weights)
+}
+
+#[test]
+fn training_path_gives_every_tensor_a_gradient() {
+    let cfg = small_config(false);
+    let init = init_weights(&cfg, 3, &Device::Cpu).expect("init");
+    let (vars, weights) = trainable(&init);
     let dec = Decoder::new(&cfg, &weights, Path::new("mem")).expect("decoder");
     let ids = ids(&cfg);
     let loss = |path| {
@@ -486,14 +492,7 @@ fn the_value_head_trains_and_hugging_face_folders_do_without_it() {
     };
     let init = init_weights(&cfg, 4, &Device::Cpu).expect("init");
     assert!(init.contains_key("value_head.weight") && init.contains_key("value_head.bias"));
-    let vars: Vec<(String, Var)> = init
-        .iter()
-        .map(|(k, t)| (k.clone(), Var::from_tensor(t).expect("var")))
-        .collect();
-    let weights: Weights = vars
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
-        .collect();
+    let (vars, weights) = trainable(&init);
     let dec = Decoder::new(&cfg, &weights, Path::new("mem")).expect("decoder");
     let h = dec.hidden(&ids(&cfg), None, Fwd::Train).expect("hidden");
     let v = dec.value(&h).expect("value").expect("a value head");

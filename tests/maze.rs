@@ -23,6 +23,16 @@ struct Script {
     says: Vec<Vec<Option<u8>>>,
 }
 
+impl Script {
+    /// Every agent stays put and says nothing.
+    fn idle() -> Self {
+        Self {
+            moves: vec![],
+            says: vec![],
+        }
+    }
+}
+
 impl Policy for Script {
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
         for d in batch {
@@ -173,13 +183,7 @@ fn keys_open_locked_doors_for_good_and_success_ends_the_episode() {
 #[test]
 fn failure_pays_the_step_cost_until_the_limit() {
     let src = maze_scene(&PLATE_MAP, PLATE_LEGEND, 2, "").replace("50", "7");
-    let mut app = scripted(
-        &src,
-        Script {
-            moves: vec![],
-            says: vec![],
-        },
-    );
+    let mut app = scripted(&src, Script::idle());
     step(&mut app, 7);
     let e = &app.world().resource::<EpisodeLog>().episodes[0];
     assert!(!e.terminated);
@@ -224,13 +228,7 @@ fn words_reach_teammates_on_the_next_step_only() {
 #[test]
 fn observations_show_the_window_the_known_map_and_teammates() {
     let src = maze_scene(&PLATE_MAP, PLATE_LEGEND, 2, "");
-    let mut app = scripted(
-        &src,
-        Script {
-            moves: vec![],
-            says: vec![],
-        },
-    );
+    let mut app = scripted(&src, Script::idle());
     step(&mut app, 1);
     let o = app
         .world()
@@ -364,13 +362,7 @@ fn split_knowledge_gives_each_agent_its_own_part() {
         let src = maze_scene(&map, "", 2, "")
             .replace("view: 1", "view: 0")
             .replace("knowledge: Local", &format!("knowledge: {k}"));
-        let mut app = scripted(
-            &src,
-            Script {
-                moves: vec![],
-                says: vec![],
-            },
-        );
+        let mut app = scripted(&src, Script::idle());
         step(&mut app, 1);
         let maps: Vec<Vec<u8>> = agents(&app, 0)
             .iter()

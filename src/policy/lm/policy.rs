@@ -253,14 +253,24 @@ fn score_grouped(
             .map(|_| role);
         groups.entry(key).or_default().push(i);
     }
+    let adapter_of = |key: Option<u8>| key.and_then(|k| r.adapters[usize::from(k)].as_ref());
+    // The usual case, one group: score the prompts as they are, without regrouping copies.
+    if groups.len() == 1
+        && let Some((&key, _)) = groups.first_key_value()
+    {
+        let (s, v) = score(r, device, prompts, choices, adapter_of(key), tokens)?;
+        let values = (0..prompts.len())
+            .map(|i| v.as_ref().and_then(|v| v.get(i).copied()))
+            .collect();
+        return Ok((s, values, 1));
+    }
     let mut scores = vec![Vec::new(); prompts.len()];
     let mut values = vec![None; prompts.len()];
-    for (key, rows) in &groups {
-        let adapter = key.and_then(|k| r.adapters[usize::from(k)].as_ref());
+    for (&key, rows) in &groups {
         let sub: Vec<Vec<u32>> = rows.iter().map(|&i| prompts[i].clone()).collect();
-        let (s, v) = score(r, device, &sub, choices, adapter, tokens)?;
-        for (j, &i) in rows.iter().enumerate() {
-            scores[i] = s[j].clone();
+        let (s, v) = score(r, device, &sub, choices, adapter_of(key), tokens)?;
+        for ((j, &i), row) in rows.iter().enumerate().zip(s) {
+            scores[i] = row;
             values[i] = v.as_ref().and_then(|v| v.get(j).copied());
         }
     }
