@@ -24,6 +24,9 @@ use rand_chacha::ChaCha8Rng;
 use std::path::Path;
 use std::time::Duration;
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const PROMPT: usize = 64;
 
 fn decoder(preset: Preset) -> (LmConfig, Decoder) {

@@ -84,6 +84,10 @@ struct RunArgs {
     /// Where language models run: `cpu`, or `cuda:N` (built with the `cuda` feature).
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Truncate episodes after this many steps, overriding the scene's
+    /// `episode.max_steps` (a short look at a slow policy).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    max_steps: Option<u32>,
 }
 
 #[derive(Subcommand)]
@@ -109,6 +113,11 @@ enum ModelCommand {
         path: PathBuf,
     },
 }
+
+/// Tensors come and go every step; mimalloc keeps their pages for reuse where glibc hands
+/// large blocks back to the kernel and pays a page fault per page the next step.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -157,6 +166,9 @@ fn cmd_run(args: RunArgs) -> Result<()> {
         for a in &mut scene.agents {
             a.policy = p.clone();
         }
+    }
+    if let Some(n) = args.max_steps {
+        scene.spec.episode.max_steps = n;
     }
     let device = parse_device(&args.device)?;
     refuse_overwrite_of_input(&args.metrics, &args.scene, "--metrics")?;

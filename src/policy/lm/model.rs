@@ -268,18 +268,19 @@ impl Decoder {
             .embed
             .index_select(&ids.flatten_all()?, 0)?
             .reshape((b, t, h))?;
-        let causal;
+        let causal = bias.is_none();
+        let default_bias;
         let bias = match bias {
             Some(m) => m,
             None => {
-                causal = causal_bias(t, x.device())?;
-                &causal
+                default_bias = causal_bias(t, x.device())?;
+                &default_bias
             }
         };
         let (cos, sin) = (self.cos.narrow(0, 0, t)?, self.sin.narrow(0, 0, t)?);
         for layer in &self.layers {
             let n = self.rms(&x, &layer.ln1, path)?;
-            let a = self.attention(layer, &n, bias, &cos, &sin, path, adapter)?;
+            let a = self.attention(layer, &n, bias, causal, &cos, &sin, path, adapter)?;
             x = (x + a)?;
             let n = self.rms(&x, &layer.ln2, path)?;
             let g = proj(&layer.gate, &layer.names[4], &n, adapter)?.silu()?;
@@ -298,11 +299,42 @@ impl Decoder {
         })
     }
 
+    /// Causal attention on the fast path: rotary embeddings in the `(b, t, heads, dim)`
+    /// layout the projections produce, then candle's fused CPU attention over the rows as
+    /// packed sequences (no score matrix, no transposes, no repeated key/value heads).
+    fn attention_fused(
+        &self,
+        l: &Layer,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        adapter: Option<&Adapter>,
+    ) -> Result<Tensor, LmError> {
+        let (b, t, _) = x.dims3()?;
+        let (nh, nkv, hd) = (
+            self.cfg.num_attention_heads,
+            self.cfg.kv_heads(),
+            self.cfg.head_dim(),
+        );
+        let q = proj(&l.q, &l.names[0], x, adapter)?.reshape((b, t, nh, hd))?;
+        let k = proj(&l.k, &l.names[1], x, adapter)?.reshape((b, t, nkv, hd))?;
+        let v = proj(&l.v, &l.names[2], x, adapter)?.reshape((b * t, nkv, hd))?;
+        let q = candle_nn::rotary_emb::rope_thd(&q, cos, sin)?.reshape((b * t, nh, hd))?;
+        let k = candle_nn::rotary_emb::rope_thd(&k, cos, sin)?.reshape((b * t, nkv, hd))?;
+        let lens = Tensor::from_vec(vec![t as u32; b], b, x.device())?;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let out = candle_nn::attention::flash_attn_varlen_cpu(
+            &q, &k, &v, None, &lens, &lens, t, t, scale, true, None, None,
+        )?;
+        proj(&l.o, &l.names[3], &out.reshape((b, t, nh * hd))?, adapter)
+    }
+
     fn attention(
         &self,
         l: &Layer,
         x: &Tensor,
         bias: &Tensor,
+        causal: bool,
         cos: &Tensor,
         sin: &Tensor,
         path: Path,
@@ -314,6 +346,9 @@ impl Decoder {
             self.cfg.kv_heads(),
             self.cfg.head_dim(),
         );
+        if path == Path::Fast && causal {
+            return self.attention_fused(l, x, cos, sin, adapter);
+        }
         let heads = |y: Tensor, n: usize| y.reshape((b, t, n, hd))?.transpose(1, 2);
         let q = heads(proj(&l.q, &l.names[0], x, adapter)?, nh)?;
         let k = heads(proj(&l.k, &l.names[1], x, adapter)?, nkv)?;
