@@ -42,6 +42,8 @@ pub struct RunConfig {
     pub model: Option<PathBuf>,
     /// `--device`: where language models run.
     pub device: candle_core::Device,
+    /// Training: the `lm` policy's model source, opened for a trainer through the handle.
+    pub train: Option<(ModelSource, crate::policy::lm::TrainHandle)>,
 }
 
 impl RunConfig {
@@ -59,6 +61,7 @@ impl RunConfig {
             hash_steps: false,
             model: None,
             device: candle_core::Device::Cpu,
+            train: None,
         }
     }
 }
@@ -152,7 +155,16 @@ pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
             s.set_executor(SingleThreadedExecutor::new());
         });
     }
-    if cfg.model.is_some() || !matches!(cfg.device, candle_core::Device::Cpu) {
+    if let Some((source, handle)) = &cfg.train {
+        app.world_mut().resource_mut::<PolicyRegistry>().insert(
+            "lm",
+            Box::new(LmPolicy::with_handle(
+                source.clone(),
+                cfg.device.clone(),
+                handle.clone(),
+            )),
+        );
+    } else if cfg.model.is_some() || !matches!(cfg.device, candle_core::Device::Cpu) {
         let source = match &cfg.model {
             Some(dir) => ModelSource::Folder(dir.clone()),
             None => ModelSource::Embedded {

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod policy;
 pub mod replay;
 pub mod scene;
+pub mod train;
 
 use bevy::app::{App, Plugin, PluginGroup, PluginGroupBuilder};
 use bevy::ecs::schedule::IntoScheduleConfigs;

@@ -27,6 +27,8 @@ struct Cli {
 enum Command {
     /// Run a scene headless: many arenas, many episodes, then a summary table.
     Run(RunArgs),
+    /// Train the scene's `lm` agents with a multi-agent RL algorithm between episodes.
+    Train(TrainArgs),
     /// Validate a scene file and print a summary of it.
     Check {
         /// The `.scene.ron` file.
@@ -90,6 +92,60 @@ struct RunArgs {
     max_steps: Option<u32>,
 }
 
+#[derive(clap::Args)]
+struct TrainArgs {
+    /// The `.scene.ron` file. Teams on `lm` learn (all teams when none is).
+    scene: PathBuf,
+    /// The algorithm.
+    #[arg(long, value_enum, default_value = "ippo")]
+    algo: emergence::train::Algo,
+    /// Updates to make: one per episode of every arena.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    iterations: u32,
+    /// Arenas run side by side (episodes per update).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    arenas: u32,
+    /// Run seed: the same seed gives the same run.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// The run folder (must not exist or be empty): config, metrics, checkpoints.
+    #[arg(long)]
+    out: PathBuf,
+    /// The starting model: `tiny`, `small` (fresh, seeded by --seed) or a model folder.
+    #[arg(long, default_value = "tiny")]
+    model: String,
+    /// AdamW learning rate (decays linearly to a tenth over the run).
+    #[arg(long, default_value_t = 1e-3)]
+    lr: f64,
+    /// Weight of the k3 KL to the frozen starting model (0: none).
+    #[arg(long, default_value_t = 0.0)]
+    kl_coef: f64,
+    /// Weight of the entropy bonus.
+    #[arg(long, default_value_t = 0.01)]
+    entropy_coef: f64,
+    /// Discount.
+    #[arg(long, default_value_t = 0.99)]
+    gamma: f32,
+    /// GAE lambda.
+    #[arg(long, default_value_t = 0.95)]
+    lambda: f32,
+    /// PPO passes over each batch.
+    #[arg(long, default_value_t = 4)]
+    epochs: usize,
+    /// Decisions per gradient step.
+    #[arg(long, default_value_t = 64)]
+    minibatch: usize,
+    /// Write a checkpoint every this many iterations (and after the last).
+    #[arg(long, default_value_t = 10)]
+    checkpoint_every: u32,
+    /// Worker threads for Bevy's task pools.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
 #[derive(Subcommand)]
 enum ModelCommand {
     /// Write a fresh, seeded model folder in the Hugging Face layout.
@@ -123,6 +179,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => cmd_run(args),
+        Command::Train(args) => cmd_train(args),
         Command::Check { scene } => cmd_check(&scene),
         Command::List { scenes } => cmd_list(&scenes),
         Command::Model(m) => cmd_model(m),
@@ -185,6 +242,7 @@ fn cmd_run(args: RunArgs) -> Result<()> {
         hash_steps: args.hash_log.is_some(),
         model: args.model.clone(),
         device,
+        train: None,
     };
     let total = u64::from(cfg.arenas) * u64::from(cfg.episodes);
     let bar = if args.quiet {
@@ -426,6 +484,133 @@ fn cmd_list(dir: &Path) -> Result<()> {
             p.families.join(","),
             p.doc
         );
+    }
+    Ok(())
+}
+
+fn cmd_train(args: TrainArgs) -> Result<()> {
+    use emergence::policy::lm::Preset;
+    use emergence::train::{Hyper, ModelChoice, TrainConfig, train};
+    let scene = load_scene(&args.scene)?;
+    let model = match args.model.as_str() {
+        "tiny" => ModelChoice::Preset(Preset::Tiny),
+        "small" => ModelChoice::Preset(Preset::Small),
+        dir => {
+            let p = PathBuf::from(dir);
+            if !p.is_dir() {
+                anyhow::bail!("--model {dir:?}: expected tiny, small or a model folder");
+            }
+            ModelChoice::Folder(p)
+        }
+    };
+    if args.minibatch == 0 || args.epochs == 0 {
+        anyhow::bail!("--minibatch and --epochs must be at least 1");
+    }
+    let cfg = TrainConfig {
+        scene,
+        scene_path: args.scene.clone(),
+        algo: args.algo,
+        iterations: args.iterations,
+        arenas: args.arenas,
+        seed: args.seed,
+        out: args.out.clone(),
+        model,
+        hyper: Hyper {
+            lr: args.lr,
+            kl_coef: args.kl_coef,
+            entropy_coef: args.entropy_coef,
+            gamma: args.gamma,
+            lambda: args.lambda,
+            epochs: args.epochs,
+            minibatch: args.minibatch,
+            ..Hyper::default()
+        },
+        threads: args.threads.map(usize::from),
+        checkpoint_every: args.checkpoint_every,
+    };
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(u64::from(args.iterations))
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} iterations {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let summary = train(&cfg, |r| {
+        let returns: Vec<String> = r
+            .team_returns
+            .iter()
+            .map(|(t, v)| format!("{t} {v:.3}"))
+            .collect();
+        bar.set_message(format!(
+            "| return {} | kl {:.4} | entropy {:.3} | {:.0} agent-steps/s",
+            returns.join(", "),
+            r.update.approx_kl,
+            r.update.entropy,
+            r.agent_steps_per_sec
+        ));
+        bar.inc(1);
+    })?;
+    bar.finish();
+    let (Some(first), Some(last)) = (summary.iterations.first(), summary.iterations.last()) else {
+        return Ok(());
+    };
+    println!();
+    println!("{:<28} {:>12} {:>12}", "", "first", "last");
+    for (t, v) in &last.team_returns {
+        println!(
+            "{:<28} {:>12.3} {:>12.3}",
+            format!("return {t}"),
+            first.team_returns[t],
+            v
+        );
+    }
+    for (k, v) in &last.metrics {
+        let f = first.metrics.get(k).copied().unwrap_or(f64::NAN);
+        println!("{k:<28} {f:>12.3} {v:>12.3}");
+    }
+    let n = summary.iterations.len() as f64;
+    let mean = |f: &dyn Fn(&emergence::train::IterationReport) -> f64| {
+        summary.iterations.iter().map(f).sum::<f64>() / n
+    };
+    println!();
+    println!("{:<28} {:>12.3}", "entropy (last)", last.update.entropy);
+    println!(
+        "{:<28} {:>12.3}",
+        "rollout s/iteration",
+        mean(&|r| r.rollout_seconds)
+    );
+    println!(
+        "{:<28} {:>12.3}",
+        "  of which inference",
+        mean(&|r| r.inference_seconds)
+    );
+    println!(
+        "{:<28} {:>12.3}",
+        "update s/iteration",
+        mean(&|r| r.update.seconds)
+    );
+    println!(
+        "{:<28} {:>12.0}",
+        "lm tokens/s",
+        mean(&|r| r.tokens_per_sec)
+    );
+    println!(
+        "{:<28} {:>12.0}",
+        "agent-steps/s",
+        mean(&|r| r.agent_steps_per_sec)
+    );
+    if let Some(peak) = emergence::metrics::peak_memory_bytes() {
+        println!(
+            "{:<28} {:>12.1}",
+            "peak memory (MiB)",
+            peak as f64 / 1048576.0
+        );
+    }
+    println!("run folder: {}", args.out.display());
+    for c in &summary.checkpoints {
+        println!("checkpoint: {}", c.display());
     }
     Ok(())
 }

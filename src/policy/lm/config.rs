@@ -62,7 +62,8 @@ fn default_act() -> String {
 }
 
 /// The model sizes `emergence model init` knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Preset {
     /// Hidden 128, 4 layers, 4 heads, intermediate 512 (about 1M parameters).
     Tiny,

@@ -10,8 +10,9 @@
 //! model folder holds LoRA adapters for roles (`adapters/<role>/`), each role's agents run
 //! with their adapter: one batched forward per adapter group.
 
-use candle_core::{D, Device, Tensor};
+use candle_core::{D, Device, Tensor, Var};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokenizers::Tokenizer;
 
@@ -19,7 +20,7 @@ use super::folder::ModelFolder;
 use super::lora::Adapter;
 use super::model::{Decoder, Path};
 use super::tokenizer::encode;
-use super::{LmError, Preset};
+use super::{LmConfig, LmError, Preset};
 use crate::policy::sampling::sample;
 use crate::policy::text::{Speaker, TextFormat};
 use crate::policy::{Decision, Policy, PolicyStats};
@@ -37,6 +38,41 @@ pub enum ModelSource {
     },
     /// A model folder on disk (`config.json`, `model.safetensors`, `tokenizer.json`).
     Folder(PathBuf),
+}
+
+/// The model of an [`LmPolicy`] opened for training: its weights as variables that the policy
+/// reads in place (an optimizer step is seen by the next decision), plus what a trainer
+/// needs to score actions and write checkpoints.
+pub struct Trainable {
+    /// The model's configuration.
+    pub config: LmConfig,
+    /// Every weight, by Hugging Face name.
+    pub vars: Vec<(String, Var)>,
+    /// The tokenizer (written into checkpoints).
+    pub tokenizer: Tokenizer,
+    /// Token ids of each action word.
+    pub actions: Vec<Vec<u32>>,
+    /// The padding token.
+    pub pad: u32,
+}
+
+/// A slot shared by an [`LmPolicy`] and its trainer, filled when the policy is set up for a
+/// scene.
+#[derive(Clone, Default)]
+pub struct TrainHandle(Arc<Mutex<Option<Trainable>>>);
+
+impl std::fmt::Debug for TrainHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TrainHandle")
+    }
+}
+
+impl TrainHandle {
+    /// Runs `f` on the trainable model, once the policy has been set up.
+    pub fn with<R>(&self, f: impl FnOnce(&Trainable) -> R) -> Option<R> {
+        let guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().map(f)
+    }
 }
 
 struct Ready {
@@ -59,6 +95,7 @@ pub struct LmPolicy {
     device: Device,
     ready: Option<Ready>,
     stats: PolicyStats,
+    train: Option<TrainHandle>,
 }
 
 impl LmPolicy {
@@ -69,7 +106,15 @@ impl LmPolicy {
             device,
             ready: None,
             stats: PolicyStats::default(),
+            train: None,
         }
+    }
+
+    /// A policy whose weights a trainer updates through `handle` (filled at setup).
+    pub fn with_handle(source: ModelSource, device: Device, handle: TrainHandle) -> Self {
+        let mut p = Self::new(source, device);
+        p.train = Some(handle);
+        p
     }
 
     fn prepare(&mut self, scene: &Scene, actions: &[String]) -> Result<Ready, LmError> {
@@ -127,9 +172,36 @@ impl LmPolicy {
                 .collect::<Result<Vec<_>, _>>()?,
             ModelSource::Embedded { .. } => Vec::new(),
         };
+        let decoder = match &self.train {
+            None => folder.decoder()?,
+            Some(handle) => {
+                // Variables for the trainer; the policy reads detached views of the same
+                // storage, so optimizer steps reach it without copies and without graphs.
+                let mut vars = Vec::with_capacity(folder.weights.len());
+                let mut views = super::Weights::new();
+                for (name, t) in &folder.weights {
+                    let v = Var::from_tensor(t)?;
+                    views.insert(name.clone(), v.as_tensor().detach());
+                    vars.push((name.clone(), v));
+                }
+                let decoder = Decoder::new(
+                    &folder.config,
+                    &views,
+                    &folder.dir.join("model.safetensors"),
+                )?;
+                *handle.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Trainable {
+                    config: folder.config.clone(),
+                    vars,
+                    tokenizer: folder.tokenizer.clone(),
+                    actions: action_ids.clone(),
+                    pad,
+                });
+                decoder
+            }
+        };
         Ok(Ready {
             adapters,
-            decoder: folder.decoder()?,
+            decoder,
             tokenizer: folder.tokenizer,
             format: TextFormat::new(scene, actions),
             actions: action_ids,

@@ -1,0 +1,169 @@
+//! The rollout buffer: every decision of the trained policy's agents, across all arenas,
+//! filed by (arena, episode, agent), collected in `RecordSystems::Summarize` from what the
+//! Decide and Reward steps left on the agents; finished episodes are noted from
+//! [`EpisodeEnded`]. An iteration's batch is episode `k` of every arena.
+
+use bevy::prelude::*;
+use std::collections::BTreeMap;
+
+use crate::core::{Action, Arena};
+use crate::core::{
+    ActionMask, Agent, ArenaAgents, ArenaPhase, DecisionTrace, Done, EpisodeClock, EpisodeEnded,
+    Idle, PolicyHandle, Reward, Team,
+};
+
+/// One decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// The prompt's token ids.
+    pub tokens: Vec<u32>,
+    /// Which actions were legal.
+    pub legal: Vec<bool>,
+    /// The chosen action.
+    pub action: u8,
+    /// Its log-probability when chosen.
+    pub logprob: f32,
+    /// The value estimate when chosen (0 without a value head).
+    pub value: f32,
+    /// The reward that followed.
+    pub reward: f32,
+}
+
+/// One agent's steps through one episode.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Trajectory {
+    /// Arena index.
+    pub arena: u32,
+    /// Episode index.
+    pub episode: u32,
+    /// Slot in the arena.
+    pub slot: u16,
+    /// Team index.
+    pub team: u8,
+    /// The decisions, in order.
+    pub steps: Vec<Step>,
+    /// The rules ended the episode (no value to bootstrap from).
+    pub terminated: bool,
+}
+
+/// The buffer, a resource.
+#[derive(Resource, Debug, Default)]
+pub struct Rollouts {
+    /// The policy whose agents are collected.
+    pub policy: Option<PolicyHandle>,
+    /// Number of actions (the width of `legal`).
+    pub actions: usize,
+    open: BTreeMap<(u32, u32, u16), Trajectory>,
+    /// Finished episodes, by (episode, arena).
+    ended: BTreeMap<(u32, u32), EpisodeEnded>,
+}
+
+/// The batch of one iteration.
+#[derive(Debug, Clone, Default)]
+pub struct Batch {
+    /// Every trained agent's trajectory, ordered by arena then slot.
+    pub trajectories: Vec<Trajectory>,
+    /// The episode reports, by arena.
+    pub episodes: Vec<EpisodeEnded>,
+}
+
+impl Rollouts {
+    /// Collects `policy`'s agents, whose actions number `actions`.
+    pub fn new(policy: PolicyHandle, actions: usize) -> Self {
+        Self {
+            policy: Some(policy),
+            actions,
+            ..Default::default()
+        }
+    }
+
+    /// Whether every one of `arenas` has finished `episode`.
+    pub fn complete(&self, episode: u32, arenas: u32) -> bool {
+        (0..arenas).all(|a| self.ended.contains_key(&(episode, a)))
+    }
+
+    /// Takes episode `episode` of every arena out of the buffer.
+    pub fn take(&mut self, episode: u32) -> Batch {
+        let keys: Vec<(u32, u32, u16)> = self
+            .open
+            .keys()
+            .filter(|k| k.1 == episode)
+            .copied()
+            .collect();
+        let trajectories = keys.iter().filter_map(|k| self.open.remove(k)).collect();
+        let ended: Vec<(u32, u32)> = self
+            .ended
+            .keys()
+            .filter(|k| k.0 == episode)
+            .copied()
+            .collect();
+        let episodes = ended.iter().filter_map(|k| self.ended.remove(k)).collect();
+        Batch {
+            trajectories,
+            episodes,
+        }
+    }
+}
+
+/// Files this step's decisions of the collected policy (`RecordSystems::Summarize`: after the
+/// clocks have marked episode ends, before arenas move to their next episode).
+pub fn collect_steps(
+    mut rollouts: ResMut<Rollouts>,
+    arenas: Query<(&Arena, &EpisodeClock, &ArenaAgents), Without<Idle>>,
+    agents: Query<(
+        &Agent,
+        &Team,
+        &PolicyHandle,
+        &DecisionTrace,
+        &Action,
+        &ActionMask,
+        &Reward,
+        &Done,
+    )>,
+) {
+    let Some(policy) = rollouts.policy else {
+        return;
+    };
+    let n = rollouts.actions;
+    for (arena, clock, members) in &arenas {
+        if !matches!(clock.phase, ArenaPhase::Running | ArenaPhase::Ending) {
+            continue;
+        }
+        for &e in members.entities() {
+            let Ok((agent, team, handle, trace, action, mask, reward, done)) = agents.get(e) else {
+                continue;
+            };
+            if *handle != policy {
+                continue;
+            }
+            let traj = rollouts
+                .open
+                .entry((arena.index, clock.episode, agent.slot))
+                .or_insert_with(|| Trajectory {
+                    arena: arena.index,
+                    episode: clock.episode,
+                    slot: agent.slot,
+                    team: team.0,
+                    ..Default::default()
+                });
+            traj.steps.push(Step {
+                tokens: trace.tokens.clone(),
+                legal: (0..n).map(|i| mask.allows(i as u8)).collect(),
+                action: action.0,
+                logprob: trace.logprob,
+                value: trace.value.unwrap_or(0.0),
+                reward: reward.0,
+            });
+            if clock.phase == ArenaPhase::Ending {
+                traj.terminated = done.terminated;
+            }
+        }
+    }
+}
+
+/// Notes every finished episode (after `RecordSystems::Finish`).
+pub fn collect_episodes(mut rollouts: ResMut<Rollouts>, mut ended: MessageReader<EpisodeEnded>) {
+    for e in ended.read() {
+        rollouts.ended.insert((e.episode, e.arena), e.clone());
+    }
+}

@@ -1,0 +1,434 @@
+//! The update between episodes: advantages from a [`Batch`], then minibatch gradient steps
+//! on the language model's training path (the differentiable decoder over the policy's own
+//! variables, so the next decision already uses the new weights).
+
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+use super::TrainError;
+use super::advantage::{explained_variance, gae, normalise, returns_to_go};
+use super::loss::{
+    chosen, entropy, grad_norm, k3_kl, masked_action_logprobs, ppo_clip, reinforce, value_loss,
+};
+use super::rollout::Batch;
+use crate::policy::lm::model::Path;
+use crate::policy::lm::{Decoder, TrainHandle, Weights};
+
+/// The algorithms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Algo {
+    /// REINFORCE with a learned baseline (the value head) and one pass over the batch.
+    Reinforce,
+    /// Independent PPO: GAE advantages, clipped surrogate, clipped value loss, several epochs.
+    Ippo,
+}
+
+/// Hyper-parameters (DESIGN.md defaults).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hyper {
+    /// AdamW learning rate at the start.
+    pub lr: f64,
+    /// The learning rate at the last iteration, as a fraction of `lr` (linear schedule).
+    pub lr_final_frac: f64,
+    /// AdamW weight decay.
+    pub weight_decay: f64,
+    /// Discount γ.
+    pub gamma: f32,
+    /// GAE λ.
+    pub lambda: f32,
+    /// PPO clip ε (also the value clip).
+    pub clip: f64,
+    /// Weight of the value loss.
+    pub value_coef: f64,
+    /// Weight of the entropy bonus.
+    pub entropy_coef: f64,
+    /// Weight of the k3 KL to the frozen initial model (0: no reference forward).
+    pub kl_coef: f64,
+    /// Passes over the batch per update (REINFORCE always makes one).
+    pub epochs: usize,
+    /// Decisions per gradient step.
+    pub minibatch: usize,
+    /// Gradient-norm clip.
+    pub max_grad_norm: f32,
+}
+
+impl Default for Hyper {
+    fn default() -> Self {
+        Self {
+            lr: 1e-3,
+            lr_final_frac: 0.1,
+            weight_decay: 0.0,
+            gamma: 0.99,
+            lambda: 0.95,
+            clip: 0.2,
+            value_coef: 0.5,
+            entropy_coef: 0.01,
+            kl_coef: 0.0,
+            epochs: 4,
+            minibatch: 64,
+            max_grad_norm: 1.0,
+        }
+    }
+}
+
+/// What one update measured (means over its gradient steps).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct UpdateStats {
+    /// Policy loss.
+    pub policy_loss: f32,
+    /// Value loss.
+    pub value_loss: f32,
+    /// Entropy of the masked action distribution.
+    pub entropy: f32,
+    /// Approximate KL between the acting and the updated policy.
+    pub approx_kl: f32,
+    /// Share of clipped ratios (PPO).
+    pub clip_frac: f32,
+    /// k3 KL to the reference model (when `kl_coef` > 0).
+    pub kl_ref: f32,
+    /// Gradient norm before clipping.
+    pub grad_norm: f32,
+    /// Explained variance of the value head on the batch.
+    pub explained_variance: f32,
+    /// Decisions in the batch.
+    pub samples: usize,
+    /// Gradient steps taken.
+    pub steps: usize,
+    /// Gradient steps skipped for a non-finite loss or gradient.
+    pub skipped: usize,
+    /// Seconds spent updating.
+    pub seconds: f64,
+    /// Learning rate used.
+    pub lr: f64,
+}
+
+struct Sample {
+    tokens: Vec<u32>,
+    legal: Vec<bool>,
+    action: u8,
+    logprob: f32,
+    value: f32,
+    adv: f32,
+    target: f32,
+}
+
+/// The trainer of one language-model policy.
+pub struct Trainer {
+    algo: Algo,
+    hyper: Hyper,
+    decoder: Decoder,
+    reference: Option<Decoder>,
+    vars: Vec<Var>,
+    opt: AdamW,
+    action_tokens: Tensor,
+    actions: usize,
+    pad: u32,
+    device: Device,
+}
+
+impl Trainer {
+    /// A trainer for the model behind `handle` (the policy must have been set up).
+    pub fn new(
+        handle: &TrainHandle,
+        algo: Algo,
+        hyper: Hyper,
+        device: &Device,
+    ) -> Result<Self, TrainError> {
+        let built = handle.with(|t| -> Result<Self, TrainError> {
+            if let Some((i, ids)) = t.actions.iter().enumerate().find(|(_, ids)| ids.len() != 1) {
+                return Err(TrainError::Config(format!(
+                    "action {i} is {} tokens for this tokenizer; training scores single-token \
+                     action words (the embedded tokenizer has one token per action)",
+                    ids.len()
+                )));
+            }
+            let weights: Weights = t
+                .vars
+                .iter()
+                .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+                .collect();
+            let decoder = Decoder::new(&t.config, &weights, std::path::Path::new("weights"))?;
+            let reference = if hyper.kl_coef > 0.0 {
+                let frozen: Weights = t
+                    .vars
+                    .iter()
+                    .map(|(n, v)| Ok((n.clone(), v.as_tensor().detach().copy()?)))
+                    .collect::<Result<_, candle_core::Error>>()?;
+                Some(Decoder::new(
+                    &t.config,
+                    &frozen,
+                    std::path::Path::new("reference"),
+                )?)
+            } else {
+                None
+            };
+            let vars: Vec<Var> = t.vars.iter().map(|(_, v)| v.clone()).collect();
+            let opt = AdamW::new(
+                vars.clone(),
+                ParamsAdamW {
+                    lr: hyper.lr,
+                    weight_decay: hyper.weight_decay,
+                    ..Default::default()
+                },
+            )?;
+            let ids: Vec<u32> = t.actions.iter().map(|a| a[0]).collect();
+            Ok(Self {
+                algo,
+                actions: ids.len(),
+                action_tokens: Tensor::new(ids.as_slice(), device)?,
+                pad: t.pad,
+                decoder,
+                reference,
+                vars,
+                opt,
+                hyper: hyper.clone(),
+                device: device.clone(),
+            })
+        });
+        built.unwrap_or_else(|| {
+            Err(TrainError::Config(
+                "the language-model policy was never set up (no agent uses it)".into(),
+            ))
+        })
+    }
+
+    /// The trained variables.
+    pub fn vars(&self) -> &[Var] {
+        &self.vars
+    }
+
+    /// Sets the learning rate for training progress `frac` in [0, 1] (linear schedule).
+    pub fn schedule(&mut self, frac: f64) {
+        let f = 1.0 - frac.clamp(0.0, 1.0) * (1.0 - self.hyper.lr_final_frac);
+        self.opt.set_learning_rate(self.hyper.lr * f);
+    }
+
+    fn samples(&self, batch: &Batch) -> Vec<Sample> {
+        let h = &self.hyper;
+        let mut out = Vec::new();
+        for traj in &batch.trajectories {
+            let rewards: Vec<f32> = traj.steps.iter().map(|s| s.reward).collect();
+            let values: Vec<f32> = traj.steps.iter().map(|s| s.value).collect();
+            let (adv, targets) = match self.algo {
+                Algo::Reinforce => {
+                    let g = returns_to_go(&rewards, h.gamma);
+                    let adv = g.iter().zip(&values).map(|(g, v)| g - v).collect();
+                    (adv, g)
+                }
+                // Truncated episodes bootstrap from the last value estimate.
+                Algo::Ippo => {
+                    let last = if traj.terminated {
+                        0.0
+                    } else {
+                        values.last().copied().unwrap_or(0.0)
+                    };
+                    gae(&rewards, &values, last, h.gamma, h.lambda)
+                }
+            };
+            for ((s, a), t) in traj.steps.iter().zip(adv).zip(targets) {
+                out.push(Sample {
+                    tokens: s.tokens.clone(),
+                    legal: s.legal.clone(),
+                    action: s.action,
+                    logprob: s.logprob,
+                    value: s.value,
+                    adv: a,
+                    target: t,
+                });
+            }
+        }
+        let mut adv: Vec<f32> = out.iter().map(|s| s.adv).collect();
+        normalise(&mut adv);
+        for (s, a) in out.iter_mut().zip(adv) {
+            s.adv = a;
+        }
+        out
+    }
+
+    /// One update on `batch`; minibatch order from `rng`. A non-finite loss or gradient skips
+    /// that step (counted in `skipped`) and leaves the weights as they were.
+    pub fn update(
+        &mut self,
+        batch: &Batch,
+        rng: &mut ChaCha8Rng,
+    ) -> Result<UpdateStats, TrainError> {
+        let start = Instant::now();
+        let samples = self.samples(batch);
+        let mut stats = UpdateStats {
+            samples: samples.len(),
+            lr: self.opt.learning_rate(),
+            ..Default::default()
+        };
+        let preds: Vec<f32> = samples.iter().map(|s| s.value).collect();
+        let targets: Vec<f32> = samples.iter().map(|s| s.target).collect();
+        stats.explained_variance = explained_variance(&preds, &targets).unwrap_or(0.0);
+        let epochs = match self.algo {
+            Algo::Reinforce => 1,
+            Algo::Ippo => self.hyper.epochs.max(1),
+        };
+        let mut order: Vec<usize> = (0..samples.len()).collect();
+        for _ in 0..epochs {
+            order.shuffle(rng);
+            for chunk in order.chunks(self.hyper.minibatch.max(1)) {
+                let mb: Vec<&Sample> = chunk.iter().map(|&i| &samples[i]).collect();
+                match self.step(&mb)? {
+                    Some(s) => {
+                        stats.steps += 1;
+                        stats.policy_loss += s.policy_loss;
+                        stats.value_loss += s.value_loss;
+                        stats.entropy += s.entropy;
+                        stats.approx_kl += s.approx_kl;
+                        stats.clip_frac += s.clip_frac;
+                        stats.kl_ref += s.kl_ref;
+                        stats.grad_norm += s.grad_norm;
+                    }
+                    None => stats.skipped += 1,
+                }
+            }
+        }
+        let n = stats.steps.max(1) as f32;
+        for x in [
+            &mut stats.policy_loss,
+            &mut stats.value_loss,
+            &mut stats.entropy,
+            &mut stats.approx_kl,
+            &mut stats.clip_frac,
+            &mut stats.kl_ref,
+            &mut stats.grad_norm,
+        ] {
+            *x /= n;
+        }
+        stats.seconds = start.elapsed().as_secs_f64();
+        Ok(stats)
+    }
+
+    /// Action log-probabilities `(m, actions)` and values `(m,)` of a minibatch on `decoder`.
+    fn heads(
+        &self,
+        decoder: &Decoder,
+        path: Path,
+        mb: &[&Sample],
+        bias: &Tensor,
+    ) -> Result<(Tensor, Option<Tensor>), TrainError> {
+        let m = mb.len();
+        let t = mb.iter().map(|s| s.tokens.len()).max().unwrap_or(1).max(1);
+        let mut flat = Vec::with_capacity(m * t);
+        for s in mb {
+            flat.extend_from_slice(&s.tokens);
+            flat.extend(std::iter::repeat_n(self.pad, t - s.tokens.len()));
+        }
+        let ids = Tensor::from_vec(flat, (m, t), &self.device)?;
+        let hidden = decoder.hidden(&ids, None, path)?;
+        let last: Vec<u32> = mb
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i * t + s.tokens.len().max(1) - 1) as u32)
+            .collect();
+        let last = Tensor::from_vec(last, m, &self.device)?;
+        let h = hidden.reshape((m * t, ()))?.index_select(&last, 0)?;
+        let tlp = candle_nn::ops::log_softmax(&decoder.head(&h)?, 1)?;
+        let alp = masked_action_logprobs(&tlp, &self.action_tokens, bias)?;
+        let v = decoder.value(&h)?.map(|v| v.squeeze(1)).transpose()?;
+        Ok((alp, v))
+    }
+
+    fn step(&mut self, mb: &[&Sample]) -> Result<Option<UpdateStats>, TrainError> {
+        let m = mb.len();
+        let a = self.actions;
+        let mut bias = vec![0f32; m * a];
+        let mut legal = vec![0f32; m * a];
+        let mut one_hot = vec![0f32; m * a];
+        for (i, s) in mb.iter().enumerate() {
+            for j in 0..a {
+                let ok = s.legal.get(j).copied().unwrap_or(false);
+                legal[i * a + j] = if ok { 1.0 } else { 0.0 };
+                bias[i * a + j] = if ok { 0.0 } else { -1e9 };
+            }
+            one_hot[i * a + usize::from(s.action)] = 1.0;
+        }
+        let dev = &self.device;
+        let bias = Tensor::from_vec(bias, (m, a), dev)?;
+        let legal = Tensor::from_vec(legal, (m, a), dev)?;
+        let one_hot = Tensor::from_vec(one_hot, (m, a), dev)?;
+        let col =
+            |f: fn(&Sample) -> f32| Tensor::from_vec(mb.iter().map(|s| f(s)).collect(), m, dev);
+        let adv = col(|s| s.adv)?;
+        let old = col(|s| s.logprob)?;
+        let old_v = col(|s| s.value)?;
+        let target = col(|s| s.target)?;
+
+        let (alp, v) = self.heads(&self.decoder, Path::Train, mb, &bias)?;
+        let logp = chosen(&alp, &one_hot)?;
+        let ent = entropy(&alp, &legal)?.mean_all()?;
+        let mut out = UpdateStats::default();
+        let mut loss = match self.algo {
+            Algo::Reinforce => reinforce(&logp, &adv)?,
+            Algo::Ippo => {
+                let (l, st) = ppo_clip(&logp, &old, &adv, self.hyper.clip)?;
+                out.clip_frac = st.clip_frac;
+                out.approx_kl = st.approx_kl;
+                l
+            }
+        };
+        out.policy_loss = loss.to_scalar::<f32>()?;
+        if let Some(v) = &v {
+            let clip = matches!(self.algo, Algo::Ippo).then_some(self.hyper.clip);
+            let vl = value_loss(v, &old_v, &target, clip)?;
+            out.value_loss = vl.to_scalar::<f32>()?;
+            loss = (loss + (vl * self.hyper.value_coef)?)?;
+        }
+        out.entropy = ent.to_scalar::<f32>()?;
+        loss = (loss - (ent * self.hyper.entropy_coef)?)?;
+        if let Some(reference) = &self.reference {
+            let (ralp, _) = self.heads(reference, Path::Fast, mb, &bias)?;
+            let rlogp = chosen(&ralp, &one_hot)?.detach();
+            let kl = k3_kl(&logp, &rlogp)?;
+            out.kl_ref = kl.to_scalar::<f32>()?;
+            loss = (loss + (kl * self.hyper.kl_coef)?)?;
+        }
+        if matches!(self.algo, Algo::Reinforce) {
+            // The ratio to the acting policy, for the report only.
+            let lr: Vec<f32> = (&logp - &old)?.to_vec1()?;
+            out.approx_kl =
+                lr.iter().map(|l| l.exp() - 1.0 - l).sum::<f32>() / lr.len().max(1) as f32;
+        }
+        if !loss.to_scalar::<f32>()?.is_finite() {
+            return Ok(None);
+        }
+        let mut grads = loss.backward()?;
+        let gs: Vec<Tensor> = self
+            .vars
+            .iter()
+            .filter_map(|v| grads.get(v.as_tensor()).cloned())
+            .collect();
+        let norm = grad_norm(&gs)?;
+        out.grad_norm = norm;
+        if !norm.is_finite() {
+            return Ok(None);
+        }
+        if norm > self.hyper.max_grad_norm {
+            scale(
+                &mut grads,
+                &self.vars,
+                f64::from(self.hyper.max_grad_norm / norm),
+            )?;
+        }
+        self.opt.step(&grads)?;
+        Ok(Some(out))
+    }
+}
+
+fn scale(grads: &mut GradStore, vars: &[Var], by: f64) -> Result<(), candle_core::Error> {
+    for v in vars {
+        if let Some(g) = grads.remove(v.as_tensor()) {
+            grads.insert(v.as_tensor(), (g * by)?.to_dtype(DType::F32)?);
+        }
+    }
+    Ok(())
+}
