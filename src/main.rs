@@ -589,7 +589,7 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
     println!(
         "{:<28} {:>12.3}",
         "update s/iteration",
-        mean(&|r| r.update.seconds)
+        mean(&|r| r.update.update_seconds)
     );
     println!(
         "{:<28} {:>12.0}",

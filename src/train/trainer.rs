@@ -103,7 +103,7 @@ pub struct UpdateStats {
     /// Gradient steps skipped for a non-finite loss or gradient.
     pub skipped: usize,
     /// Seconds spent updating.
-    pub seconds: f64,
+    pub update_seconds: f64,
     /// Learning rate used.
     pub lr: f64,
 }
@@ -268,6 +268,15 @@ impl Trainer {
         let preds: Vec<f32> = samples.iter().map(|s| s.value).collect();
         let targets: Vec<f32> = samples.iter().map(|s| s.target).collect();
         stats.explained_variance = explained_variance(&preds, &targets).unwrap_or(0.0);
+        // The value loss is taken in units of the batch's return spread, so that large
+        // returns do not drown the policy gradient in the shared trunk.
+        let value_scale = {
+            let n = targets.len().max(1) as f32;
+            let m = targets.iter().sum::<f32>() / n;
+            (targets.iter().map(|t| (t - m).powi(2)).sum::<f32>() / n)
+                .sqrt()
+                .max(1.0)
+        };
         let epochs = match self.algo {
             Algo::Reinforce => 1,
             Algo::Ippo => self.hyper.epochs.max(1),
@@ -277,7 +286,7 @@ impl Trainer {
             order.shuffle(rng);
             for chunk in order.chunks(self.hyper.minibatch.max(1)) {
                 let mb: Vec<&Sample> = chunk.iter().map(|&i| &samples[i]).collect();
-                match self.step(&mb)? {
+                match self.step(&mb, value_scale)? {
                     Some(s) => {
                         stats.steps += 1;
                         stats.policy_loss += s.policy_loss;
@@ -304,7 +313,7 @@ impl Trainer {
         ] {
             *x /= n;
         }
-        stats.seconds = start.elapsed().as_secs_f64();
+        stats.update_seconds = start.elapsed().as_secs_f64();
         Ok(stats)
     }
 
@@ -338,7 +347,11 @@ impl Trainer {
         Ok((alp, v))
     }
 
-    fn step(&mut self, mb: &[&Sample]) -> Result<Option<UpdateStats>, TrainError> {
+    fn step(
+        &mut self,
+        mb: &[&Sample],
+        value_scale: f32,
+    ) -> Result<Option<UpdateStats>, TrainError> {
         let m = mb.len();
         let a = self.actions;
         let mut bias = vec![0f32; m * a];
@@ -379,7 +392,8 @@ impl Trainer {
         out.policy_loss = loss.to_scalar::<f32>()?;
         if let Some(v) = &v {
             let clip = matches!(self.algo, Algo::Ippo).then_some(self.hyper.clip);
-            let vl = value_loss(v, &old_v, &target, clip)?;
+            let k = 1.0 / f64::from(value_scale);
+            let vl = value_loss(&(v * k)?, &(&old_v * k)?, &(&target * k)?, clip)?;
             out.value_loss = vl.to_scalar::<f32>()?;
             loss = (loss + (vl * self.hyper.value_coef)?)?;
         }
