@@ -1,0 +1,87 @@
+//! One training step on this machine: forward on the differentiable path, backward, AdamW,
+//! for a batch of 64 decisions with 64-token prompts (a REINFORCE loss on the action
+//! token's log-prob plus a value loss). Run: `cargo bench --bench update` (or `-- tiny`).
+//! Criterion's `elem/s` is decisions (samples) per second.
+//!
+//! Targets (issue 5): `tiny` ≤ 150 ms and `small` ≤ 3.7 s per step.
+
+#![expect(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented function"
+)]
+
+use candle_core::{D, Device, Tensor, Var};
+use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use emergence::policy::lm::model::{Path as Fwd, init_weights};
+use emergence::policy::lm::{Decoder, LmConfig, Preset, Weights};
+use std::path::Path;
+use std::time::Duration;
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const BATCH: usize = 64;
+const PROMPT: usize = 64;
+
+fn update(c: &mut Criterion) {
+    for (name, preset) in [("tiny", Preset::Tiny), ("small", Preset::Small)] {
+        let cfg = LmConfig::preset(preset, 160);
+        let w = init_weights(&cfg, 0, &Device::Cpu).expect("weights");
+        let vars: Vec<Var> = w
+            .values()
+            .map(|t| Var::from_tensor(t).expect("var"))
+            .collect();
+        let views: Weights = w
+            .keys()
+            .cloned()
+            .zip(vars.iter().map(|v| v.as_tensor().clone()))
+            .collect();
+        let dec = Decoder::new(&cfg, &views, Path::new("bench")).expect("decoder");
+        let mut opt = AdamW::new(vars.clone(), ParamsAdamW::default()).expect("adamw");
+        let ids: Vec<u32> = (0..BATCH * PROMPT)
+            .map(|i| (i * 31 % cfg.vocab_size) as u32)
+            .collect();
+        let ids = Tensor::from_vec(ids, (BATCH, PROMPT), &Device::Cpu).expect("ids");
+        let last: Vec<u32> = (0..BATCH)
+            .map(|i| (i * PROMPT + PROMPT - 1) as u32)
+            .collect();
+        let last = Tensor::from_vec(last, BATCH, &Device::Cpu).expect("last");
+        let action = Tensor::new(&[5u32], &Device::Cpu).expect("action");
+        let adv: Vec<f32> = (0..BATCH)
+            .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
+            .collect();
+        let adv = Tensor::from_vec(adv, BATCH, &Device::Cpu).expect("adv");
+        let mut group = c.benchmark_group(format!("update/{name}"));
+        group
+            .sample_size(10)
+            .measurement_time(Duration::from_secs(if name == "tiny" { 10 } else { 60 }));
+        group.throughput(Throughput::Elements(BATCH as u64));
+        group.bench_function("batch64x64", |b| {
+            b.iter(|| {
+                let h = dec.hidden(&ids, None, Fwd::Train).expect("hidden");
+                let h = h
+                    .reshape((BATCH * PROMPT, ()))
+                    .and_then(|h| h.index_select(&last, 0))
+                    .expect("last");
+                let lp = candle_nn::ops::log_softmax(&dec.head(&h).expect("head"), D::Minus1)
+                    .and_then(|lp| lp.index_select(&action, 1))
+                    .and_then(|lp| lp.squeeze(1))
+                    .expect("lp");
+                let pl = (lp * &adv)
+                    .and_then(|x| x.mean_all())
+                    .and_then(|x| x.neg())
+                    .expect("pl");
+                let v = dec.value(&h).expect("value").expect("value head");
+                let vl = v.sqr().and_then(|x| x.mean_all()).expect("vl");
+                let loss = (pl + vl).expect("loss");
+                let grads = loss.backward().expect("backward");
+                opt.step(&grads).expect("step");
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, update);
+criterion_main!(benches);
