@@ -291,6 +291,15 @@ impl Decoder {
         self.rms(&x, &self.norm, path)
     }
 
+    /// (query heads, key/value heads, head dimension).
+    fn heads(&self) -> (usize, usize, usize) {
+        (
+            self.cfg.num_attention_heads,
+            self.cfg.kv_heads(),
+            self.cfg.head_dim(),
+        )
+    }
+
     fn rms(&self, x: &Tensor, w: &Tensor, path: Path) -> Result<Tensor, LmError> {
         let eps = self.cfg.rms_norm_eps as f32;
         Ok(match path {
@@ -311,11 +320,7 @@ impl Decoder {
         adapter: Option<&Adapter>,
     ) -> Result<Tensor, LmError> {
         let (b, t, _) = x.dims3()?;
-        let (nh, nkv, hd) = (
-            self.cfg.num_attention_heads,
-            self.cfg.kv_heads(),
-            self.cfg.head_dim(),
-        );
+        let (nh, nkv, hd) = self.heads();
         let q = proj(&l.q, &l.names[0], x, adapter)?.reshape((b, t, nh, hd))?;
         let k = proj(&l.k, &l.names[1], x, adapter)?.reshape((b, t, nkv, hd))?;
         let v = proj(&l.v, &l.names[2], x, adapter)?.reshape((b * t, nkv, hd))?;
@@ -341,11 +346,7 @@ impl Decoder {
         adapter: Option<&Adapter>,
     ) -> Result<Tensor, LmError> {
         let (b, t, _) = x.dims3()?;
-        let (nh, nkv, hd) = (
-            self.cfg.num_attention_heads,
-            self.cfg.kv_heads(),
-            self.cfg.head_dim(),
-        );
+        let (nh, nkv, hd) = self.heads();
         if path == Path::Fast && causal {
             return self.attention_fused(l, x, cos, sin, adapter);
         }
