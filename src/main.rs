@@ -571,36 +571,24 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
         println!("{k:<28} {f:>12.3} {v:>12.3}");
     }
     let n = summary.iterations.len() as f64;
-    let mean = |f: &dyn Fn(&emergence::train::IterationReport) -> f64| {
-        summary.iterations.iter().map(f).sum::<f64>() / n
-    };
     println!();
     println!("{:<28} {:>12.3}", "entropy (last)", last.update.entropy);
-    println!(
-        "{:<28} {:>12.3}",
-        "rollout s/iteration",
-        mean(&|r| r.rollout_seconds)
+    type Row = (
+        &'static str,
+        usize,
+        fn(&emergence::train::IterationReport) -> f64,
     );
-    println!(
-        "{:<28} {:>12.3}",
-        "  of which inference",
-        mean(&|r| r.inference_seconds)
-    );
-    println!(
-        "{:<28} {:>12.3}",
-        "update s/iteration",
-        mean(&|r| r.update.update_seconds)
-    );
-    println!(
-        "{:<28} {:>12.0}",
-        "lm tokens/s",
-        mean(&|r| r.tokens_per_sec)
-    );
-    println!(
-        "{:<28} {:>12.0}",
-        "agent-steps/s",
-        mean(&|r| r.agent_steps_per_sec)
-    );
+    let rows: [Row; 5] = [
+        ("rollout s/iteration", 3, |r| r.rollout_seconds),
+        ("  of which inference", 3, |r| r.inference_seconds),
+        ("update s/iteration", 3, |r| r.update.update_seconds),
+        ("lm tokens/s", 0, |r| r.tokens_per_sec),
+        ("agent-steps/s", 0, |r| r.agent_steps_per_sec),
+    ];
+    for (label, digits, f) in rows {
+        let mean = summary.iterations.iter().map(f).sum::<f64>() / n;
+        println!("{label:<28} {mean:>12.digits$}");
+    }
     if let Some(peak) = emergence::metrics::peak_memory_bytes() {
         println!(
             "{:<28} {:>12.1}",

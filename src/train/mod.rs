@@ -314,19 +314,18 @@ fn save_checkpoint(
     cfg: &TrainConfig,
 ) -> Result<(), TrainError> {
     let folder = handle
-        .with(|t| -> Result<ModelFolder, TrainError> {
-            Ok(ModelFolder {
-                dir: dir.to_path_buf(),
-                config: t.config.clone(),
-                weights: t
-                    .vars
-                    .iter()
-                    .map(|(n, v)| Ok((n.clone(), v.as_tensor().detach().copy()?)))
-                    .collect::<Result<_, candle_core::Error>>()?,
-                tokenizer: t.tokenizer.clone(),
-            })
+        .with(|t| ModelFolder {
+            dir: dir.to_path_buf(),
+            config: t.config.clone(),
+            // Views of the variables: saving reads them now, no copy needed.
+            weights: t
+                .vars
+                .iter()
+                .map(|(n, v)| (n.clone(), v.as_tensor().detach()))
+                .collect(),
+            tokenizer: t.tokenizer.clone(),
         })
-        .ok_or_else(|| TrainError::Config("no trained model".into()))??;
+        .ok_or_else(|| TrainError::Config("no trained model".into()))?;
     folder.save(dir)?;
     let state = serde_json::json!({
         "iteration": iteration,

@@ -325,22 +325,8 @@ impl Trainer {
         mb: &[&Sample],
         bias: &Tensor,
     ) -> Result<(Tensor, Option<Tensor>), TrainError> {
-        let m = mb.len();
-        let t = mb.iter().map(|s| s.tokens.len()).max().unwrap_or(1).max(1);
-        let mut flat = Vec::with_capacity(m * t);
-        for s in mb {
-            flat.extend_from_slice(&s.tokens);
-            flat.extend(std::iter::repeat_n(self.pad, t - s.tokens.len()));
-        }
-        let ids = Tensor::from_vec(flat, (m, t), &self.device)?;
-        let hidden = decoder.hidden(&ids, None, path)?;
-        let last: Vec<u32> = mb
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (i * t + s.tokens.len().max(1) - 1) as u32)
-            .collect();
-        let last = Tensor::from_vec(last, m, &self.device)?;
-        let h = hidden.reshape((m * t, ()))?.index_select(&last, 0)?;
+        let prompts: Vec<&[u32]> = mb.iter().map(|s| s.tokens.as_slice()).collect();
+        let h = decoder.last_hidden(&prompts, self.pad, path, None)?;
         let tlp = candle_nn::ops::log_softmax(&decoder.head(&h)?, 1)?;
         let alp = masked_action_logprobs(&tlp, &self.action_tokens, bias)?;
         let v = decoder.value(&h)?.map(|v| v.squeeze(1)).transpose()?;

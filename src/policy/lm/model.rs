@@ -238,6 +238,41 @@ impl Decoder {
         Ok(self.value.as_ref().map(|v| v.forward(hidden)).transpose()?)
     }
 
+    /// The final hidden state at each prompt's last token, `(prompts, hidden)`: the prompts
+    /// right-padded with `pad` into one batch (causal attention, so padding never reaches a
+    /// real token and each row gives what it would alone).
+    pub fn last_hidden<P: AsRef<[u32]>>(
+        &self,
+        prompts: &[P],
+        pad: u32,
+        path: Path,
+        adapter: Option<&Adapter>,
+    ) -> Result<Tensor, LmError> {
+        let device = self.embed.device();
+        let b = prompts.len();
+        let t = prompts
+            .iter()
+            .map(|p| p.as_ref().len())
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let mut flat = Vec::with_capacity(b * t);
+        for p in prompts {
+            let p = p.as_ref();
+            flat.extend_from_slice(p);
+            flat.extend(std::iter::repeat_n(pad, t - p.len()));
+        }
+        let ids = Tensor::from_vec(flat, (b, t), device)?;
+        let hidden = self.hidden_with(&ids, None, path, adapter)?;
+        let last: Vec<u32> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i * t + p.as_ref().len().max(1) - 1) as u32)
+            .collect();
+        let last = Tensor::from_vec(last, b, device)?;
+        Ok(hidden.reshape((b * t, ()))?.index_select(&last, 0)?)
+    }
+
     /// The final normed hidden states `(b, t, hidden)`.
     pub fn hidden(
         &self,
@@ -268,15 +303,15 @@ impl Decoder {
             .embed
             .index_select(&ids.flatten_all()?, 0)?
             .reshape((b, t, h))?;
+        // Causal attention on the fast path is fused and needs no mask tensor; otherwise the
+        // causal mask is built once for all layers.
         let causal = bias.is_none();
-        let default_bias;
-        let bias = match bias {
-            Some(m) => m,
-            None => {
-                default_bias = causal_bias(t, x.device())?;
-                &default_bias
-            }
+        let built = if causal && path == Path::Train {
+            Some(causal_bias(t, x.device())?)
+        } else {
+            None
         };
+        let bias = bias.or(built.as_ref());
         let (cos, sin) = (self.cos.narrow(0, 0, t)?, self.sin.narrow(0, 0, t)?);
         for layer in &self.layers {
             let n = self.rms(&x, &layer.ln1, path)?;
@@ -338,7 +373,7 @@ impl Decoder {
         &self,
         l: &Layer,
         x: &Tensor,
-        bias: &Tensor,
+        bias: Option<&Tensor>,
         causal: bool,
         cos: &Tensor,
         sin: &Tensor,
@@ -369,7 +404,10 @@ impl Decoder {
         let v = candle_transformers::utils::repeat_kv(v, rep)?.contiguous()?;
         let scale = 1f64 / (hd as f64).sqrt();
         let w = (q.matmul(&k.transpose(2, 3)?)? * scale)?;
-        let w = w.broadcast_add(bias)?;
+        let w = match bias {
+            Some(bias) => w.broadcast_add(bias)?,
+            None => w,
+        };
         let w = match path {
             Path::Fast => candle_nn::ops::softmax_last_dim(&w)?,
             Path::Train => candle_nn::ops::softmax(&w, D::Minus1)?,

@@ -215,27 +215,10 @@ impl LmPolicy {
 /// estimate at each prompt's last token when the model has one.
 fn next_logprobs(
     r: &Ready,
-    device: &Device,
     prompts: &[Vec<u32>],
     adapter: Option<&Adapter>,
 ) -> Result<(Tensor, Option<Vec<f32>>), LmError> {
-    let t = prompts.iter().map(Vec::len).max().unwrap_or(1).max(1);
-    let b = prompts.len();
-    let mut flat = Vec::with_capacity(b * t);
-    for p in prompts {
-        flat.extend_from_slice(p);
-        flat.extend(std::iter::repeat_n(r.pad, t - p.len()));
-    }
-    let ids = Tensor::from_vec(flat, (b, t), device)?;
-    let hidden = r.decoder.hidden_with(&ids, None, Path::Fast, adapter)?;
-    // The hidden state at each row's last real token: (b, hidden).
-    let last: Vec<u32> = prompts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (i * t + p.len().max(1) - 1) as u32)
-        .collect();
-    let last = Tensor::from_vec(last, b, device)?;
-    let h = hidden.reshape((b * t, ()))?.index_select(&last, 0)?;
+    let h = r.decoder.last_hidden(prompts, r.pad, Path::Fast, adapter)?;
     let logits = r.decoder.head(&h)?;
     let values = match r.decoder.value(&h)? {
         Some(v) => Some(v.flatten_all()?.to_vec1::<f32>()?),
@@ -255,7 +238,7 @@ fn score(
     adapter: Option<&Adapter>,
     tokens: &mut u64,
 ) -> Result<(Vec<Vec<f32>>, Option<Vec<f32>>), LmError> {
-    let (lp, values) = next_logprobs(r, device, prompts, adapter)?;
+    let (lp, values) = next_logprobs(r, prompts, adapter)?;
     let lp = lp.to_vec2::<f32>()?;
     *tokens += prompts.iter().map(|p| p.len() as u64).sum::<u64>();
     let mut out: Vec<Vec<f32>> = lp
