@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::SimPlugins;
-use crate::core::{RunProgress, StateHash};
+use crate::core::{Arenas, EpisodeClock, RunProgress, StateHash};
 use crate::envs::{SpawnError, spawn_arenas};
 use crate::metrics::{EpisodeLog, MetricsWriter, peak_memory_bytes};
 use crate::policy::PolicyRegistry;
@@ -44,6 +44,11 @@ pub struct RunConfig {
     pub device: candle_core::Device,
     /// Training: the `lm` policy's model source, opened for a trainer through the handle.
     pub train: Option<(ModelSource, crate::policy::lm::TrainHandle)>,
+    /// Consecutive arenas that share environment streams ([`crate::core::Arenas::group_size`]).
+    pub group_size: u32,
+    /// The episode index arenas start at (a resumed training run starts where it stopped;
+    /// `episodes` still counts from 0).
+    pub first_episode: u32,
 }
 
 impl RunConfig {
@@ -62,6 +67,8 @@ impl RunConfig {
             model: None,
             device: candle_core::Device::Cpu,
             train: None,
+            group_size: 1,
+            first_episode: 0,
         }
     }
 }
@@ -125,6 +132,18 @@ pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
     if cfg.episodes == 0 {
         return Err(RunError::Config("--episodes must be at least 1".into()));
     }
+    if cfg.first_episode >= cfg.episodes {
+        return Err(RunError::Config(format!(
+            "the run starts at episode {} but its budget is {} episodes",
+            cfg.first_episode, cfg.episodes
+        )));
+    }
+    if cfg.group_size == 0 || !cfg.arenas.is_multiple_of(cfg.group_size) {
+        return Err(RunError::Config(format!(
+            "--group-size {} must be at least 1 and divide --arenas {}",
+            cfg.group_size, cfg.arenas
+        )));
+    }
     if let Some(&bad) = cfg.record_arenas.iter().find(|&&a| a >= cfg.arenas) {
         return Err(RunError::Config(format!(
             "--record-arenas names arena {bad}, but there are only {} (0 to {})",
@@ -183,6 +202,17 @@ pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
         cfg.seed,
         Some(cfg.episodes),
     )?;
+    {
+        let world = app.world_mut();
+        let mut arenas = world.resource_mut::<Arenas>();
+        arenas.group_size = cfg.group_size;
+        let entities = arenas.entities.clone();
+        for e in entities {
+            if let Some(mut clock) = world.get_mut::<EpisodeClock>(e) {
+                clock.episode = cfg.first_episode;
+            }
+        }
+    }
     if let Some(path) = &cfg.metrics {
         let w = MetricsWriter::create(
             path,

@@ -29,6 +29,8 @@ enum Command {
     Run(RunArgs),
     /// Train the scene's `lm` agents with a multi-agent RL algorithm between episodes.
     Train(TrainArgs),
+    /// Redraw a training run's plots (RUN/plots/*.png) from its metrics.jsonl.
+    Plot(PlotArgs),
     /// Validate a scene file and print a summary of it.
     Check {
         /// The `.scene.ron` file.
@@ -93,51 +95,76 @@ struct RunArgs {
 }
 
 #[derive(clap::Args)]
+struct PlotArgs {
+    /// The run folder (`emergence train --out`).
+    run: PathBuf,
+}
+
+#[derive(clap::Args)]
 struct TrainArgs {
-    /// The `.scene.ron` file. Teams on `lm` learn (all teams when none is).
-    scene: PathBuf,
-    /// The algorithm.
-    #[arg(long, value_enum, default_value = "ippo")]
-    algo: emergence::train::Algo,
-    /// Updates to make: one per episode of every arena.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    iterations: u32,
-    /// Arenas run side by side (episodes per update).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    arenas: u32,
-    /// Run seed: the same seed gives the same run.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// The run folder (must not exist or be empty): config, metrics, checkpoints.
+    /// The `.scene.ron` file. Teams on `lm` learn (all teams when none is). Its `train:`
+    /// block gives defaults that these flags override.
+    #[arg(required_unless_present = "resume")]
+    scene: Option<PathBuf>,
+    /// The algorithm [default: ippo].
+    #[arg(long, value_enum)]
+    algo: Option<emergence::train::Algo>,
+    /// Updates to make: one per episode of every arena [default: 20]. With --resume: the new
+    /// total.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    iterations: Option<u32>,
+    /// Arenas run side by side (episodes per update) [default: 16].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    arenas: Option<u32>,
+    /// Run seed: the same seed gives the same run [default: 0].
     #[arg(long)]
-    out: PathBuf,
-    /// The starting model: `tiny`, `small` (fresh, seeded by --seed) or a model folder.
-    #[arg(long, default_value = "tiny")]
-    model: String,
-    /// AdamW learning rate (decays linearly to a tenth over the run).
-    #[arg(long, default_value_t = 1e-3)]
-    lr: f64,
-    /// Weight of the k3 KL to the frozen starting model (0: none).
-    #[arg(long, default_value_t = 0.0)]
-    kl_coef: f64,
-    /// Weight of the entropy bonus.
-    #[arg(long, default_value_t = 0.01)]
-    entropy_coef: f64,
-    /// Discount.
-    #[arg(long, default_value_t = 0.99)]
-    gamma: f32,
-    /// GAE lambda.
-    #[arg(long, default_value_t = 0.95)]
-    lambda: f32,
-    /// PPO passes over each batch.
-    #[arg(long, default_value_t = 4)]
-    epochs: usize,
-    /// Decisions per gradient step.
-    #[arg(long, default_value_t = 64)]
-    minibatch: usize,
-    /// Write a checkpoint every this many iterations (and after the last).
-    #[arg(long, default_value_t = 10)]
-    checkpoint_every: u32,
+    seed: Option<u64>,
+    /// The run folder (must not exist or be empty): config, metrics, plots, checkpoints.
+    #[arg(long, required_unless_present = "resume", conflicts_with = "resume")]
+    out: Option<PathBuf>,
+    /// Continue the run in this folder from its newest whole checkpoint, with its own
+    /// settings and scene copy (only --iterations, --threads and --quiet may be given).
+    #[arg(long, value_name = "RUN")]
+    resume: Option<PathBuf>,
+    /// The starting model: `tiny`, `small` (fresh, seeded by --seed) or a model folder
+    /// [default: tiny].
+    #[arg(long)]
+    model: Option<String>,
+    /// AdamW learning rate, decaying linearly to a tenth over the run [default: 0.001].
+    #[arg(long)]
+    lr: Option<f64>,
+    /// Weight of the k3 KL to the frozen starting model (0: none) [default: 0].
+    #[arg(long)]
+    kl_coef: Option<f64>,
+    /// Weight of the entropy bonus [default: 0.01].
+    #[arg(long)]
+    entropy_coef: Option<f64>,
+    /// Discount [default: 0.99].
+    #[arg(long)]
+    gamma: Option<f32>,
+    /// GAE lambda [default: 0.95].
+    #[arg(long)]
+    lambda: Option<f32>,
+    /// PPO passes over each batch [default: 4].
+    #[arg(long)]
+    epochs: Option<usize>,
+    /// Decisions per gradient step [default: 64].
+    #[arg(long)]
+    minibatch: Option<usize>,
+    /// Consecutive arenas that share a seed: MAGRPO's group, Advantage Alignment's
+    /// leave-one-out group [default: 1; magrpo: 4].
+    #[arg(long)]
+    group_size: Option<u32>,
+    /// Advantage Alignment's beta [default: 0.5].
+    #[arg(long)]
+    aa_beta: Option<f32>,
+    /// Write a checkpoint every this many iterations (and after the last) [default: 10].
+    #[arg(long)]
+    checkpoint_every: Option<u32>,
+    /// Stop after this many iterations, as if interrupted (the learning-rate schedule stays
+    /// that of --iterations); a checkpoint is written, and --resume continues the run.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    stop_after: Option<u32>,
     /// Worker threads for Bevy's task pools.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
@@ -180,6 +207,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => cmd_run(args),
         Command::Train(args) => cmd_train(args),
+        Command::Plot(args) => cmd_plot(args),
         Command::Check { scene } => cmd_check(&scene),
         Command::List { scenes } => cmd_list(&scenes),
         Command::Model(m) => cmd_model(m),
@@ -231,7 +259,6 @@ fn cmd_run(args: RunArgs) -> Result<()> {
     refuse_overwrite_of_input(&args.metrics, &args.scene, "--metrics")?;
     refuse_overwrite_of_input(&args.record, &args.scene, "--record")?;
     let cfg = RunConfig {
-        scene,
         arenas: args.arenas,
         episodes: args.episodes,
         seed: args.seed,
@@ -242,7 +269,7 @@ fn cmd_run(args: RunArgs) -> Result<()> {
         hash_steps: args.hash_log.is_some(),
         model: args.model.clone(),
         device,
-        train: None,
+        ..RunConfig::new(scene)
     };
     let total = u64::from(cfg.arenas) * u64::from(cfg.episodes);
     let bar = if args.quiet {
@@ -490,48 +517,108 @@ fn cmd_list(dir: &Path) -> Result<()> {
 
 fn cmd_train(args: TrainArgs) -> Result<()> {
     use emergence::policy::lm::Preset;
-    use emergence::train::{Hyper, ModelChoice, TrainConfig, train};
-    let scene = load_scene(&args.scene)?;
-    let model = match args.model.as_str() {
-        "tiny" => ModelChoice::Preset(Preset::Tiny),
-        "small" => ModelChoice::Preset(Preset::Small),
-        dir => {
-            let p = PathBuf::from(dir);
-            if !p.is_dir() {
-                anyhow::bail!("--model {dir:?}: expected tiny, small or a model folder");
+    use emergence::train::{Algo, Hyper, ModelChoice, TrainConfig, resume_config, train};
+    let cfg = if let Some(run) = &args.resume {
+        let given = [
+            ("--algo", args.algo.is_some()),
+            ("--arenas", args.arenas.is_some()),
+            ("--seed", args.seed.is_some()),
+            ("--model", args.model.is_some()),
+            ("--lr", args.lr.is_some()),
+            ("--kl-coef", args.kl_coef.is_some()),
+            ("--entropy-coef", args.entropy_coef.is_some()),
+            ("--gamma", args.gamma.is_some()),
+            ("--lambda", args.lambda.is_some()),
+            ("--epochs", args.epochs.is_some()),
+            ("--minibatch", args.minibatch.is_some()),
+            ("--group-size", args.group_size.is_some()),
+            ("--aa-beta", args.aa_beta.is_some()),
+            ("--checkpoint-every", args.checkpoint_every.is_some()),
+            ("SCENE", args.scene.is_some()),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+            anyhow::bail!(
+                "{flag} cannot change a resumed run: it continues with the settings in {}",
+                run.join("config.json").display()
+            );
+        }
+        let mut cfg = resume_config(run, args.iterations)?;
+        if let Some(t) = args.threads {
+            cfg.threads = Some(usize::from(t));
+        }
+        cfg
+    } else {
+        let (Some(scene_path), Some(out)) = (&args.scene, &args.out) else {
+            anyhow::bail!("give a SCENE and --out, or --resume RUN");
+        };
+        let scene = load_scene(scene_path)?;
+        let d = scene.spec.train.clone();
+        let model_name = args
+            .model
+            .clone()
+            .or(d.model)
+            .unwrap_or_else(|| "tiny".into());
+        let model = match model_name.as_str() {
+            "tiny" => ModelChoice::Preset(Preset::Tiny),
+            "small" => ModelChoice::Preset(Preset::Small),
+            dir => {
+                let p = PathBuf::from(dir);
+                if !p.is_dir() {
+                    anyhow::bail!("--model {dir:?}: expected tiny, small or a model folder");
+                }
+                ModelChoice::Folder(p)
             }
-            ModelChoice::Folder(p)
+        };
+        let algo = args.algo.or(d.algo).unwrap_or(Algo::Ippo);
+        let base = Hyper::default();
+        let hyper = Hyper {
+            lr: args.lr.or(d.lr).unwrap_or(base.lr),
+            kl_coef: args.kl_coef.or(d.kl_coef).unwrap_or(base.kl_coef),
+            entropy_coef: args
+                .entropy_coef
+                .or(d.entropy_coef)
+                .unwrap_or(base.entropy_coef),
+            gamma: args.gamma.or(d.gamma).unwrap_or(base.gamma),
+            lambda: args.lambda.or(d.lambda).unwrap_or(base.lambda),
+            epochs: args.epochs.or(d.epochs).unwrap_or(base.epochs),
+            minibatch: args.minibatch.or(d.minibatch).unwrap_or(base.minibatch),
+            group_size: args
+                .group_size
+                .or(d.group_size)
+                .unwrap_or(if algo == Algo::Magrpo { 4 } else { 1 }),
+            aa_beta: args.aa_beta.or(d.aa_beta).unwrap_or(base.aa_beta),
+            ..base
+        };
+        if hyper.minibatch == 0 || hyper.epochs == 0 {
+            anyhow::bail!("--minibatch and --epochs must be at least 1");
+        }
+        TrainConfig {
+            scene,
+            scene_path: scene_path.clone(),
+            algo,
+            iterations: args.iterations.or(d.iterations).unwrap_or(20),
+            arenas: args.arenas.or(d.arenas).unwrap_or(16),
+            seed: args.seed.or(d.seed).unwrap_or(0),
+            out: out.clone(),
+            model,
+            hyper,
+            threads: args.threads.map(usize::from),
+            checkpoint_every: args.checkpoint_every.or(d.checkpoint_every).unwrap_or(10),
+            resume: None,
+            stop_after: None,
         }
     };
-    if args.minibatch == 0 || args.epochs == 0 {
-        anyhow::bail!("--minibatch and --epochs must be at least 1");
-    }
     let cfg = TrainConfig {
-        scene,
-        scene_path: args.scene.clone(),
-        algo: args.algo,
-        iterations: args.iterations,
-        arenas: args.arenas,
-        seed: args.seed,
-        out: args.out.clone(),
-        model,
-        hyper: Hyper {
-            lr: args.lr,
-            kl_coef: args.kl_coef,
-            entropy_coef: args.entropy_coef,
-            gamma: args.gamma,
-            lambda: args.lambda,
-            epochs: args.epochs,
-            minibatch: args.minibatch,
-            ..Hyper::default()
-        },
-        threads: args.threads.map(usize::from),
-        checkpoint_every: args.checkpoint_every,
+        stop_after: args.stop_after,
+        ..cfg
     };
+    if let Some(dir) = &cfg.resume {
+        println!("resuming {} from {}", cfg.out.display(), dir.display());
+    }
     let bar = if args.quiet {
         ProgressBar::hidden()
     } else {
-        ProgressBar::new(u64::from(args.iterations))
+        ProgressBar::new(u64::from(cfg.iterations))
     };
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} iterations {msg}")
@@ -550,7 +637,7 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             r.update.entropy,
             r.agent_steps_per_sec
         ));
-        bar.inc(1);
+        bar.set_position(u64::from(r.iteration));
     })?;
     bar.finish();
     let (Some(first), Some(last)) = (summary.iterations.first(), summary.iterations.last()) else {
@@ -596,9 +683,25 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             peak as f64 / 1048576.0
         );
     }
-    println!("run folder: {}", args.out.display());
+    println!("run folder: {}", cfg.out.display());
     for c in &summary.checkpoints {
         println!("checkpoint: {}", c.display());
+    }
+    match &summary.plots {
+        Ok(files) => {
+            for f in files {
+                println!("plot: {}", f.display());
+            }
+        }
+        Err(e) => eprintln!("warning: the plots could not be drawn: {e}"),
+    }
+    Ok(())
+}
+
+fn cmd_plot(args: PlotArgs) -> Result<()> {
+    let files = emergence::metrics::plot::plot_run(&args.run)?;
+    for f in files {
+        println!("{}", f.display());
     }
     Ok(())
 }

@@ -106,6 +106,20 @@ pub struct Arenas {
     pub episode_budget: Option<u32>,
     /// The run seed every stream derives from.
     pub seed: u64,
+    /// Consecutive arenas that share their environment streams (group-relative training:
+    /// `G` rollouts from the same start and the same world randomness, different agents'
+    /// samples). 0 or 1: every arena its own.
+    pub group_size: u32,
+    /// Arenas wait before starting an episode whose index is at least this (training holds
+    /// them between iterations so every episode of a batch acts with the same weights).
+    pub gate: Option<u32>,
+}
+
+impl Arenas {
+    /// The index whose environment stream `arena` uses (its group's first arena's).
+    pub fn env_stream(&self, arena: u32) -> u32 {
+        arena / self.group_size.max(1)
+    }
 }
 
 /// Counts that tell a runner how far the run is.

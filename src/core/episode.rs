@@ -38,8 +38,9 @@ pub fn draw_map(world: &World, arena: Entity) -> Option<(usize, Vec<char>)> {
     drawers.0.iter().find_map(|d| d(world, arena))
 }
 
-/// Starts the next episode of every arena that is waiting for it: fresh arena and agent
-/// streams from (seed, arena, episode, slot), zeroed returns and statistics.
+/// Starts the next episode of every arena that is waiting for it (and not held by
+/// [`Arenas::gate`]): fresh arena and agent streams from (seed, arena or its group, episode,
+/// slot), zeroed returns and statistics.
 pub fn reset_arenas(
     arenas_res: Res<Arenas>,
     mut arenas: Query<
@@ -63,13 +64,20 @@ pub fn reset_arenas(
     )>,
 ) {
     for (arena, mut clock, mut rng, members, mut metrics) in &mut arenas {
-        if clock.phase != ArenaPhase::PendingReset {
+        if clock.phase != ArenaPhase::PendingReset
+            || arenas_res.gate.is_some_and(|g| clock.episode >= g)
+        {
             continue;
         }
         clock.step = 0;
         clock.terminated = false;
         clock.phase = ArenaPhase::JustReset;
-        rng.0 = stream_rng(arenas_res.seed, arena.index, clock.episode, None);
+        rng.0 = stream_rng(
+            arenas_res.seed,
+            arenas_res.env_stream(arena.index),
+            clock.episode,
+            None,
+        );
         metrics.0.clear();
         for &e in members.entities() {
             if let Ok((agent, mut arng, mut reward, mut ret, mut done, mut stats, mut action)) =

@@ -208,6 +208,8 @@ pub fn spawn_arenas(
         entities,
         episode_budget: episodes,
         seed,
+        group_size: 1,
+        gate: None,
     });
     world.insert_resource(ActionNames(names));
     if let FamilySpec::Maze(p) = &scene.spec.family {

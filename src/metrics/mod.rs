@@ -1,6 +1,7 @@
 //! Metrics: the social-outcome metrics of Perolat et al. (2017), per-episode JSON lines,
 //! run summaries and the process's peak memory.
 
+pub mod plot;
 mod social;
 mod writer;
 

@@ -14,19 +14,20 @@
 
 pub mod advantage;
 pub mod loss;
+pub mod optim;
 pub mod rollout;
 pub mod trainer;
 
 use bevy::ecs::schedule::IntoScheduleConfigs;
 use rand::SeedableRng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use thiserror::Error;
 
-use crate::core::{RecordSystems, RunProgress, SimSchedule};
+use crate::core::{Arenas, RecordSystems, RunProgress, SimSchedule};
 use crate::envs::ActionNames;
 use crate::headless::{RunConfig, RunError, build_app};
 use crate::policy::PolicyRegistry;
@@ -61,7 +62,7 @@ pub enum TrainError {
 }
 
 /// Where the trained model starts from.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ModelChoice {
     /// A fresh embedded model of this size (seeded by the run seed).
     Preset(Preset),
@@ -95,6 +96,111 @@ pub struct TrainConfig {
     pub threads: Option<usize>,
     /// Write a checkpoint every this many iterations (and after the last).
     pub checkpoint_every: u32,
+    /// Continue from this checkpoint folder of the run in `out` (see [`resume_config`]).
+    #[serde(skip)]
+    pub resume: Option<PathBuf>,
+    /// Stop after this many iterations (counted from 0, like `iterations`) as if the run
+    /// had been interrupted: the schedule stays that of `iterations`, and `--resume`
+    /// continues it. A checkpoint is written at the stop.
+    #[serde(skip)]
+    pub stop_after: Option<u32>,
+}
+
+/// The part of `config.json` a resumed run reads back (the scene comes from the run's own
+/// copy, `scene.ron`, so an edited scene file cannot change a resumed run).
+#[derive(Debug, Deserialize)]
+struct SavedConfig {
+    algo: Algo,
+    iterations: u32,
+    arenas: u32,
+    seed: u64,
+    model: ModelChoice,
+    hyper: Hyper,
+    threads: Option<usize>,
+    checkpoint_every: u32,
+}
+
+/// The settings of the run in `run_dir` with its newest whole checkpoint to resume from;
+/// `iterations`, when given, is the new total (it may extend the run).
+pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainConfig, TrainError> {
+    let cpath = run_dir.join("config.json");
+    let text = std::fs::read_to_string(&cpath).map_err(io_err(&cpath))?;
+    let saved: SavedConfig = serde_json::from_str(&text).map_err(|e| {
+        TrainError::Config(format!(
+            "{}:{}:{}: {e}",
+            cpath.display(),
+            e.line(),
+            e.column()
+        ))
+    })?;
+    let spath = run_dir.join("scene.ron");
+    let scene = crate::scene::load_scene(&spath)
+        .map_err(|e| TrainError::Config(format!("the run's scene copy: {e}")))?;
+    let checkpoint = newest_checkpoint(run_dir)?.ok_or_else(|| {
+        TrainError::Config(format!(
+            "{}: no whole checkpoint to resume from (checkpoints/iter_K with \
+             trainer_state.json)",
+            run_dir.display()
+        ))
+    })?;
+    Ok(TrainConfig {
+        scene,
+        scene_path: spath,
+        algo: saved.algo,
+        iterations: iterations.unwrap_or(saved.iterations),
+        arenas: saved.arenas,
+        seed: saved.seed,
+        out: run_dir.to_path_buf(),
+        model: saved.model,
+        hyper: saved.hyper,
+        threads: saved.threads,
+        checkpoint_every: saved.checkpoint_every,
+        resume: Some(checkpoint.1),
+        stop_after: None,
+    })
+}
+
+/// The whole checkpoint with the highest iteration in `run_dir/checkpoints` (a folder
+/// `iter_K` holding `trainer_state.json`; temporary folders of an interrupted save are
+/// ignored).
+pub fn newest_checkpoint(run_dir: &Path) -> Result<Option<(u32, PathBuf)>, TrainError> {
+    let dir = run_dir.join("checkpoints");
+    if !dir.exists() {
+        return Ok(None);
+    }
+    let mut best: Option<(u32, PathBuf)> = None;
+    for entry in std::fs::read_dir(&dir).map_err(io_err(&dir))? {
+        let entry = entry.map_err(io_err(&dir))?;
+        let name = entry.file_name().to_string_lossy().to_string();
+        let Some(k) = name
+            .strip_prefix("iter_")
+            .and_then(|k| k.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let path = entry.path();
+        if path.join("trainer_state.json").is_file() && best.as_ref().is_none_or(|b| k > b.0) {
+            best = Some((k, path));
+        }
+    }
+    Ok(best)
+}
+
+/// What a checkpoint's `trainer_state.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainerState {
+    /// Iterations done.
+    pub iteration: u32,
+    /// The algorithm.
+    pub algo: Algo,
+    /// The run seed (every stream derives from it: arenas from (seed, arena or group,
+    /// episode), agents from (seed, arena, episode, slot), iteration `k`'s minibatch order
+    /// from (seed, k)).
+    pub seed: u64,
+    /// AdamW steps taken (its bias corrections continue from here).
+    pub optimizer_steps: u64,
+    /// The learning rate of the last update.
+    pub lr: f64,
 }
 
 /// One iteration's report.
@@ -128,6 +234,8 @@ pub struct TrainSummary {
     pub iterations: Vec<IterationReport>,
     /// Checkpoint folders written.
     pub checkpoints: Vec<PathBuf>,
+    /// The plots drawn at the end (a drawing failure does not fail the run).
+    pub plots: Result<Vec<PathBuf>, String>,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
@@ -147,15 +255,53 @@ pub fn train(
             "--iterations and --arenas must be at least 1".into(),
         ));
     }
-    if cfg.out.exists()
+    let g = cfg.hyper.group_size;
+    if g == 0 || !cfg.arenas.is_multiple_of(g) {
+        return Err(TrainError::Config(format!(
+            "--group-size {g} must be at least 1 and divide --arenas {}",
+            cfg.arenas
+        )));
+    }
+    if cfg.algo == Algo::Magrpo && g < 2 {
+        return Err(TrainError::Config(
+            "magrpo compares rollouts that share a seed: give --group-size 2 or more".into(),
+        ));
+    }
+    let resumed: Option<(TrainerState, &Path)> = match &cfg.resume {
+        None => None,
+        Some(dir) => {
+            let spath = dir.join("trainer_state.json");
+            let text = std::fs::read_to_string(&spath).map_err(io_err(&spath))?;
+            let state: TrainerState = serde_json::from_str(&text).map_err(|e| {
+                TrainError::Config(format!(
+                    "{}:{}:{}: {e}",
+                    spath.display(),
+                    e.line(),
+                    e.column()
+                ))
+            })?;
+            Some((state, dir.as_path()))
+        }
+    };
+    let start = resumed.as_ref().map_or(0, |(s, _)| s.iteration);
+    if start >= cfg.iterations {
+        return Err(TrainError::Config(format!(
+            "{}: the run has done {start} of {} iterations already; pass a larger \
+             --iterations to continue it",
+            cfg.out.display(),
+            cfg.iterations
+        )));
+    }
+    if resumed.is_none()
+        && cfg.out.exists()
         && std::fs::read_dir(&cfg.out)
             .map_err(io_err(&cfg.out))?
             .next()
             .is_some()
     {
         return Err(TrainError::Config(format!(
-            "{}: the run folder exists and is not empty; choose another --out (nothing in it \
-             was touched)",
+            "{}: the run folder exists and is not empty; choose another --out, or continue \
+             it with --resume (nothing in it was touched)",
             cfg.out.display()
         )));
     }
@@ -165,12 +311,16 @@ pub fn train(
             a.policy = "lm".into();
         }
     }
-    let source = match &cfg.model {
+    let initial = match &cfg.model {
         ModelChoice::Preset(p) => ModelSource::Embedded {
             preset: *p,
             seed: cfg.seed,
         },
         ModelChoice::Folder(dir) => ModelSource::Folder(dir.clone()),
+    };
+    let source = match &resumed {
+        Some((_, dir)) => ModelSource::Folder(dir.to_path_buf()),
+        None => initial.clone(),
     };
     let handle = TrainHandle::default();
     let mut run = RunConfig::new(scene.clone());
@@ -179,7 +329,11 @@ pub fn train(
     run.seed = cfg.seed;
     run.threads = cfg.threads;
     run.train = Some((source, handle.clone()));
+    run.group_size = g;
+    run.first_episode = start;
     let mut app = build_app(&run)?;
+    // Hold every arena after the episode of this iteration until the update is done.
+    app.world_mut().resource_mut::<Arenas>().gate = Some(start + 1);
     let actions = app.world().resource::<ActionNames>().0.len();
     let policy = app
         .world_mut()
@@ -197,14 +351,41 @@ pub fn train(
     let device = candle_core::Device::Cpu;
     let mut trainer = Trainer::new(&handle, cfg.algo, cfg.hyper.clone(), &device)?;
 
-    std::fs::create_dir_all(&cfg.out).map_err(io_err(&cfg.out))?;
-    let cpath = cfg.out.join("config.json");
-    let json = serde_json::to_string_pretty(cfg).map_err(|e| TrainError::Io {
-        path: cpath.clone(),
-        io: std::io::Error::other(e),
-    })?;
-    std::fs::write(&cpath, json).map_err(io_err(&cpath))?;
-    let mut writer = MetricsFiles::create(&cfg.out)?;
+    let mut writer = match &resumed {
+        None => {
+            std::fs::create_dir_all(&cfg.out).map_err(io_err(&cfg.out))?;
+            let cpath = cfg.out.join("config.json");
+            let json = serde_json::to_string_pretty(cfg).map_err(|e| TrainError::Io {
+                path: cpath.clone(),
+                io: std::io::Error::other(e),
+            })?;
+            std::fs::write(&cpath, json).map_err(io_err(&cpath))?;
+            // The run's own copy of its scene: a resumed run reads this one.
+            let scopy = cfg.out.join("scene.ron");
+            std::fs::copy(&cfg.scene_path, &scopy).map_err(io_err(&cfg.scene_path))?;
+            MetricsFiles::create(&cfg.out)?
+        }
+        Some((state, dir)) => {
+            let opath = dir.join("optimizer.safetensors");
+            let tensors = candle_core::safetensors::load(&opath, &device)
+                .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
+            trainer
+                .optimizer_mut()
+                .load_state(&tensors, state.optimizer_steps)
+                .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
+            if cfg.hyper.kl_coef > 0.0 {
+                // The reference is the run's starting model, not the checkpoint.
+                let folder = match &initial {
+                    ModelSource::Embedded { preset, seed } => {
+                        ModelFolder::init(*preset, *seed, std::slice::from_ref(&scene), &device)?
+                    }
+                    ModelSource::Folder(dir) => ModelFolder::load(dir, &device)?,
+                };
+                trainer.set_reference(folder.decoder()?);
+            }
+            MetricsFiles::resume(&cfg.out, start)?
+        }
+    };
 
     let teams: Vec<String> = scene.team_names().iter().map(|s| s.to_string()).collect();
     let mut reports = Vec::new();
@@ -212,7 +393,10 @@ pub fn train(
     let mut iter_start = Instant::now();
     let mut last_progress = *app.world().resource::<RunProgress>();
     let mut last_stats = lm_stats(&app);
-    for k in 0..cfg.iterations {
+    let end = cfg
+        .stop_after
+        .map_or(cfg.iterations, |s| s.clamp(start + 1, cfg.iterations));
+    for k in start..end {
         loop {
             app.update();
             if app.world().resource::<Rollouts>().complete(k, cfg.arenas) {
@@ -234,6 +418,7 @@ pub fn train(
         let mut rng =
             rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x7261_696e_0000_0000 ^ u64::from(k));
         let update = trainer.update(&batch, &mut rng)?;
+        app.world_mut().resource_mut::<Arenas>().gate = Some(k + 2);
         let report = IterationReport {
             iteration: k + 1,
             team_returns: mean_team_returns(&batch, &teams),
@@ -250,18 +435,24 @@ pub fn train(
         writer.write(&report)?;
         on_iteration(&report);
         reports.push(report);
-        if (k + 1) % cfg.checkpoint_every.max(1) == 0 || k + 1 == cfg.iterations {
+        if (k + 1) % cfg.checkpoint_every.max(1) == 0 || k + 1 == end {
             let dir = cfg.out.join("checkpoints").join(format!("iter_{}", k + 1));
-            save_checkpoint(&handle, &dir, k + 1, cfg)?;
+            save_checkpoint(&handle, &trainer, &dir, k + 1, cfg)?;
             checkpoints.push(dir);
+            // Curves so far, for a look while the run goes on (drawn again at the end).
+            if k + 1 < end {
+                let _ = crate::metrics::plot::plot_run(&cfg.out);
+            }
         }
         last_progress = progress;
         last_stats = stats;
         iter_start = Instant::now();
     }
+    let plots = crate::metrics::plot::plot_run(&cfg.out).map_err(|e| e.to_string());
     Ok(TrainSummary {
         iterations: reports,
         checkpoints,
+        plots,
     })
 }
 
@@ -305,17 +496,29 @@ fn mean_metrics(batch: &Batch) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// Writes the model in the Hugging Face layout plus `trainer_state.json` to `dir`, through
-/// a temporary sibling renamed into place (a kill leaves the previous checkpoint whole).
+/// Writes a checkpoint to `dir`: the model in the Hugging Face layout, the optimizer's
+/// moments (`optimizer.safetensors`) and `trainer_state.json`, all into a temporary sibling
+/// that is renamed into place last (a kill at any moment leaves the previous checkpoint
+/// whole and this one absent).
 fn save_checkpoint(
     handle: &TrainHandle,
+    trainer: &Trainer,
     dir: &Path,
     iteration: u32,
     cfg: &TrainConfig,
 ) -> Result<(), TrainError> {
+    let parent = dir.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+    let name = dir
+        .file_name()
+        .map_or("checkpoint".into(), |n| n.to_string_lossy().to_string());
+    let tmp = parent.join(format!(".{name}.partial-{}", std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
+    }
     let folder = handle
         .with(|t| ModelFolder {
-            dir: dir.to_path_buf(),
+            dir: tmp.clone(),
             config: t.config.clone(),
             // Views of the variables: saving reads them now, no copy needed.
             weights: t
@@ -326,15 +529,27 @@ fn save_checkpoint(
             tokenizer: t.tokenizer.clone(),
         })
         .ok_or_else(|| TrainError::Config("no trained model".into()))?;
-    folder.save(dir)?;
-    let state = serde_json::json!({
-        "iteration": iteration,
-        "algo": cfg.algo,
-        "seed": cfg.seed,
-    });
-    let spath = dir.join("trainer_state.json");
-    std::fs::write(&spath, state.to_string()).map_err(io_err(&spath))?;
-    Ok(())
+    folder.save(&tmp)?;
+    let opt = trainer.optimizer();
+    let opath = tmp.join("optimizer.safetensors");
+    let moments: std::collections::HashMap<String, candle_core::Tensor> =
+        opt.state().into_iter().collect();
+    candle_core::safetensors::save(&moments, &opath)
+        .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
+    let state = TrainerState {
+        iteration,
+        algo: cfg.algo,
+        seed: cfg.seed,
+        optimizer_steps: opt.steps(),
+        lr: opt.params.lr,
+    };
+    let spath = tmp.join("trainer_state.json");
+    let json = serde_json::to_string_pretty(&state).map_err(|e| TrainError::Io {
+        path: spath.clone(),
+        io: std::io::Error::other(e),
+    })?;
+    std::fs::write(&spath, json).map_err(io_err(&spath))?;
+    std::fs::rename(&tmp, dir).map_err(io_err(dir))
 }
 
 /// `metrics.jsonl` and `metrics.csv` in the run folder, a row per iteration.
@@ -346,14 +561,53 @@ struct MetricsFiles {
 
 impl MetricsFiles {
     fn create(dir: &Path) -> Result<Self, TrainError> {
+        Self::create_named(dir, "metrics.jsonl", "metrics.csv")
+    }
+
+    /// Keeps the rows of iterations up to `upto` (a resumed run redoes the later ones):
+    /// both files are rewritten through temporary files renamed into place.
+    fn resume(dir: &Path, upto: u32) -> Result<Self, TrainError> {
+        let path = dir.join("metrics.jsonl");
+        let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+        let mut kept = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let value: serde_json::Value = serde_json::from_str(line)
+                .map_err(|e| TrainError::Config(format!("{}:{}: {e}", path.display(), i + 1)))?;
+            if value
+                .get("iteration")
+                .and_then(|v| v.as_u64())
+                .is_some_and(|k| k <= u64::from(upto))
+            {
+                kept.push(value);
+            }
+        }
+        let mut files = Self::create_named(dir, ".metrics.jsonl.tmp", ".metrics.csv.tmp")?;
+        for v in &kept {
+            files.write_value(v)?;
+        }
+        for (from, to) in [
+            (files.jsonl.0.clone(), dir.join("metrics.jsonl")),
+            (files.csv.0.clone(), dir.join("metrics.csv")),
+        ] {
+            std::fs::rename(&from, &to).map_err(io_err(&to))?;
+        }
+        files.jsonl.0 = dir.join("metrics.jsonl");
+        files.csv.0 = dir.join("metrics.csv");
+        Ok(files)
+    }
+
+    fn create_named(dir: &Path, jsonl: &str, csv: &str) -> Result<Self, TrainError> {
         let open = |name: &str| -> Result<(PathBuf, std::fs::File), TrainError> {
             let p = dir.join(name);
             let f = std::fs::File::create(&p).map_err(io_err(&p))?;
             Ok((p, f))
         };
         Ok(Self {
-            jsonl: open("metrics.jsonl")?,
-            csv: open("metrics.csv")?,
+            jsonl: open(jsonl)?,
+            csv: open(csv)?,
             columns: None,
         })
     }
@@ -363,10 +617,14 @@ impl MetricsFiles {
             path: self.jsonl.0.clone(),
             io: std::io::Error::other(e),
         })?;
+        self.write_value(&value)
+    }
+
+    fn write_value(&mut self, value: &serde_json::Value) -> Result<(), TrainError> {
         writeln!(self.jsonl.1, "{value}").map_err(io_err(&self.jsonl.0))?;
         // CSV: flatten one level (team_returns.X, metrics.Y).
         let mut row: BTreeMap<String, String> = BTreeMap::new();
-        if let serde_json::Value::Object(map) = &value {
+        if let serde_json::Value::Object(map) = value {
             for (k, v) in map {
                 match v {
                     serde_json::Value::Object(inner) => {
@@ -380,17 +638,17 @@ impl MetricsFiles {
                 }
             }
         }
-        let columns = self.columns.get_or_insert_with(|| {
+        if self.columns.is_none() {
             let mut c: Vec<String> = row.keys().cloned().collect();
             c.retain(|k| k != "iteration");
             c.insert(0, "iteration".into());
-            c
-        });
-        if r.iteration == 1 {
-            writeln!(self.csv.1, "{}", columns.join(",")).map_err(io_err(&self.csv.0))?;
+            writeln!(self.csv.1, "{}", c.join(",")).map_err(io_err(&self.csv.0))?;
+            self.columns = Some(c);
         }
-        let line: Vec<String> = columns
+        let line: Vec<String> = self
+            .columns
             .iter()
+            .flatten()
             .map(|c| row.get(c).cloned().unwrap_or_default())
             .collect();
         writeln!(self.csv.1, "{}", line.join(",")).map_err(io_err(&self.csv.0))?;

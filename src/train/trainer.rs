@@ -4,17 +4,21 @@
 
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
-use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::TrainError;
-use super::advantage::{explained_variance, gae, normalise, returns_to_go};
+use super::advantage::{
+    advantage_alignment, explained_variance, gae, group_relative, leave_one_out, normalise,
+    returns_to_go,
+};
 use super::loss::{
     chosen, entropy, grad_norm, k3_kl, masked_action_logprobs, ppo_clip, reinforce, value_loss,
 };
+use super::optim::{AdamParams, AdamW};
 use super::rollout::Batch;
 use crate::policy::lm::model::Path;
 use crate::policy::lm::{Decoder, TrainHandle, Weights};
@@ -27,6 +31,21 @@ pub enum Algo {
     Reinforce,
     /// Independent PPO: GAE advantages, clipped surrogate, clipped value loss, several epochs.
     Ippo,
+    /// Multi-agent GRPO: the arenas of a group share their seed; every agent is credited with
+    /// the arena's shared (summed) return-to-go minus its group's mean (over its std); no
+    /// critic; clipped surrogate.
+    Magrpo,
+    /// Advantage Alignment (two-player dilemmas): each player's credit adds its opponent's
+    /// advantage weighted by its own past advantages; leave-one-out baselines over the group
+    /// (the value head when groups are of one); clipped surrogate.
+    Adalign,
+}
+
+impl Algo {
+    /// Whether the language model's value head is trained and used as a baseline.
+    pub fn uses_value_head(self) -> bool {
+        matches!(self, Algo::Reinforce | Algo::Ippo | Algo::Adalign)
+    }
 }
 
 /// Hyper-parameters (DESIGN.md defaults).
@@ -56,6 +75,13 @@ pub struct Hyper {
     pub minibatch: usize,
     /// Gradient-norm clip.
     pub max_grad_norm: f32,
+    /// Consecutive arenas that share a seed (MAGRPO's G; Advantage Alignment's
+    /// leave-one-out group).
+    pub group_size: u32,
+    /// MAGRPO: divide group-relative advantages by the group's standard deviation.
+    pub group_std: bool,
+    /// Advantage Alignment's β.
+    pub aa_beta: f32,
 }
 
 impl Default for Hyper {
@@ -73,6 +99,9 @@ impl Default for Hyper {
             epochs: 4,
             minibatch: 64,
             max_grad_norm: 1.0,
+            group_size: 1,
+            group_std: true,
+            aa_beta: 0.5,
         }
     }
 }
@@ -170,8 +199,8 @@ impl Trainer {
             };
             let vars: Vec<Var> = t.vars.iter().map(|(_, v)| v.clone()).collect();
             let opt = AdamW::new(
-                vars.clone(),
-                ParamsAdamW {
+                t.vars.iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
+                AdamParams {
                     lr: hyper.lr,
                     weight_decay: hyper.weight_decay,
                     ..Default::default()
@@ -206,31 +235,65 @@ impl Trainer {
     /// Sets the learning rate for training progress `frac` in [0, 1] (linear schedule).
     pub fn schedule(&mut self, frac: f64) {
         let f = 1.0 - frac.clamp(0.0, 1.0) * (1.0 - self.hyper.lr_final_frac);
-        self.opt.set_learning_rate(self.hyper.lr * f);
+        self.opt.params.lr = self.hyper.lr * f;
     }
 
-    fn samples(&self, batch: &Batch) -> Vec<Sample> {
+    /// Sets the frozen reference model of the KL term (a resumed run's starting model).
+    pub fn set_reference(&mut self, reference: Decoder) {
+        if self.hyper.kl_coef > 0.0 {
+            self.reference = Some(reference);
+        }
+    }
+
+    /// The optimizer (its state goes into checkpoints).
+    pub fn optimizer(&self) -> &AdamW {
+        &self.opt
+    }
+
+    /// The optimizer, to restore its state.
+    pub fn optimizer_mut(&mut self) -> &mut AdamW {
+        &mut self.opt
+    }
+
+    /// Per trajectory of `batch` (in its order): advantages and value targets.
+    fn advantages(&self, batch: &Batch) -> Result<Vec<(Vec<f32>, Vec<f32>)>, TrainError> {
         let h = &self.hyper;
-        let mut out = Vec::new();
-        for traj in &batch.trajectories {
-            let rewards: Vec<f32> = traj.steps.iter().map(|s| s.reward).collect();
-            let values: Vec<f32> = traj.steps.iter().map(|s| s.value).collect();
-            let (adv, targets) = match self.algo {
-                Algo::Reinforce => {
-                    let g = returns_to_go(&rewards, h.gamma);
-                    let adv = g.iter().zip(&values).map(|(g, v)| g - v).collect();
+        let rewards =
+            |tr: &super::Trajectory| -> Vec<f32> { tr.steps.iter().map(|s| s.reward).collect() };
+        let values =
+            |tr: &super::Trajectory| -> Vec<f32> { tr.steps.iter().map(|s| s.value).collect() };
+        Ok(match self.algo {
+            Algo::Reinforce => batch
+                .trajectories
+                .iter()
+                .map(|tr| {
+                    let g = returns_to_go(&rewards(tr), h.gamma);
+                    let adv = g.iter().zip(values(tr)).map(|(g, v)| g - v).collect();
                     (adv, g)
-                }
-                // Truncated episodes bootstrap from the last value estimate.
-                Algo::Ippo => {
-                    let last = if traj.terminated {
+                })
+                .collect(),
+            // Truncated episodes bootstrap from the last value estimate.
+            Algo::Ippo => batch
+                .trajectories
+                .iter()
+                .map(|tr| {
+                    let v = values(tr);
+                    let last = if tr.terminated {
                         0.0
                     } else {
-                        values.last().copied().unwrap_or(0.0)
+                        v.last().copied().unwrap_or(0.0)
                     };
-                    gae(&rewards, &values, last, h.gamma, h.lambda)
-                }
-            };
+                    gae(&rewards(tr), &v, last, h.gamma, h.lambda)
+                })
+                .collect(),
+            Algo::Magrpo => magrpo_advantages(batch, h),
+            Algo::Adalign => adalign_advantages(batch, h)?,
+        })
+    }
+
+    fn samples(&self, batch: &Batch) -> Result<Vec<Sample>, TrainError> {
+        let mut out = Vec::new();
+        for (traj, (adv, targets)) in batch.trajectories.iter().zip(self.advantages(batch)?) {
             for ((s, a), t) in traj.steps.iter().zip(adv).zip(targets) {
                 out.push(Sample {
                     tokens: s.tokens.clone(),
@@ -243,12 +306,15 @@ impl Trainer {
                 });
             }
         }
-        let mut adv: Vec<f32> = out.iter().map(|s| s.adv).collect();
-        normalise(&mut adv);
-        for (s, a) in out.iter_mut().zip(adv) {
-            s.adv = a;
+        // MAGRPO's advantages are already in units of their group's spread.
+        if self.algo != Algo::Magrpo {
+            let mut adv: Vec<f32> = out.iter().map(|s| s.adv).collect();
+            normalise(&mut adv);
+            for (s, a) in out.iter_mut().zip(adv) {
+                s.adv = a;
+            }
         }
-        out
+        Ok(out)
     }
 
     /// One update on `batch`; minibatch order from `rng`. A non-finite loss or gradient skips
@@ -259,10 +325,10 @@ impl Trainer {
         rng: &mut ChaCha8Rng,
     ) -> Result<UpdateStats, TrainError> {
         let start = Instant::now();
-        let samples = self.samples(batch);
+        let samples = self.samples(batch)?;
         let mut stats = UpdateStats {
             samples: samples.len(),
-            lr: self.opt.learning_rate(),
+            lr: self.opt.params.lr,
             ..Default::default()
         };
         let preds: Vec<f32> = samples.iter().map(|s| s.value).collect();
@@ -279,7 +345,7 @@ impl Trainer {
         };
         let epochs = match self.algo {
             Algo::Reinforce => 1,
-            Algo::Ippo => self.hyper.epochs.max(1),
+            _ => self.hyper.epochs.max(1),
         };
         let mut order: Vec<usize> = (0..samples.len()).collect();
         for _ in 0..epochs {
@@ -368,7 +434,7 @@ impl Trainer {
         let mut out = UpdateStats::default();
         let mut loss = match self.algo {
             Algo::Reinforce => reinforce(&logp, &adv)?,
-            Algo::Ippo => {
+            _ => {
                 let (l, st) = ppo_clip(&logp, &old, &adv, self.hyper.clip)?;
                 out.clip_frac = st.clip_frac;
                 out.approx_kl = st.approx_kl;
@@ -376,8 +442,8 @@ impl Trainer {
             }
         };
         out.policy_loss = loss.to_scalar::<f32>()?;
-        if let Some(v) = &v {
-            let clip = matches!(self.algo, Algo::Ippo).then_some(self.hyper.clip);
+        if let (Some(v), true) = (&v, self.algo.uses_value_head()) {
+            let clip = (self.algo != Algo::Reinforce).then_some(self.hyper.clip);
             let k = 1.0 / f64::from(value_scale);
             let vl = value_loss(&(v * k)?, &(&old_v * k)?, &(&target * k)?, clip)?;
             out.value_loss = vl.to_scalar::<f32>()?;
@@ -422,6 +488,136 @@ impl Trainer {
         self.opt.step(&grads)?;
         Ok(Some(out))
     }
+}
+
+/// The groups of `batch`'s arenas (`group_size` consecutive arenas each), as
+/// group → arena → its trajectories' indices in the batch.
+fn groups(batch: &Batch, group_size: u32) -> BTreeMap<u32, BTreeMap<u32, Vec<usize>>> {
+    let mut out: BTreeMap<u32, BTreeMap<u32, Vec<usize>>> = BTreeMap::new();
+    for (i, tr) in batch.trajectories.iter().enumerate() {
+        out.entry(tr.arena / group_size.max(1))
+            .or_default()
+            .entry(tr.arena)
+            .or_default()
+            .push(i);
+    }
+    out
+}
+
+/// MAGRPO: each arena's shared reward (the sum over its trained agents) as returns-to-go,
+/// minus the mean over its group's arenas at the same step (over their std when
+/// `group_std`); every agent of the arena gets the arena's advantage. Targets are the
+/// shared returns-to-go.
+fn magrpo_advantages(batch: &Batch, h: &Hyper) -> Vec<(Vec<f32>, Vec<f32>)> {
+    let mut out = vec![(Vec::new(), Vec::new()); batch.trajectories.len()];
+    for arenas in groups(batch, h.group_size).values() {
+        let shared: Vec<(u32, Vec<f32>)> = arenas
+            .iter()
+            .map(|(&a, idx)| {
+                let len = idx
+                    .iter()
+                    .map(|&i| batch.trajectories[i].steps.len())
+                    .max()
+                    .unwrap_or(0);
+                let mut r = vec![0f32; len];
+                for &i in idx {
+                    for (t, s) in batch.trajectories[i].steps.iter().enumerate() {
+                        r[t] += s.reward;
+                    }
+                }
+                (a, returns_to_go(&r, h.gamma))
+            })
+            .collect();
+        let len = shared.iter().map(|(_, g)| g.len()).max().unwrap_or(0);
+        let mut adv: BTreeMap<u32, Vec<f32>> = shared
+            .iter()
+            .map(|(a, g)| (*a, vec![0.0; g.len()]))
+            .collect();
+        for t in 0..len {
+            let present: Vec<(u32, f32)> = shared
+                .iter()
+                .filter_map(|(a, g)| g.get(t).map(|&x| (*a, x)))
+                .collect();
+            let rel = group_relative(
+                &present.iter().map(|p| p.1).collect::<Vec<_>>(),
+                h.group_std,
+                1e-6,
+            );
+            for ((a, _), r) in present.iter().zip(rel) {
+                if let Some(v) = adv.get_mut(a) {
+                    v[t] = r;
+                }
+            }
+        }
+        for (a, g) in &shared {
+            for &i in &arenas[a] {
+                let n = batch.trajectories[i].steps.len();
+                out[i] = (adv[a][..n].to_vec(), g[..n].to_vec());
+            }
+        }
+    }
+    out
+}
+
+/// Advantage Alignment over two-player arenas: each player's advantage is its
+/// return-to-go minus the leave-one-out mean of the same player's in the other arenas of
+/// its group at that step (minus its value estimate when the group is one arena); its
+/// credit is [`advantage_alignment`] of its own and its opponent's advantages.
+fn adalign_advantages(batch: &Batch, h: &Hyper) -> Result<Vec<(Vec<f32>, Vec<f32>)>, TrainError> {
+    let n = batch.trajectories.len();
+    let rtg: Vec<Vec<f32>> = batch
+        .trajectories
+        .iter()
+        .map(|tr| {
+            returns_to_go(
+                &tr.steps.iter().map(|s| s.reward).collect::<Vec<_>>(),
+                h.gamma,
+            )
+        })
+        .collect();
+    let mut own: Vec<Vec<f32>> = rtg.clone();
+    for arenas in groups(batch, h.group_size).values() {
+        if let Some((a, idx)) = arenas.iter().find(|(_, idx)| idx.len() != 2) {
+            return Err(TrainError::Config(format!(
+                "adalign needs two learning players per arena; arena {a} has {}",
+                idx.len()
+            )));
+        }
+        let members: Vec<&Vec<usize>> = arenas.values().collect();
+        for player in 0..2 {
+            let trajs: Vec<usize> = members.iter().map(|idx| idx[player]).collect();
+            let len = trajs.iter().map(|&i| rtg[i].len()).max().unwrap_or(0);
+            for t in 0..len {
+                let present: Vec<usize> = trajs
+                    .iter()
+                    .copied()
+                    .filter(|&i| t < rtg[i].len())
+                    .collect();
+                if present.len() < 2 {
+                    for &i in &present {
+                        own[i][t] = rtg[i][t] - batch.trajectories[i].steps[t].value;
+                    }
+                    continue;
+                }
+                let loo = leave_one_out(&present.iter().map(|&i| rtg[i][t]).collect::<Vec<_>>());
+                for (&i, a) in present.iter().zip(loo) {
+                    own[i][t] = a;
+                }
+            }
+        }
+    }
+    let mut out = vec![(Vec::new(), Vec::new()); n];
+    for arenas in groups(batch, h.group_size).values() {
+        for idx in arenas.values() {
+            let (i, j) = (idx[0], idx[1]);
+            let len = own[i].len().min(own[j].len());
+            let ci = advantage_alignment(&own[i][..len], &own[j][..len], h.gamma, h.aa_beta);
+            let cj = advantage_alignment(&own[j][..len], &own[i][..len], h.gamma, h.aa_beta);
+            out[i] = (ci, rtg[i][..len].to_vec());
+            out[j] = (cj, rtg[j][..len].to_vec());
+        }
+    }
+    Ok(out)
 }
 
 fn scale(grads: &mut GradStore, vars: &[Var], by: f64) -> Result<(), candle_core::Error> {

@@ -1,0 +1,513 @@
+//! Training curves as PNG files: reads a run's `metrics.jsonl` (one JSON object per
+//! training iteration) and draws mean returns per team, the environment family's metrics,
+//! the update's losses and the run's speed into `plots/` beside it.
+//!
+//! Text is drawn with the DejaVu Sans font embedded in the binary and registered with
+//! plotters' `ab_glyph` backend under the family name `sans-serif`, the name plotters'
+//! own defaults (axis labels, legends) ask for, so no system font lookup ever happens.
+
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use serde_json::{Map, Value};
+
+/// The font family every text of the plots uses (and plotters' default).
+const FONT: &str = "sans-serif";
+/// DejaVu Sans, embedded so that plots need no font installed on the machine.
+static FONT_BYTES: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/assets/fonts/DejaVuSans.ttf"
+));
+/// Width of every PNG, in pixels.
+const WIDTH: u32 = 900;
+/// Height of a PNG with at most two rows of panels, in pixels.
+const HEIGHT: u32 = 520;
+
+/// What can go wrong drawing a run's plots.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    /// `metrics.jsonl` could not be read.
+    #[error("cannot read {}: {source}", .path.display())]
+    Read {
+        /// The file that could not be read.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A line of `metrics.jsonl` is not a JSON object.
+    #[error("{}:{line}: {message}", .path.display())]
+    BadLine {
+        /// The metrics file.
+        path: PathBuf,
+        /// The 1-based line number.
+        line: usize,
+        /// What is wrong with the line.
+        message: String,
+    },
+    /// `metrics.jsonl` holds no iteration.
+    #[error("{} has no iterations yet", .path.display())]
+    NoRows {
+        /// The metrics file.
+        path: PathBuf,
+    },
+    /// Drawing or writing a PNG (or creating its folder) failed.
+    #[error("cannot draw {}: {message}", .path.display())]
+    Draw {
+        /// The PNG (or folder) being written.
+        path: PathBuf,
+        /// What plotters or the file system reported.
+        message: String,
+    },
+}
+
+/// One series of `(iteration, value)` points with its legend name.
+type Line = (String, Vec<(f64, f64)>);
+
+/// One small chart: a title, an optional y-axis description and its lines.
+struct Panel {
+    title: String,
+    y_desc: Option<&'static str>,
+    lines: Vec<Line>,
+}
+
+/// Reads `path` (a `metrics.jsonl`): one JSON object per non-blank line, in file order.
+pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, PlotError> {
+    let text = std::fs::read_to_string(path).map_err(|source| PlotError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut rows = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |message: String| PlotError::BadLine {
+            path: path.to_path_buf(),
+            line: index + 1,
+            message,
+        };
+        match serde_json::from_str::<Value>(line) {
+            Ok(Value::Object(row)) => rows.push(row),
+            Ok(other) => {
+                return Err(bad(format!(
+                    "expected a JSON object, found {}",
+                    kind(&other)
+                )));
+            }
+            Err(e) => return Err(bad(e.to_string())),
+        }
+    }
+    Ok(rows)
+}
+
+/// Reads `dir/metrics.jsonl` and writes the run's plots into `dir/plots/`; returns the files written.
+pub fn plot_run(dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    let metrics = dir.join("metrics.jsonl");
+    let rows = read_rows(&metrics)?;
+    if rows.is_empty() {
+        return Err(PlotError::NoRows { path: metrics });
+    }
+    let plots = dir.join("plots");
+    std::fs::create_dir_all(&plots).map_err(|e| draw_err(&plots, e))?;
+    register_font().map_err(|message| PlotError::Draw {
+        path: plots.clone(),
+        message,
+    })?;
+    let Some(x_range) = span(rows.iter().enumerate().map(|(i, r)| x_of(i, r)), false) else {
+        return Ok(Vec::new());
+    };
+
+    let returns: Vec<Line> = keys_of(&rows, "team_returns")
+        .into_iter()
+        .map(|team| {
+            let pts = points(&rows, |r| {
+                num(r.get("team_returns").and_then(|t| t.get(team.as_str())))
+            });
+            (team, pts)
+        })
+        .collect();
+    let returns = panel("Mean episode return per team", Some("mean return"), returns);
+
+    let family: Vec<Panel> = keys_of(&rows, "metrics")
+        .into_iter()
+        .filter_map(|name| {
+            let pts = points(&rows, |r| {
+                num(r.get("metrics").and_then(|m| m.get(name.as_str())))
+            });
+            panel(&name, None, vec![(name.clone(), pts)])
+        })
+        .collect();
+
+    let mut losses = Vec::new();
+    for key in [
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clip_frac",
+        "kl_ref",
+        "grad_norm",
+        "explained_variance",
+    ] {
+        let pts = flat(&rows, key);
+        let optional = matches!(key, "clip_frac" | "kl_ref");
+        if optional && pts.iter().all(|&(_, y)| y == 0.0) {
+            continue;
+        }
+        losses.extend(panel(key, None, vec![(key.to_string(), pts)]));
+    }
+
+    let seconds = vec![
+        ("total".to_string(), flat(&rows, "seconds")),
+        ("rollout".to_string(), flat(&rows, "rollout_seconds")),
+        ("update".to_string(), flat(&rows, "update_seconds")),
+    ];
+    let speed: Vec<Panel> = [
+        panel(
+            "agent steps per second",
+            None,
+            vec![(
+                "agent_steps_per_sec".to_string(),
+                flat(&rows, "agent_steps_per_sec"),
+            )],
+        ),
+        panel(
+            "tokens per second",
+            None,
+            vec![("tokens_per_sec".to_string(), flat(&rows, "tokens_per_sec"))],
+        ),
+        panel("seconds per iteration", Some("seconds"), seconds),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+
+    let files: [(&str, Option<&str>, Vec<Panel>); 4] = [
+        ("returns.png", None, returns.into_iter().collect()),
+        ("metrics.png", Some("Environment metrics"), family),
+        ("losses.png", Some("Losses and update statistics"), losses),
+        (
+            "speed.png",
+            Some("Throughput and time per iteration"),
+            speed,
+        ),
+    ];
+    let mut written = Vec::new();
+    for (name, title, panels) in files {
+        if panels.is_empty() {
+            continue;
+        }
+        let png = plots.join(name);
+        draw_file(&png, title, &panels, x_range)?;
+        written.push(png);
+    }
+    Ok(written)
+}
+
+/// Registers the embedded font once per process; later calls return the first outcome.
+fn register_font() -> Result<(), String> {
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES)
+                .map_err(|_| "the embedded DejaVuSans.ttf is not a valid font".to_string())
+        })
+        .clone()
+}
+
+/// Draws `panels` in a grid into `png`, under `title` when given.
+fn draw_file(
+    png: &Path,
+    title: Option<&str>,
+    panels: &[Panel],
+    x: (f64, f64),
+) -> Result<(), PlotError> {
+    let n = panels.len();
+    let cols = match n {
+        0 | 1 => 1,
+        2..=4 => 2,
+        _ => 3,
+    };
+    let rows = n.div_ceil(cols);
+    let height = if rows <= 2 {
+        HEIGHT
+    } else {
+        250 * rows as u32 + 40
+    };
+    let root = BitMapBackend::new(png, (WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| draw_err(png, e))?;
+    let (areas, caption) = match title {
+        Some(t) => (
+            root.titled(t, (FONT, 22))
+                .map_err(|e| draw_err(png, e))?
+                .split_evenly((rows, cols)),
+            15,
+        ),
+        None => (root.split_evenly((1, 1)), 22),
+    };
+    for (area, panel) in areas.iter().zip(panels) {
+        draw_panel(area, panel, x, caption, png)?;
+    }
+    root.present().map_err(|e| draw_err(png, e))
+}
+
+/// Draws one panel (caption, axes, lines, a legend when it has several lines) on `area`.
+fn draw_panel(
+    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    panel: &Panel,
+    (x0, x1): (f64, f64),
+    caption: u32,
+    png: &Path,
+) -> Result<(), PlotError> {
+    let Some((y0, y1)) = span(
+        panel
+            .lines
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|&(_, y)| y)),
+        true,
+    ) else {
+        return Ok(());
+    };
+    let mut chart = ChartBuilder::on(area)
+        .caption(&panel.title, (FONT, caption))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x0..x1, y0..y1)
+        .map_err(|e| draw_err(png, e))?;
+    chart
+        .configure_mesh()
+        .x_desc("iteration")
+        .y_desc(panel.y_desc.unwrap_or(""))
+        .x_labels(6)
+        .y_labels(6)
+        .x_label_formatter(&fmt_x)
+        .y_label_formatter(&fmt_y)
+        .label_style((FONT, 12))
+        .axis_desc_style((FONT, 13))
+        .draw()
+        .map_err(|e| draw_err(png, e))?;
+    let several = panel.lines.len() > 1;
+    for (i, (name, pts)) in panel.lines.iter().enumerate() {
+        let style = Palette99::pick(i).stroke_width(2);
+        let marker = if pts.len() <= 40 { 3 } else { 0 };
+        let series = LineSeries::new(pts.iter().copied(), style).point_size(marker);
+        let anno = chart.draw_series(series).map_err(|e| draw_err(png, e))?;
+        if several {
+            anno.label(name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+        }
+    }
+    if several {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font((FONT, 12))
+            .draw()
+            .map_err(|e| draw_err(png, e))?;
+    }
+    Ok(())
+}
+
+/// A panel of the non-empty `lines`, or `None` when no line has a point.
+fn panel(title: &str, y_desc: Option<&'static str>, mut lines: Vec<Line>) -> Option<Panel> {
+    lines.retain(|(_, pts)| !pts.is_empty());
+    (!lines.is_empty()).then(|| Panel {
+        title: title.to_string(),
+        y_desc,
+        lines,
+    })
+}
+
+/// The finite points `(iteration, value)` of the flat number `key`.
+fn flat(rows: &[Map<String, Value>], key: &str) -> Vec<(f64, f64)> {
+    points(rows, |r| num(r.get(key)))
+}
+
+/// The points `(iteration, value)` of the rows where `value` gives a finite number.
+fn points(
+    rows: &[Map<String, Value>],
+    value: impl Fn(&Map<String, Value>) -> Option<f64>,
+) -> Vec<(f64, f64)> {
+    rows.iter()
+        .enumerate()
+        .filter_map(|(i, r)| Some((x_of(i, r), value(r)?)))
+        .collect()
+}
+
+/// The keys of the objects under `outer`, in order of first appearance across rows.
+fn keys_of(rows: &[Map<String, Value>], outer: &str) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for object in rows
+        .iter()
+        .filter_map(|r| r.get(outer).and_then(Value::as_object))
+    {
+        for key in object.keys() {
+            if !keys.contains(key) {
+                keys.push(key.clone());
+            }
+        }
+    }
+    keys
+}
+
+/// The row's iteration, or its 1-based position when it has none.
+fn x_of(index: usize, row: &Map<String, Value>) -> f64 {
+    num(row.get("iteration")).unwrap_or((index + 1) as f64)
+}
+
+/// A finite number, or `None` for a missing key, `null`, a non-number or NaN/infinity.
+fn num(value: Option<&Value>) -> Option<f64> {
+    value.and_then(Value::as_f64).filter(|v| v.is_finite())
+}
+
+/// The range of the finite `values`, never empty: widened when all are (nearly) equal and,
+/// when `pad`, given a 5% margin either side. `None` when there is no finite value.
+fn span(values: impl Iterator<Item = f64>, pad: bool) -> Option<(f64, f64)> {
+    let (lo, hi) = values
+        .filter(|v| v.is_finite())
+        .fold(None, |acc: Option<(f64, f64)>, v| {
+            Some(acc.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))))
+        })?;
+    let scale = lo.abs().max(hi.abs());
+    if hi - lo <= scale * 1e-9 {
+        let half = if pad && scale > 0.0 { scale * 0.1 } else { 1.0 };
+        return Some((lo - half, hi + half));
+    }
+    let margin = if pad { (hi - lo) * 0.05 } else { 0.0 };
+    Some((lo - margin, hi + margin))
+}
+
+/// An x tick: whole iterations without decimals.
+fn fmt_x(v: &f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// A y tick: at most four decimals, scientific notation for very large or small values.
+fn fmt_y(v: &f64) -> String {
+    let a = v.abs();
+    if a < 1e-12 {
+        return "0".to_string();
+    }
+    if !(1e-3..1e5).contains(&a) {
+        return format!("{v:.2e}");
+    }
+    let s = format!("{v:.4}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A drawing error of `path`, with the reporter's message.
+fn draw_err(path: &Path, e: impl Display) -> PlotError {
+    PlotError::Draw {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// The JSON kind of `value`, for error messages.
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROWS: &str = r#"{"iteration":1,"team_returns":{"red":0.5,"blue":-1.0},"metrics":{"cooperation_rate":0.2,"gini":0.1},"policy_loss":0.3,"value_loss":1.2,"entropy":2.0,"approx_kl":0.001,"clip_frac":0.0,"grad_norm":0.7,"explained_variance":null,"lr":1e-5,"tokens_per_sec":1200.0,"agent_steps_per_sec":40.0,"rollout_seconds":3.0,"update_seconds":1.5,"seconds":4.6,"extra":"ignored"}
+{"iteration":2,"team_returns":{"red":0.8,"blue":-0.5},"metrics":{"cooperation_rate":0.4,"gini":0.15},"policy_loss":0.2,"value_loss":0.9,"entropy":1.9,"approx_kl":0.002,"clip_frac":0.1,"grad_norm":0.6,"explained_variance":0.1,"tokens_per_sec":1300.0,"agent_steps_per_sec":42.0,"rollout_seconds":2.9,"update_seconds":1.4,"seconds":4.4}
+
+{"iteration":3,"team_returns":{"red":1.1,"blue":0.0},"metrics":{"cooperation_rate":0.5,"gini":0.12},"policy_loss":0.1,"value_loss":0.7,"entropy":1.8,"approx_kl":0.002,"clip_frac":0.05,"grad_norm":0.5,"explained_variance":0.3,"tokens_per_sec":1250.0,"agent_steps_per_sec":41.0,"rollout_seconds":3.1,"update_seconds":1.6,"seconds":4.8}
+"#;
+
+    fn be_u32(bytes: &[u8]) -> u32 {
+        bytes.iter().fold(0, |acc, &b| (acc << 8) | u32::from(b))
+    }
+
+    #[test]
+    fn plots_a_small_run() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("metrics.jsonl"), ROWS)?;
+        let files = plot_run(dir.path())?;
+        let names: Vec<String> = files
+            .iter()
+            .filter_map(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        assert_eq!(
+            names,
+            ["returns.png", "metrics.png", "losses.png", "speed.png"]
+        );
+        for file in &files {
+            let bytes = std::fs::read(file)?;
+            assert!(
+                bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+                "{} is not a PNG",
+                file.display()
+            );
+        }
+        let returns = std::fs::read(dir.path().join("plots").join("returns.png"))?;
+        assert!(returns.len() > 24);
+        assert_eq!(&returns[12..16], b"IHDR");
+        assert_eq!(
+            (be_u32(&returns[16..20]), be_u32(&returns[20..24])),
+            (WIDTH, HEIGHT)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn plots_a_single_row() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let first = ROWS.lines().next().unwrap_or_default();
+        std::fs::write(dir.path().join("metrics.jsonl"), format!("{first}\n"))?;
+        let files = plot_run(dir.path())?;
+        assert!(files.iter().any(|f| f.ends_with("returns.png")));
+        Ok(())
+    }
+
+    #[test]
+    fn a_bad_line_names_its_number() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(
+            dir.path().join("metrics.jsonl"),
+            "{\"iteration\":1}\n[1,2]\n{\"iteration\":3}\n",
+        )?;
+        let err = plot_run(dir.path()).err().ok_or("a bad line must fail")?;
+        assert!(matches!(err, PlotError::BadLine { line: 2, .. }), "{err}");
+        assert!(err.to_string().contains(":2:"), "{err}");
+        std::fs::write(
+            dir.path().join("metrics.jsonl"),
+            "{\"iteration\":1}\n{not json\n",
+        )?;
+        let err = plot_run(dir.path()).err().ok_or("a bad line must fail")?;
+        assert!(err.to_string().contains(":2:"), "{err}");
+        Ok(())
+    }
+
+    #[test]
+    fn an_empty_file_has_no_rows() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("metrics.jsonl"), "\n")?;
+        let err = plot_run(dir.path())
+            .err()
+            .ok_or("an empty file must fail")?;
+        assert!(matches!(err, PlotError::NoRows { .. }), "{err}");
+        assert!(err.to_string().ends_with("has no iterations yet"), "{err}");
+        Ok(())
+    }
+}
