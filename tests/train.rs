@@ -8,7 +8,9 @@ use emergence::policy::lm::model::Path as Fwd;
 use emergence::policy::lm::tokenizer::encode;
 use emergence::policy::lm::{ModelFolder, Preset};
 use emergence::scene::load_scene;
-use emergence::train::{Algo, Hyper, ModelChoice, TrainConfig, TrainSummary, train};
+use emergence::train::{
+    Algo, Hyper, ModelChoice, TrainConfig, TrainSummary, newest_checkpoint, resume_config, train,
+};
 use std::path::{Path, PathBuf};
 
 fn scene(name: &str) -> PathBuf {
@@ -30,7 +32,30 @@ fn config(name: &str, algo: Algo, iterations: u32, arenas: u32, out: &Path) -> T
         hyper: Hyper::default(),
         threads: Some(1),
         checkpoint_every: 1000,
+        resume: None,
+        stop_after: None,
     }
+}
+
+/// How many of the starting model's tensors differ in `checkpoint`.
+fn tensors_moved(checkpoint: &Path, scene_name: &str) -> (usize, usize) {
+    let trained = ModelFolder::load(checkpoint, &Device::Cpu).expect("checkpoint");
+    let scene = load_scene(&scene(scene_name)).expect("scene");
+    let initial = ModelFolder::init(Preset::Tiny, 3, &[scene], &Device::Cpu).expect("init");
+    let moved = initial
+        .weights
+        .iter()
+        .filter(|(name, w)| {
+            let t = &trained.weights[*name];
+            let d = (*w - t)
+                .and_then(|d| d.abs())
+                .and_then(|d| d.max_all())
+                .and_then(|d| d.to_scalar::<f32>())
+                .expect("diff");
+            d > 0.0
+        })
+        .count();
+    (moved, initial.weights.len())
 }
 
 fn last_return(s: &TrainSummary) -> f64 {
@@ -79,27 +104,11 @@ fn reinforce_learns_to_coordinate_and_moves_the_policy() {
             .collect::<Vec<_>>()
     );
     // The weights moved, and the policy differs on an observation it never trained on.
+    let (moved, total) = tensors_moved(&summary.checkpoints[0], "coordination.scene.ron");
+    assert!(moved >= total / 2, "only {moved} of {total} tensors moved");
     let trained = ModelFolder::load(&summary.checkpoints[0], &Device::Cpu).expect("checkpoint");
     let scene = load_scene(&scene("coordination.scene.ron")).expect("scene");
     let initial = ModelFolder::init(Preset::Tiny, 3, &[scene], &Device::Cpu).expect("init");
-    let moved: usize = initial
-        .weights
-        .iter()
-        .filter(|(name, w)| {
-            let t = &trained.weights[*name];
-            let d = (*w - t)
-                .and_then(|d| d.abs())
-                .and_then(|d| d.max_all())
-                .and_then(|d| d.to_scalar::<f32>())
-                .expect("diff");
-            d > 0.0
-        })
-        .count();
-    assert!(
-        moved >= initial.weights.len() / 2,
-        "only {moved} of {} tensors moved",
-        initial.weights.len()
-    );
     // Held out: a history no episode of this run can have (round 9 after three "right"s,
     // with a reward the game cannot pay).
     let prompt = "role player_a team player_a round 9 of 10\n\
@@ -138,33 +147,140 @@ fn naive_learners_defect_in_the_prisoners_dilemma() {
 }
 
 #[test]
-fn the_same_seed_trains_the_same_model_and_full_run_folders_are_refused() {
+fn magrpo_with_the_shared_reward_reaches_mutual_cooperation() {
     let dir = tempfile::tempdir().expect("tmp");
-    let run = |name: &str| {
-        let out = dir.path().join(name);
-        let mut cfg = config("coordination.scene.ron", Algo::Ippo, 2, 4, &out);
-        cfg.hyper.epochs = 2;
-        let s = train(&cfg, |_| {}).expect("train");
-        let weights = std::fs::read(s.checkpoints[0].join("model.safetensors")).expect("read");
-        let losses: Vec<(f32, f32, f32)> = s
-            .iterations
+    let mut cfg = config(
+        "prisoners_dilemma.scene.ron",
+        Algo::Magrpo,
+        8,
+        8,
+        &dir.path().join("run"),
+    );
+    cfg.hyper.group_size = 4;
+    cfg.hyper.epochs = 2;
+    let summary = train(&cfg, |_| {}).expect("train");
+    let mc = |r: &emergence::train::IterationReport| r.metrics["mutual_cooperation"];
+    let first = mc(&summary.iterations[0]);
+    let last = mc(summary.iterations.last().expect("last"));
+    assert!(first < 0.3, "starts mixed: {first}");
+    assert!(
+        last > 0.8,
+        "mutual cooperation {:?}",
+        summary.iterations.iter().map(mc).collect::<Vec<_>>()
+    );
+    let (moved, total) = tensors_moved(&summary.checkpoints[0], "prisoners_dilemma.scene.ron");
+    assert!(moved >= total / 2, "only {moved} of {total} tensors moved");
+}
+
+/// The update statistics of every row of a run's metrics.jsonl (timings left out).
+fn losses(run: &Path) -> Vec<String> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .expect("metrics")
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("json");
+            [
+                "iteration",
+                "policy_loss",
+                "value_loss",
+                "entropy",
+                "approx_kl",
+                "grad_norm",
+                "team_returns",
+            ]
             .iter()
-            .map(|r| (r.update.policy_loss, r.update.value_loss, r.update.entropy))
-            .collect();
-        (weights, losses, out)
+            .map(|k| v[k].to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+        })
+        .collect()
+}
+
+#[test]
+fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let base = |name: &str, threads: usize| {
+        let mut cfg = config(
+            "coordination.scene.ron",
+            Algo::Ippo,
+            4,
+            4,
+            &dir.path().join(name),
+        );
+        cfg.hyper.epochs = 1;
+        cfg.checkpoint_every = 2;
+        cfg.threads = Some(threads);
+        cfg
     };
-    let (w1, l1, out) = run("a");
-    let (w2, l2, _) = run("b");
-    assert_eq!(l1, l2);
-    assert!(w1 == w2, "checkpoints differ");
-    // A second run into the same folder is refused and leaves it as it was.
-    let before = std::fs::read(out.join("metrics.jsonl")).expect("metrics");
-    let mut cfg = config("coordination.scene.ron", Algo::Ippo, 1, 1, &out);
-    cfg.hyper.epochs = 1;
-    let err = train(&cfg, |_| {}).expect_err("refused").to_string();
+    let whole = base("whole", 1);
+    train(&whole, |_| {}).expect("train");
+    // Interrupted after 2 (on another thread count), then resumed.
+    let mut first = base("split", 2);
+    first.stop_after = Some(2);
+    let s1 = train(&first, |_| {}).expect("first half");
+    assert_eq!(s1.iterations.len(), 2);
+    let split = dir.path().join("split");
+    // An interrupted save and a folder without its state are not whole checkpoints.
+    std::fs::create_dir_all(split.join("checkpoints/.iter_4.partial-999999")).expect("mkdir");
+    std::fs::create_dir_all(split.join("checkpoints/iter_3")).expect("mkdir");
+    let newest = newest_checkpoint(&split).expect("read").expect("one");
+    assert_eq!(newest.0, 2);
+    let resumed = resume_config(&split, None).expect("resume config");
+    assert_eq!(resumed.iterations, 4);
+    let s2 = train(&resumed, |_| {}).expect("second half");
+    assert_eq!(
+        s2.iterations
+            .iter()
+            .map(|r| r.iteration)
+            .collect::<Vec<_>>(),
+        vec![3, 4]
+    );
+    for file in ["model.safetensors", "optimizer.safetensors"] {
+        let a = std::fs::read(whole.out.join("checkpoints/iter_4").join(file)).expect("a");
+        let b = std::fs::read(split.join("checkpoints/iter_4").join(file)).expect("b");
+        assert!(a == b, "{file} differs");
+    }
+    assert_eq!(losses(&whole.out), losses(&split));
+    assert!(split.join("plots/returns.png").is_file());
+    // A finished run is not resumed past its end, and a full folder is not reused; neither
+    // touches what is there.
+    let before = std::fs::read(split.join("metrics.jsonl")).expect("metrics");
+    let done = resume_config(&split, None).expect("config");
+    let err = train(&done, |_| {}).expect_err("finished").to_string();
+    assert!(err.contains("4 of 4"), "{err}");
+    let err = train(&base("split", 1), |_| {})
+        .expect_err("refused")
+        .to_string();
     assert!(err.contains("not empty"), "{err}");
     assert_eq!(
-        std::fs::read(out.join("metrics.jsonl")).expect("metrics"),
+        std::fs::read(split.join("metrics.jsonl")).expect("metrics"),
         before
+    );
+}
+
+#[test]
+fn a_scene_carries_training_defaults_and_a_typo_in_them_is_located() {
+    use emergence::scene::parse_scene;
+    let text = std::fs::read_to_string(scene("prisoners_dilemma.scene.ron")).expect("scene");
+    let with = text.replacen(
+        "    teams:",
+        "    train: (algo: magrpo, group_size: 4, lr: 0.002),\n    teams:",
+        1,
+    );
+    let parsed = parse_scene(&with, Path::new("pd.scene.ron")).expect("parses");
+    assert_eq!(parsed.spec.train.algo, Some(Algo::Magrpo));
+    assert_eq!(parsed.spec.train.group_size, Some(4));
+    assert_eq!(parsed.spec.train.lr, Some(0.002));
+    let bad = text.replacen(
+        "    teams:",
+        "    train: (algo: magrpo, grup_size: 4),\n    teams:",
+        1,
+    );
+    let err = parse_scene(&bad, Path::new("pd.scene.ron"))
+        .expect_err("typo")
+        .to_string();
+    assert!(
+        err.contains("pd.scene.ron:") && err.contains("grup_size"),
+        "{err}"
     );
 }

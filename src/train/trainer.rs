@@ -628,3 +628,92 @@ fn scale(grads: &mut GradStore, vars: &[Var], by: f64) -> Result<(), candle_core
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::{Step, Trajectory};
+
+    fn traj(arena: u32, slot: u16, rewards: &[f32]) -> Trajectory {
+        Trajectory {
+            arena,
+            slot,
+            steps: rewards
+                .iter()
+                .map(|&reward| Step {
+                    tokens: vec![],
+                    legal: vec![true, true],
+                    action: 0,
+                    logprob: 0.0,
+                    value: 0.0,
+                    reward,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn hyper(std: bool) -> Hyper {
+        Hyper {
+            gamma: 1.0,
+            group_size: 2,
+            group_std: std,
+            ..Hyper::default()
+        }
+    }
+
+    /// Arena 0: rewards [1, 0] and [1, 2], shared [2, 2], returns-to-go [4, 2];
+    /// arena 1: [0, 0] and [0, 1], shared [0, 1], returns-to-go [1, 1]. Group means
+    /// [2.5, 1.5], so arena 0 gets [1.5, 0.5] and arena 1 [−1.5, −0.5]; over the group std
+    /// ([1.5, 0.5]) both become ±[1, 1].
+    #[test]
+    fn magrpo_credits_the_shared_return_against_the_group() {
+        let batch = Batch {
+            trajectories: vec![
+                traj(0, 0, &[1.0, 0.0]),
+                traj(0, 1, &[1.0, 2.0]),
+                traj(1, 0, &[0.0, 0.0]),
+                traj(1, 1, &[0.0, 1.0]),
+            ],
+            episodes: vec![],
+        };
+        let plain = magrpo_advantages(&batch, &hyper(false));
+        assert_eq!(plain[0].0, vec![1.5, 0.5]);
+        assert_eq!(plain[1].0, vec![1.5, 0.5]);
+        assert_eq!(plain[2].0, vec![-1.5, -0.5]);
+        assert_eq!(plain[0].1, vec![4.0, 2.0]);
+        let scaled = magrpo_advantages(&batch, &hyper(true));
+        for (i, sign) in [(0, 1.0f32), (3, -1.0)] {
+            for a in &scaled[i].0 {
+                assert!((a - sign).abs() < 1e-4, "{:?}", scaled[i].0);
+            }
+        }
+    }
+
+    /// Player 0 returns-to-go: [1, 0] (arena 0), [4, 1] (arena 1); player 1: [2, 2], [0, 0].
+    /// Leave-one-out over the group of two: player 0 [−3, −1] and [3, 1], player 1 [2, 2] and
+    /// [−2, −2]. Arena 0's credits (γ 1, β 0.5): player 0 [−3, −1 + 0.5·(−3)·2] = [−3, −4];
+    /// player 1 [2, 2 + 0.5·2·(−1)] = [2, 1].
+    #[test]
+    fn advantage_alignment_pairs_each_player_with_its_opponent() {
+        let batch = Batch {
+            trajectories: vec![
+                traj(0, 0, &[1.0, 0.0]),
+                traj(0, 1, &[0.0, 2.0]),
+                traj(1, 0, &[3.0, 1.0]),
+                traj(1, 1, &[0.0, 0.0]),
+            ],
+            episodes: vec![],
+        };
+        let out = adalign_advantages(&batch, &hyper(false)).expect("two players");
+        assert_eq!(out[0].0, vec![-3.0, -4.0]);
+        assert_eq!(out[1].0, vec![2.0, 1.0]);
+        assert_eq!(out[0].1, vec![1.0, 0.0]);
+        let three = Batch {
+            trajectories: vec![traj(0, 0, &[1.0]), traj(0, 1, &[1.0]), traj(0, 2, &[1.0])],
+            episodes: vec![],
+        };
+        let err = adalign_advantages(&three, &hyper(false)).unwrap_err();
+        assert!(err.to_string().contains("two learning players"), "{err}");
+    }
+}
