@@ -44,6 +44,9 @@ pub struct RunConfig {
     pub device: candle_core::Device,
     /// Training: the `lm` policy's model source, opened for a trainer through the handle.
     pub train: Option<(ModelSource, crate::policy::lm::TrainHandle)>,
+    /// Policies registered under these names before the arenas spawn (replacing any of the
+    /// same name).
+    pub policies: Vec<(String, crate::policy::PolicyFactory)>,
     /// Consecutive arenas that share environment streams ([`crate::core::Arenas::group_size`]).
     pub group_size: u32,
     /// The episode index arenas start at (a resumed training run starts where it stopped;
@@ -67,6 +70,7 @@ impl RunConfig {
             model: None,
             device: candle_core::Device::Cpu,
             train: None,
+            policies: Vec::new(),
             group_size: 1,
             first_episode: 0,
         }
@@ -194,6 +198,11 @@ pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
         app.world_mut()
             .resource_mut::<PolicyRegistry>()
             .insert("lm", Box::new(LmPolicy::new(source, cfg.device.clone())));
+    }
+    for (name, make) in &cfg.policies {
+        app.world_mut()
+            .resource_mut::<PolicyRegistry>()
+            .insert(name, (make.0)());
     }
     spawn_arenas(
         app.world_mut(),

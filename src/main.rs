@@ -158,6 +158,9 @@ struct TrainArgs {
     /// Advantage Alignment's beta [default: 0.5].
     #[arg(long)]
     aa_beta: Option<f32>,
+    /// CORY: updates between pioneer/observer role swaps [default: 2].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    swap_every: Option<u32>,
     /// Write a checkpoint every this many iterations (and after the last) [default: 10].
     #[arg(long)]
     checkpoint_every: Option<u32>,
@@ -533,6 +536,7 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             ("--minibatch", args.minibatch.is_some()),
             ("--group-size", args.group_size.is_some()),
             ("--aa-beta", args.aa_beta.is_some()),
+            ("--swap-every", args.swap_every.is_some()),
             ("--checkpoint-every", args.checkpoint_every.is_some()),
             ("SCENE", args.scene.is_some()),
         ];
@@ -587,6 +591,7 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
                 .or(d.group_size)
                 .unwrap_or(if algo == Algo::Magrpo { 4 } else { 1 }),
             aa_beta: args.aa_beta.or(d.aa_beta).unwrap_or(base.aa_beta),
+            swap_every: args.swap_every.or(d.swap_every).unwrap_or(base.swap_every),
             ..base
         };
         if hyper.minibatch == 0 || hyper.epochs == 0 {

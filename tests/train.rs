@@ -196,66 +196,148 @@ fn losses(run: &Path) -> Vec<String> {
         .collect()
 }
 
+/// 4 iterations in one go and 2 + resume + 2 give the same bytes: with MAPPO (its critic
+/// and both optimizers in the checkpoint) and with CORY (two models, roles swapping every
+/// update, so the resumed run must pick up the right pioneer).
 #[test]
 fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let base = |name: &str, threads: usize| {
-        let mut cfg = config(
-            "coordination.scene.ron",
-            Algo::Ippo,
-            4,
-            4,
-            &dir.path().join(name),
+    for algo in [Algo::Mappo, Algo::Cory] {
+        let dir = tempfile::tempdir().expect("tmp");
+        let base = |name: &str, threads: usize| {
+            let mut cfg = config("coordination.scene.ron", algo, 4, 4, &dir.path().join(name));
+            cfg.hyper.epochs = 1;
+            cfg.hyper.swap_every = 1;
+            cfg.checkpoint_every = 2;
+            cfg.threads = Some(threads);
+            cfg
+        };
+        let whole = base("whole", 1);
+        train(&whole, |_| {}).expect("train");
+        // Interrupted after 2 (on another thread count), then resumed.
+        let mut first = base("split", 2);
+        first.stop_after = Some(2);
+        let s1 = train(&first, |_| {}).expect("first half");
+        assert_eq!(s1.iterations.len(), 2);
+        let split = dir.path().join("split");
+        // An interrupted save and a folder without its state are not whole checkpoints.
+        std::fs::create_dir_all(split.join("checkpoints/.iter_4.partial-999999")).expect("mkdir");
+        std::fs::create_dir_all(split.join("checkpoints/iter_3")).expect("mkdir");
+        let newest = newest_checkpoint(&split).expect("read").expect("one");
+        assert_eq!(newest.0, 2);
+        let resumed = resume_config(&split, None).expect("resume config");
+        assert_eq!(resumed.iterations, 4);
+        let s2 = train(&resumed, |_| {}).expect("second half");
+        assert_eq!(
+            s2.iterations
+                .iter()
+                .map(|r| r.iteration)
+                .collect::<Vec<_>>(),
+            vec![3, 4]
         );
-        cfg.hyper.epochs = 1;
-        cfg.checkpoint_every = 2;
-        cfg.threads = Some(threads);
-        cfg
-    };
-    let whole = base("whole", 1);
-    train(&whole, |_| {}).expect("train");
-    // Interrupted after 2 (on another thread count), then resumed.
-    let mut first = base("split", 2);
-    first.stop_after = Some(2);
-    let s1 = train(&first, |_| {}).expect("first half");
-    assert_eq!(s1.iterations.len(), 2);
-    let split = dir.path().join("split");
-    // An interrupted save and a folder without its state are not whole checkpoints.
-    std::fs::create_dir_all(split.join("checkpoints/.iter_4.partial-999999")).expect("mkdir");
-    std::fs::create_dir_all(split.join("checkpoints/iter_3")).expect("mkdir");
-    let newest = newest_checkpoint(&split).expect("read").expect("one");
-    assert_eq!(newest.0, 2);
-    let resumed = resume_config(&split, None).expect("resume config");
-    assert_eq!(resumed.iterations, 4);
-    let s2 = train(&resumed, |_| {}).expect("second half");
-    assert_eq!(
-        s2.iterations
-            .iter()
-            .map(|r| r.iteration)
-            .collect::<Vec<_>>(),
-        vec![3, 4]
-    );
-    for file in ["model.safetensors", "optimizer.safetensors"] {
-        let a = std::fs::read(whole.out.join("checkpoints/iter_4").join(file)).expect("a");
-        let b = std::fs::read(split.join("checkpoints/iter_4").join(file)).expect("b");
-        assert!(a == b, "{file} differs");
+        let files: &[&str] = match algo {
+            Algo::Cory => &[
+                "agent_0/model.safetensors",
+                "agent_0/optimizer.safetensors",
+                "agent_1/model.safetensors",
+                "agent_1/optimizer.safetensors",
+            ],
+            _ => &[
+                "model.safetensors",
+                "optimizer.safetensors",
+                "critic.safetensors",
+            ],
+        };
+        for file in files {
+            let a = std::fs::read(whole.out.join("checkpoints/iter_4").join(file)).expect("a");
+            let b = std::fs::read(split.join("checkpoints/iter_4").join(file)).expect("b");
+            assert!(a == b, "{algo:?}: {file} differs");
+        }
+        assert_eq!(losses(&whole.out), losses(&split), "{algo:?}");
+        assert!(split.join("plots/returns.png").is_file());
+        if algo == Algo::Cory {
+            // The two copies learned apart.
+            let a = std::fs::read(split.join("checkpoints/iter_4/agent_0/model.safetensors"));
+            let b = std::fs::read(split.join("checkpoints/iter_4/agent_1/model.safetensors"));
+            assert!(a.expect("a") != b.expect("b"), "the copies are identical");
+            continue;
+        }
+        // A finished run is not resumed past its end, and a full folder is not reused;
+        // neither touches what is there.
+        let before = std::fs::read(split.join("metrics.jsonl")).expect("metrics");
+        let done = resume_config(&split, None).expect("config");
+        let err = train(&done, |_| {}).expect_err("finished").to_string();
+        assert!(err.contains("4 of 4"), "{err}");
+        let err = train(&base("split", 1), |_| {})
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains("not empty"), "{err}");
+        assert_eq!(
+            std::fs::read(split.join("metrics.jsonl")).expect("metrics"),
+            before
+        );
     }
-    assert_eq!(losses(&whole.out), losses(&split));
-    assert!(split.join("plots/returns.png").is_file());
-    // A finished run is not resumed past its end, and a full folder is not reused; neither
-    // touches what is there.
-    let before = std::fs::read(split.join("metrics.jsonl")).expect("metrics");
-    let done = resume_config(&split, None).expect("config");
-    let err = train(&done, |_| {}).expect_err("finished").to_string();
-    assert!(err.contains("4 of 4"), "{err}");
-    let err = train(&base("split", 1), |_| {})
-        .expect_err("refused")
-        .to_string();
-    assert!(err.contains("not empty"), "{err}");
-    assert_eq!(
-        std::fs::read(split.join("metrics.jsonl")).expect("metrics"),
-        before
-    );
+}
+
+/// CORY's observer reads the pioneer's choice of the same step; the pioneer reads none.
+#[test]
+fn the_cory_observer_reads_the_pioneers_action() {
+    use emergence::core::{Action, Agent, DecisionTrace};
+    use emergence::headless::{RunConfig, build_app};
+    use emergence::policy::PolicyFactory;
+    use emergence::policy::lm::{LmPolicy, ModelSource};
+    use emergence::train::cory::CoryPolicy;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let sc = load_scene(&scene("coordination.scene.ron")).expect("scene");
+    let pioneer = Arc::new(AtomicUsize::new(1));
+    let p = pioneer.clone();
+    let mut run = RunConfig::new(sc.clone());
+    run.arenas = 3;
+    run.policies.push((
+        "lm".into(),
+        PolicyFactory(Arc::new(move || {
+            let copy = || {
+                LmPolicy::new(
+                    ModelSource::Embedded {
+                        preset: Preset::Tiny,
+                        seed: 3,
+                    },
+                    Device::Cpu,
+                )
+            };
+            Box::new(CoryPolicy::new([copy(), copy()], p.clone()))
+        })),
+    ));
+    let mut app = build_app(&run).expect("app");
+    let folder = ModelFolder::init(Preset::Tiny, 3, &[sc], &Device::Cpu).expect("init");
+    let words = ["left", "right"];
+    for pioneer_slot in [1u16, 0] {
+        pioneer.store(usize::from(pioneer_slot), Ordering::Relaxed);
+        app.update();
+        let world = app.world_mut();
+        let mut q = world.query::<(&Agent, &Action, &DecisionTrace)>();
+        let rows: Vec<(Agent, u8, Vec<u32>)> = q
+            .iter(world)
+            .map(|(a, act, t)| (*a, act.0, t.tokens.clone()))
+            .collect();
+        for arena in 0..3 {
+            let get = |slot: u16| {
+                rows.iter()
+                    .find(|r| r.0.arena == arena && r.0.slot == slot)
+                    .expect("agent")
+            };
+            let (pio, obs) = (get(pioneer_slot), get(1 - pioneer_slot));
+            let tail = encode(
+                &folder.tokenizer,
+                &format!("ally said {}", words[usize::from(pio.1)]),
+            )
+            .expect("encode");
+            assert!(obs.2.ends_with(&tail), "observer reads {:?}", obs.2);
+            let said = encode(&folder.tokenizer, "said").expect("said")[0];
+            assert!(!pio.2.contains(&said), "the pioneer reads no one");
+        }
+    }
 }
 
 #[test]

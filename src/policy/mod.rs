@@ -68,6 +68,17 @@ pub trait Policy: Send + Sync + 'static {
     }
 }
 
+/// Makes a policy for a run (a training run puts its own policies in the registry this
+/// way, before the arenas are spawned and the policies set up).
+#[derive(Clone)]
+pub struct PolicyFactory(pub std::sync::Arc<dyn Fn() -> Box<dyn Policy> + Send + Sync>);
+
+impl std::fmt::Debug for PolicyFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PolicyFactory")
+    }
+}
+
 /// What a model-backed policy has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct PolicyStats {

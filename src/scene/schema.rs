@@ -69,6 +69,8 @@ pub struct TrainDefaults {
     pub group_size: Option<u32>,
     /// Advantage Alignment's β.
     pub aa_beta: Option<f32>,
+    /// CORY: updates between role swaps.
+    pub swap_every: Option<u32>,
     /// Checkpoint period in iterations.
     pub checkpoint_every: Option<u32>,
 }

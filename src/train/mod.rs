@@ -13,6 +13,8 @@
 //! for.
 
 pub mod advantage;
+pub mod cory;
+pub mod critic;
 pub mod loss;
 pub mod optim;
 pub mod rollout;
@@ -30,10 +32,12 @@ use thiserror::Error;
 use crate::core::{Arenas, RecordSystems, RunProgress, SimSchedule};
 use crate::envs::ActionNames;
 use crate::headless::{RunConfig, RunError, build_app};
-use crate::policy::PolicyRegistry;
-use crate::policy::lm::{LmError, ModelFolder, ModelSource, Preset, TrainHandle};
+use crate::policy::lm::{LmError, LmPolicy, ModelFolder, ModelSource, Preset, TrainHandle};
+use crate::policy::{PolicyFactory, PolicyRegistry};
 use crate::scene::Scene;
 pub use rollout::{Batch, Rollouts, Step, Trajectory};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 pub use trainer::{Algo, Hyper, Trainer, UpdateStats};
 
 /// What can go wrong in training.
@@ -197,10 +201,15 @@ pub struct TrainerState {
     /// episode), agents from (seed, arena, episode, slot), iteration `k`'s minibatch order
     /// from (seed, k)).
     pub seed: u64,
-    /// AdamW steps taken (its bias corrections continue from here).
-    pub optimizer_steps: u64,
+    /// AdamW steps taken by each model's optimizer (their bias corrections continue from
+    /// here).
+    pub optimizer_steps: Vec<u64>,
     /// The learning rate of the last update.
     pub lr: f64,
+    /// MAPPO: the critic's AdamW steps (its weights and moments are in
+    /// `critic.safetensors`).
+    #[serde(default)]
+    pub critic_optimizer_steps: Option<u64>,
 }
 
 /// One iteration's report.
@@ -318,19 +327,58 @@ pub fn train(
         },
         ModelChoice::Folder(dir) => ModelSource::Folder(dir.clone()),
     };
-    let source = match &resumed {
-        Some((_, dir)) => ModelSource::Folder(dir.to_path_buf()),
-        None => initial.clone(),
+    let cory = cfg.algo == Algo::Cory;
+    let copy_of_slot = if cory {
+        cory::copies_of_slots(&scene).ok_or_else(|| {
+            TrainError::Config(
+                "cory needs exactly two agents on `lm` in the scene (pioneer and observer)".into(),
+            )
+        })?
+    } else {
+        Vec::new()
     };
-    let handle = TrainHandle::default();
+    if cory && cfg.hyper.swap_every == 0 {
+        return Err(TrainError::Config("--swap-every must be at least 1".into()));
+    }
+    // One model, or CORY's two copies (checkpoint subfolders agent_0 and agent_1).
+    let names: Vec<Option<String>> = if cory {
+        (0..2).map(|m| Some(format!("agent_{m}"))).collect()
+    } else {
+        vec![None]
+    };
+    let handles: Vec<TrainHandle> = names.iter().map(|_| TrainHandle::default()).collect();
+    let sources: Vec<ModelSource> = names
+        .iter()
+        .map(|n| match (&resumed, n) {
+            (Some((_, dir)), Some(n)) => ModelSource::Folder(dir.join(n)),
+            (Some((_, dir)), None) => ModelSource::Folder(dir.to_path_buf()),
+            (None, _) => initial.clone(),
+        })
+        .collect();
     let mut run = RunConfig::new(scene.clone());
     run.arenas = cfg.arenas;
     run.episodes = cfg.iterations;
     run.seed = cfg.seed;
     run.threads = cfg.threads;
-    run.train = Some((source, handle.clone()));
     run.group_size = g;
     run.first_episode = start;
+    let pioneer = Arc::new(AtomicUsize::new(
+        (start / cfg.hyper.swap_every.max(1)) as usize % 2,
+    ));
+    if cory {
+        let (s, h, p) = (sources.clone(), handles.clone(), pioneer.clone());
+        run.policies.push((
+            "lm".into(),
+            PolicyFactory(Arc::new(move || {
+                let copy = |m: usize| {
+                    LmPolicy::with_handle(s[m].clone(), candle_core::Device::Cpu, h[m].clone())
+                };
+                Box::new(cory::CoryPolicy::new([copy(0), copy(1)], p.clone()))
+            })),
+        ));
+    } else {
+        run.train = Some((sources[0].clone(), handles[0].clone()));
+    }
     let mut app = build_app(&run)?;
     // Hold every arena after the episode of this iteration until the update is done.
     app.world_mut().resource_mut::<Arenas>().gate = Some(start + 1);
@@ -340,7 +388,9 @@ pub fn train(
         .resource_mut::<PolicyRegistry>()
         .handle("lm")
         .ok_or_else(|| TrainError::Config("no lm policy".into()))?;
-    app.insert_resource(Rollouts::new(policy, actions));
+    let mut rollouts = Rollouts::new(policy, actions);
+    rollouts.global = cfg.algo == Algo::Mappo;
+    app.insert_resource(rollouts);
     app.add_systems(
         SimSchedule,
         (
@@ -349,7 +399,19 @@ pub fn train(
         ),
     );
     let device = candle_core::Device::Cpu;
-    let mut trainer = Trainer::new(&handle, cfg.algo, cfg.hyper.clone(), &device)?;
+    let mut learners: Vec<Learner> = names
+        .into_iter()
+        .zip(&handles)
+        .map(|(name, handle)| {
+            let mut trainer = Trainer::new(handle, cfg.algo, cfg.hyper.clone(), &device)?;
+            trainer.seed = cfg.seed;
+            Ok(Learner {
+                name,
+                handle: handle.clone(),
+                trainer,
+            })
+        })
+        .collect::<Result<_, TrainError>>()?;
 
     let mut writer = match &resumed {
         None => {
@@ -366,13 +428,30 @@ pub fn train(
             MetricsFiles::create(&cfg.out)?
         }
         Some((state, dir)) => {
-            let opath = dir.join("optimizer.safetensors");
-            let tensors = candle_core::safetensors::load(&opath, &device)
-                .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
-            trainer
-                .optimizer_mut()
-                .load_state(&tensors, state.optimizer_steps)
-                .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
+            for (i, l) in learners.iter_mut().enumerate() {
+                let ldir = l.dir(dir);
+                let opath = ldir.join("optimizer.safetensors");
+                let tensors = candle_core::safetensors::load(&opath, &device)
+                    .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
+                let steps = state.optimizer_steps.get(i).copied().ok_or_else(|| {
+                    TrainError::Config(format!(
+                        "{}: no optimizer step count for model {i}",
+                        dir.join("trainer_state.json").display()
+                    ))
+                })?;
+                l.trainer
+                    .optimizer_mut()
+                    .load_state(&tensors, steps)
+                    .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
+            }
+            if let Some(steps) = state.critic_optimizer_steps {
+                let cpath = dir.join("critic.safetensors");
+                let tensors = candle_core::safetensors::load(&cpath, &device)
+                    .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
+                let critic = critic::Critic::restore(&tensors, steps, cfg.hyper.lr, &device)
+                    .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
+                learners[0].trainer.set_critic(critic);
+            }
             if cfg.hyper.kl_coef > 0.0 {
                 // The reference is the run's starting model, not the checkpoint.
                 let folder = match &initial {
@@ -381,7 +460,9 @@ pub fn train(
                     }
                     ModelSource::Folder(dir) => ModelFolder::load(dir, &device)?,
                 };
-                trainer.set_reference(folder.decoder()?);
+                for l in &mut learners {
+                    l.trainer.set_reference(folder.decoder()?);
+                }
             }
             MetricsFiles::resume(&cfg.out, start)?
         }
@@ -414,15 +495,31 @@ pub fn train(
         let progress = *app.world().resource::<RunProgress>();
         let stats = lm_stats(&app);
         let batch = app.world_mut().resource_mut::<Rollouts>().take(k);
-        trainer.schedule(f64::from(k) / f64::from(cfg.iterations.saturating_sub(1).max(1)));
-        let mut rng =
-            rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x7261_696e_0000_0000 ^ u64::from(k));
-        let update = trainer.update(&batch, &mut rng)?;
+        let team_returns = mean_team_returns(&batch, &teams);
+        let metrics = mean_metrics(&batch);
+        let parts = if cory {
+            cory_batches(batch, &copy_of_slot)
+        } else {
+            vec![batch]
+        };
+        let frac = f64::from(k) / f64::from(cfg.iterations.saturating_sub(1).max(1));
+        let mut updates = Vec::with_capacity(parts.len());
+        for (m, (l, part)) in learners.iter_mut().zip(&parts).enumerate() {
+            l.trainer.schedule(frac);
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+                cfg.seed ^ 0x7261_696e_0000_0000 ^ u64::from(k) ^ ((m as u64) << 32),
+            );
+            updates.push(l.trainer.update(part, &mut rng)?);
+        }
+        let update = UpdateStats::combine(&updates);
+        if cory && (k + 1) % cfg.hyper.swap_every.max(1) == 0 {
+            pioneer.fetch_xor(1, Ordering::Relaxed);
+        }
         app.world_mut().resource_mut::<Arenas>().gate = Some(k + 2);
         let report = IterationReport {
             iteration: k + 1,
-            team_returns: mean_team_returns(&batch, &teams),
-            metrics: mean_metrics(&batch),
+            team_returns,
+            metrics,
             rollout_seconds,
             inference_seconds: stats.seconds - last_stats.seconds,
             tokens_per_sec: (stats.tokens - last_stats.tokens) as f64
@@ -437,7 +534,7 @@ pub fn train(
         reports.push(report);
         if (k + 1) % cfg.checkpoint_every.max(1) == 0 || k + 1 == end {
             let dir = cfg.out.join("checkpoints").join(format!("iter_{}", k + 1));
-            save_checkpoint(&handle, &trainer, &dir, k + 1, cfg)?;
+            save_checkpoint(&learners, &dir, k + 1, cfg)?;
             checkpoints.push(dir);
             // Curves so far, for a look while the run goes on (drawn again at the end).
             if k + 1 < end {
@@ -496,13 +593,66 @@ fn mean_metrics(batch: &Batch) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// Writes a checkpoint to `dir`: the model in the Hugging Face layout, the optimizer's
-/// moments (`optimizer.safetensors`) and `trainer_state.json`, all into a temporary sibling
-/// that is renamed into place last (a kill at any moment leaves the previous checkpoint
-/// whole and this one absent).
+/// A model being trained: its handle, its trainer, and its subfolder in checkpoints.
+struct Learner {
+    name: Option<String>,
+    handle: TrainHandle,
+    trainer: Trainer,
+}
+
+impl Learner {
+    /// Its folder inside checkpoint `dir`.
+    fn dir(&self, dir: &Path) -> PathBuf {
+        match &self.name {
+            Some(n) => dir.join(n),
+            None => dir.to_path_buf(),
+        }
+    }
+}
+
+/// CORY: one batch per copy, every step's reward replaced by the sum of the two agents'
+/// rewards in that arena at that step.
+fn cory_batches(batch: Batch, copy_of_slot: &[Option<usize>]) -> Vec<Batch> {
+    let mut summed: BTreeMap<u32, Vec<f32>> = BTreeMap::new();
+    for tr in &batch.trajectories {
+        let r = summed.entry(tr.arena).or_default();
+        if r.len() < tr.steps.len() {
+            r.resize(tr.steps.len(), 0.0);
+        }
+        for (t, s) in tr.steps.iter().enumerate() {
+            r[t] += s.reward;
+        }
+    }
+    let mut parts: Vec<Batch> = (0..2)
+        .map(|_| Batch {
+            episodes: batch.episodes.clone(),
+            slots: batch.slots,
+            ..Default::default()
+        })
+        .collect();
+    for mut tr in batch.trajectories {
+        let Some(m) = copy_of_slot.get(usize::from(tr.slot)).copied().flatten() else {
+            continue;
+        };
+        if let Some(r) = summed.get(&tr.arena) {
+            for (t, s) in tr.steps.iter_mut().enumerate() {
+                s.reward = r[t];
+            }
+        }
+        if let Some(p) = parts.get_mut(m) {
+            p.trajectories.push(tr);
+        }
+    }
+    parts
+}
+
+/// Writes a checkpoint to `dir`: each model in the Hugging Face layout with its optimizer's
+/// moments (`optimizer.safetensors`; CORY's two copies in `agent_0/` and `agent_1/`),
+/// MAPPO's critic, and `trainer_state.json`, all into a temporary sibling that is renamed
+/// into place last (a kill at any moment leaves the previous checkpoint whole and this one
+/// absent).
 fn save_checkpoint(
-    handle: &TrainHandle,
-    trainer: &Trainer,
+    learners: &[Learner],
     dir: &Path,
     iteration: u32,
     cfg: &TrainConfig,
@@ -516,32 +666,53 @@ fn save_checkpoint(
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
     }
-    let folder = handle
-        .with(|t| ModelFolder {
-            dir: tmp.clone(),
-            config: t.config.clone(),
-            // Views of the variables: saving reads them now, no copy needed.
-            weights: t
-                .vars
-                .iter()
-                .map(|(n, v)| (n.clone(), v.as_tensor().detach()))
-                .collect(),
-            tokenizer: t.tokenizer.clone(),
-        })
-        .ok_or_else(|| TrainError::Config("no trained model".into()))?;
-    folder.save(&tmp)?;
-    let opt = trainer.optimizer();
-    let opath = tmp.join("optimizer.safetensors");
-    let moments: std::collections::HashMap<String, candle_core::Tensor> =
-        opt.state().into_iter().collect();
-    candle_core::safetensors::save(&moments, &opath)
-        .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
+    for l in learners {
+        let ldir = l.dir(&tmp);
+        let folder = l
+            .handle
+            .with(|t| ModelFolder {
+                dir: ldir.clone(),
+                config: t.config.clone(),
+                // Views of the variables: saving reads them now, no copy needed.
+                weights: t
+                    .vars
+                    .iter()
+                    .map(|(n, v)| (n.clone(), v.as_tensor().detach()))
+                    .collect(),
+                tokenizer: t.tokenizer.clone(),
+            })
+            .ok_or_else(|| TrainError::Config("no trained model".into()))?;
+        folder.save(&ldir)?;
+        let opath = ldir.join("optimizer.safetensors");
+        let moments: std::collections::HashMap<String, candle_core::Tensor> =
+            l.trainer.optimizer().state().into_iter().collect();
+        candle_core::safetensors::save(&moments, &opath)
+            .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
+    }
+    let critic_optimizer_steps = match learners.first().and_then(|l| l.trainer.critic()) {
+        Some(c) => {
+            let (tensors, steps) = c.state();
+            let cpath = tmp.join("critic.safetensors");
+            let map: std::collections::HashMap<String, candle_core::Tensor> =
+                tensors.into_iter().collect();
+            candle_core::safetensors::save(&map, &cpath)
+                .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
+            Some(steps)
+        }
+        None => None,
+    };
     let state = TrainerState {
         iteration,
         algo: cfg.algo,
         seed: cfg.seed,
-        optimizer_steps: opt.steps(),
-        lr: opt.params.lr,
+        optimizer_steps: learners
+            .iter()
+            .map(|l| l.trainer.optimizer().steps())
+            .collect(),
+        lr: learners
+            .first()
+            .map_or(0.0, |l| l.trainer.optimizer().params.lr),
+        critic_optimizer_steps,
     };
     let spath = tmp.join("trainer_state.json");
     let json = serde_json::to_string_pretty(&state).map_err(|e| TrainError::Io {

@@ -6,7 +6,7 @@
 use bevy::prelude::*;
 use std::collections::BTreeMap;
 
-use crate::core::{Action, Arena};
+use crate::core::{Action, Arena, Observation};
 use crate::core::{
     ActionMask, Agent, ArenaAgents, ArenaPhase, DecisionTrace, Done, EpisodeClock, EpisodeEnded,
     Idle, PolicyHandle, Reward, Team,
@@ -53,7 +53,14 @@ pub struct Rollouts {
     pub policy: Option<PolicyHandle>,
     /// Number of actions (the width of `legal`).
     pub actions: usize,
+    /// Also keep the global state of every step (MAPPO's centralised critic reads it).
+    pub global: bool,
+    /// Agents per arena.
+    pub slots: usize,
     open: BTreeMap<(u32, u32, u16), Trajectory>,
+    /// Global states by (episode, arena), one row per step: every agent's feature row in
+    /// slot order.
+    states: BTreeMap<(u32, u32), Vec<Vec<f32>>>,
     /// Finished episodes, by (episode, arena).
     ended: BTreeMap<(u32, u32), EpisodeEnded>,
 }
@@ -65,6 +72,10 @@ pub struct Batch {
     pub trajectories: Vec<Trajectory>,
     /// The episode reports, by arena.
     pub episodes: Vec<EpisodeEnded>,
+    /// With [`Rollouts::global`]: each arena's global state per step.
+    pub states: BTreeMap<u32, Vec<Vec<f32>>>,
+    /// Agents per arena.
+    pub slots: usize,
 }
 
 impl Rollouts {
@@ -98,9 +109,21 @@ impl Rollouts {
             .copied()
             .collect();
         let episodes = ended.iter().filter_map(|k| self.ended.remove(k)).collect();
+        let state_keys: Vec<(u32, u32)> = self
+            .states
+            .keys()
+            .filter(|k| k.0 == episode)
+            .copied()
+            .collect();
+        let states = state_keys
+            .iter()
+            .filter_map(|k| self.states.remove(k).map(|s| (k.1, s)))
+            .collect();
         Batch {
             trajectories,
             episodes,
+            states,
+            slots: self.slots,
         }
     }
 }
@@ -119,18 +142,36 @@ pub fn collect_steps(
         &ActionMask,
         &Reward,
         &Done,
+        &Observation,
     )>,
 ) {
     let Some(policy) = rollouts.policy else {
         return;
     };
     let n = rollouts.actions;
+    let mut row = Vec::new();
     for (arena, clock, members) in &arenas {
         if !matches!(clock.phase, ArenaPhase::Running | ArenaPhase::Ending) {
             continue;
         }
+        rollouts.slots = members.entities().len();
+        if rollouts.global {
+            let mut state = Vec::new();
+            for &e in members.entities() {
+                if let Ok(q) = agents.get(e) {
+                    crate::policy::mlp::features(q.8, &mut row);
+                    state.extend_from_slice(&row);
+                }
+            }
+            rollouts
+                .states
+                .entry((clock.episode, arena.index))
+                .or_default()
+                .push(state);
+        }
         for &e in members.entities() {
-            let Ok((agent, team, handle, trace, action, mask, reward, done)) = agents.get(e) else {
+            let Ok((agent, team, handle, trace, action, mask, reward, done, _)) = agents.get(e)
+            else {
                 continue;
             };
             if *handle != policy {

@@ -15,6 +15,7 @@ use super::advantage::{
     advantage_alignment, explained_variance, gae, group_relative, leave_one_out, normalise,
     returns_to_go,
 };
+use super::critic::Critic;
 use super::loss::{
     chosen, entropy, grad_norm, k3_kl, masked_action_logprobs, ppo_clip, reinforce, value_loss,
 };
@@ -31,10 +32,17 @@ pub enum Algo {
     Reinforce,
     /// Independent PPO: GAE advantages, clipped surrogate, clipped value loss, several epochs.
     Ippo,
+    /// MAPPO: PPO whose advantages come from a centralised critic that reads the global state
+    /// (every agent's observation features in the arena).
+    Mappo,
     /// Multi-agent GRPO: the arenas of a group share their seed; every agent is credited with
     /// the arena's shared (summed) return-to-go minus its group's mean (over its std); no
     /// critic; clipped surrogate.
     Magrpo,
+    /// CORY: the model duplicated into a pioneer and an observer that reads the pioneer's
+    /// choice; both learn (PPO, GAE) from the summed reward; roles swap every
+    /// `swap_every` updates.
+    Cory,
     /// Advantage Alignment (two-player dilemmas): each player's credit adds its opponent's
     /// advantage weighted by its own past advantages; leave-one-out baselines over the group
     /// (the value head when groups are of one); clipped surrogate.
@@ -44,7 +52,10 @@ pub enum Algo {
 impl Algo {
     /// Whether the language model's value head is trained and used as a baseline.
     pub fn uses_value_head(self) -> bool {
-        matches!(self, Algo::Reinforce | Algo::Ippo | Algo::Adalign)
+        matches!(
+            self,
+            Algo::Reinforce | Algo::Ippo | Algo::Adalign | Algo::Cory
+        )
     }
 }
 
@@ -82,6 +93,8 @@ pub struct Hyper {
     pub group_std: bool,
     /// Advantage Alignment's β.
     pub aa_beta: f32,
+    /// CORY: updates between role swaps.
+    pub swap_every: u32,
 }
 
 impl Default for Hyper {
@@ -102,6 +115,7 @@ impl Default for Hyper {
             group_size: 1,
             group_std: true,
             aa_beta: 0.5,
+            swap_every: 2,
         }
     }
 }
@@ -137,7 +151,33 @@ pub struct UpdateStats {
     pub lr: f64,
 }
 
+impl UpdateStats {
+    /// Several models' updates of one iteration as one row: means of the losses and
+    /// statistics, sums of the counts and seconds.
+    pub fn combine(parts: &[UpdateStats]) -> UpdateStats {
+        let n = parts.len().max(1) as f32;
+        let mean = |f: fn(&UpdateStats) -> f32| parts.iter().map(f).sum::<f32>() / n;
+        UpdateStats {
+            policy_loss: mean(|s| s.policy_loss),
+            value_loss: mean(|s| s.value_loss),
+            entropy: mean(|s| s.entropy),
+            approx_kl: mean(|s| s.approx_kl),
+            clip_frac: mean(|s| s.clip_frac),
+            kl_ref: mean(|s| s.kl_ref),
+            grad_norm: mean(|s| s.grad_norm),
+            explained_variance: mean(|s| s.explained_variance),
+            samples: parts.iter().map(|s| s.samples).sum(),
+            steps: parts.iter().map(|s| s.steps).sum(),
+            skipped: parts.iter().map(|s| s.skipped).sum(),
+            update_seconds: parts.iter().map(|s| s.update_seconds).sum(),
+            lr: parts.first().map_or(0.0, |s| s.lr),
+        }
+    }
+}
+
 struct Sample {
+    /// MAPPO: the critic's input (global state and the agent's one-hot slot).
+    global: Vec<f32>,
     tokens: Vec<u32>,
     legal: Vec<bool>,
     action: u8,
@@ -159,6 +199,9 @@ pub struct Trainer {
     actions: usize,
     pad: u32,
     device: Device,
+    critic: Option<Critic>,
+    /// Seeds the centralised critic's weights (set to the run seed).
+    pub seed: u64,
 }
 
 impl Trainer {
@@ -218,6 +261,8 @@ impl Trainer {
                 opt,
                 hyper: hyper.clone(),
                 device: device.clone(),
+                critic: None,
+                seed: 0,
             })
         });
         built.unwrap_or_else(|| {
@@ -236,6 +281,19 @@ impl Trainer {
     pub fn schedule(&mut self, frac: f64) {
         let f = 1.0 - frac.clamp(0.0, 1.0) * (1.0 - self.hyper.lr_final_frac);
         self.opt.params.lr = self.hyper.lr * f;
+        if let Some(c) = &mut self.critic {
+            c.set_lr(self.hyper.lr * f);
+        }
+    }
+
+    /// MAPPO's critic, once the first batch has sized it.
+    pub fn critic(&self) -> Option<&Critic> {
+        self.critic.as_ref()
+    }
+
+    /// Restores MAPPO's critic (a resumed run).
+    pub fn set_critic(&mut self, critic: Critic) {
+        self.critic = Some(critic);
     }
 
     /// Sets the frozen reference model of the KL term (a resumed run's starting model).
@@ -256,7 +314,11 @@ impl Trainer {
     }
 
     /// Per trajectory of `batch` (in its order): advantages and value targets.
-    fn advantages(&self, batch: &Batch) -> Result<Vec<(Vec<f32>, Vec<f32>)>, TrainError> {
+    fn advantages(
+        &self,
+        batch: &Batch,
+        critic_values: Option<&[Vec<f32>]>,
+    ) -> Result<Vec<(Vec<f32>, Vec<f32>)>, TrainError> {
         let h = &self.hyper;
         let rewards =
             |tr: &super::Trajectory| -> Vec<f32> { tr.steps.iter().map(|s| s.reward).collect() };
@@ -273,11 +335,12 @@ impl Trainer {
                 })
                 .collect(),
             // Truncated episodes bootstrap from the last value estimate.
-            Algo::Ippo => batch
+            Algo::Ippo | Algo::Mappo | Algo::Cory => batch
                 .trajectories
                 .iter()
-                .map(|tr| {
-                    let v = values(tr);
+                .enumerate()
+                .map(|(i, tr)| {
+                    let v = critic_values.map_or_else(|| values(tr), |c| c[i].clone());
                     let last = if tr.terminated {
                         0.0
                     } else {
@@ -291,18 +354,91 @@ impl Trainer {
         })
     }
 
-    fn samples(&self, batch: &Batch) -> Result<Vec<Sample>, TrainError> {
+    /// MAPPO: every trajectory's critic inputs, step by step.
+    fn globals(&self, batch: &Batch) -> Result<Vec<Vec<Vec<f32>>>, TrainError> {
+        batch
+            .trajectories
+            .iter()
+            .map(|tr| {
+                let states = batch.states.get(&tr.arena).ok_or_else(|| {
+                    TrainError::Config(format!("no global state for arena {}", tr.arena))
+                })?;
+                Ok((0..tr.steps.len())
+                    .map(|t| {
+                        let mut row = states.get(t).cloned().unwrap_or_default();
+                        row.extend(
+                            (0..batch.slots)
+                                .map(|k| f32::from(u8::from(k == usize::from(tr.slot)))),
+                        );
+                        row
+                    })
+                    .collect())
+            })
+            .collect()
+    }
+
+    fn samples(&mut self, batch: &Batch) -> Result<Vec<Sample>, TrainError> {
+        let globals = if self.algo == Algo::Mappo {
+            let g = self.globals(batch)?;
+            let inputs = g.iter().flatten().next().map_or(0, |r| r.len());
+            if self.critic.is_none() {
+                self.critic = Some(Critic::new(
+                    inputs,
+                    self.seed,
+                    self.opt.params.lr,
+                    &self.device,
+                )?);
+            }
+            if let Some(bad) = g.iter().flatten().find(|r| r.len() != inputs) {
+                return Err(TrainError::Config(format!(
+                    "global states of {} and {} features in one batch",
+                    inputs,
+                    bad.len()
+                )));
+            }
+            Some(g)
+        } else {
+            None
+        };
+        let critic_values: Option<Vec<Vec<f32>>> = match (&globals, &self.critic) {
+            (Some(g), Some(c)) => {
+                if g.iter()
+                    .flatten()
+                    .next()
+                    .is_some_and(|r| r.len() != c.inputs())
+                {
+                    return Err(TrainError::Config(format!(
+                        "the critic reads {} features; this scene's global state has {}",
+                        c.inputs(),
+                        g.iter().flatten().next().map_or(0, |r| r.len())
+                    )));
+                }
+                Some(
+                    g.iter()
+                        .map(|rows| {
+                            c.values(&rows.iter().map(|r| r.as_slice()).collect::<Vec<_>>())
+                        })
+                        .collect::<Result<_, _>>()?,
+                )
+            }
+            _ => None,
+        };
+        let advantages = self.advantages(batch, critic_values.as_deref())?;
         let mut out = Vec::new();
-        for (traj, (adv, targets)) in batch.trajectories.iter().zip(self.advantages(batch)?) {
-            for ((s, a), t) in traj.steps.iter().zip(adv).zip(targets) {
+        for (i, (traj, (adv, targets))) in batch.trajectories.iter().zip(advantages).enumerate() {
+            for (t, ((s, a), target)) in traj.steps.iter().zip(adv).zip(targets).enumerate() {
                 out.push(Sample {
+                    global: globals
+                        .as_ref()
+                        .map(|g| g[i][t].clone())
+                        .unwrap_or_default(),
                     tokens: s.tokens.clone(),
                     legal: s.legal.clone(),
                     action: s.action,
                     logprob: s.logprob,
-                    value: s.value,
+                    value: critic_values.as_ref().map_or(s.value, |c| c[i][t]),
                     adv: a,
-                    target: t,
+                    target,
                 });
             }
         }
@@ -352,11 +488,22 @@ impl Trainer {
             order.shuffle(rng);
             for chunk in order.chunks(self.hyper.minibatch.max(1)) {
                 let mb: Vec<&Sample> = chunk.iter().map(|&i| &samples[i]).collect();
+                let critic_loss = match &mut self.critic {
+                    Some(c) if self.algo == Algo::Mappo => c.step(
+                        &mb.iter().map(|s| s.global.as_slice()).collect::<Vec<_>>(),
+                        &mb.iter().map(|s| s.value).collect::<Vec<_>>(),
+                        &mb.iter().map(|s| s.target).collect::<Vec<_>>(),
+                        Some(self.hyper.clip),
+                        value_scale,
+                        self.hyper.max_grad_norm,
+                    )?,
+                    _ => None,
+                };
                 match self.step(&mb, value_scale)? {
                     Some(s) => {
                         stats.steps += 1;
                         stats.policy_loss += s.policy_loss;
-                        stats.value_loss += s.value_loss;
+                        stats.value_loss += critic_loss.unwrap_or(s.value_loss);
                         stats.entropy += s.entropy;
                         stats.approx_kl += s.approx_kl;
                         stats.clip_frac += s.clip_frac;
@@ -675,7 +822,7 @@ mod tests {
                 traj(1, 0, &[0.0, 0.0]),
                 traj(1, 1, &[0.0, 1.0]),
             ],
-            episodes: vec![],
+            ..Default::default()
         };
         let plain = magrpo_advantages(&batch, &hyper(false));
         assert_eq!(plain[0].0, vec![1.5, 0.5]);
@@ -703,7 +850,7 @@ mod tests {
                 traj(1, 0, &[3.0, 1.0]),
                 traj(1, 1, &[0.0, 0.0]),
             ],
-            episodes: vec![],
+            ..Default::default()
         };
         let out = adalign_advantages(&batch, &hyper(false)).expect("two players");
         assert_eq!(out[0].0, vec![-3.0, -4.0]);
@@ -711,7 +858,7 @@ mod tests {
         assert_eq!(out[0].1, vec![1.0, 0.0]);
         let three = Batch {
             trajectories: vec![traj(0, 0, &[1.0]), traj(0, 1, &[1.0]), traj(0, 2, &[1.0])],
-            episodes: vec![],
+            ..Default::default()
         };
         let err = adalign_advantages(&three, &hyper(false)).unwrap_err();
         assert!(err.to_string().contains("two learning players"), "{err}");

@@ -339,6 +339,18 @@ impl Policy for LmPolicy {
     }
 
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
+        self.decide_with_suffix(batch, &[]);
+    }
+
+    fn stats(&self) -> Option<PolicyStats> {
+        Some(self.stats)
+    }
+}
+
+impl LmPolicy {
+    /// Decides like [`Policy::decide`], with `suffix[i]` (when given) appended to decision
+    /// `i`'s observation text: what the model reads, and what its trace records.
+    pub fn decide_with_suffix(&mut self, batch: &mut [Decision<'_>], suffix: &[Option<String>]) {
         let Some(r) = &self.ready else {
             return;
         };
@@ -346,12 +358,16 @@ impl Policy for LmPolicy {
         let mut unencodable = 0u64;
         let prompts: Vec<Vec<u32>> = batch
             .iter()
-            .map(|d| {
+            .enumerate()
+            .map(|(i, d)| {
                 let who = Speaker {
                     team: d.team,
                     role: d.role,
                 };
-                let text = r.format.render(who, d.obs, d.mask, d.last_reward);
+                let mut text = r.format.render(who, d.obs, d.mask, d.last_reward);
+                if let Some(Some(extra)) = suffix.get(i) {
+                    text.push_str(extra);
+                }
                 encode(&r.tokenizer, &text).unwrap_or_else(|_| {
                     unencodable += 1;
                     vec![r.pad]
@@ -406,9 +422,5 @@ impl Policy for LmPolicy {
         self.stats.tokens += tokens;
         self.stats.forwards += forwards;
         self.stats.seconds += start.elapsed().as_secs_f64();
-    }
-
-    fn stats(&self) -> Option<PolicyStats> {
-        Some(self.stats)
     }
 }
