@@ -158,6 +158,9 @@ struct TrainArgs {
     /// Advantage Alignment's beta [default: 0.5].
     #[arg(long)]
     aa_beta: Option<f32>,
+    /// One model for every learning agent, or a model per learning team [default: shared].
+    #[arg(long, value_enum)]
+    sharing: Option<emergence::train::Sharing>,
     /// CORY: updates between pioneer/observer role swaps [default: 2].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     swap_every: Option<u32>,
@@ -537,6 +540,7 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             ("--group-size", args.group_size.is_some()),
             ("--aa-beta", args.aa_beta.is_some()),
             ("--swap-every", args.swap_every.is_some()),
+            ("--sharing", args.sharing.is_some()),
             ("--checkpoint-every", args.checkpoint_every.is_some()),
             ("SCENE", args.scene.is_some()),
         ];
@@ -607,6 +611,7 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             out: out.clone(),
             model,
             hyper,
+            sharing: args.sharing.or(d.sharing).unwrap_or_default(),
             threads: args.threads.map(usize::from),
             checkpoint_every: args.checkpoint_every.or(d.checkpoint_every).unwrap_or(10),
             resume: None,

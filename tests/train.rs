@@ -9,7 +9,8 @@ use emergence::policy::lm::tokenizer::encode;
 use emergence::policy::lm::{ModelFolder, Preset};
 use emergence::scene::load_scene;
 use emergence::train::{
-    Algo, Hyper, ModelChoice, TrainConfig, TrainSummary, newest_checkpoint, resume_config, train,
+    Algo, Hyper, ModelChoice, Sharing, TrainConfig, TrainSummary, newest_checkpoint, resume_config,
+    train,
 };
 use std::path::{Path, PathBuf};
 
@@ -30,6 +31,7 @@ fn config(name: &str, algo: Algo, iterations: u32, arenas: u32, out: &Path) -> T
         out: out.to_path_buf(),
         model: ModelChoice::Preset(Preset::Tiny),
         hyper: Hyper::default(),
+        sharing: Sharing::Shared,
         threads: Some(1),
         checkpoint_every: 1000,
         resume: None,
@@ -197,14 +199,20 @@ fn losses(run: &Path) -> Vec<String> {
 }
 
 /// 4 iterations in one go and 2 + resume + 2 give the same bytes: with MAPPO (its critic
-/// and both optimizers in the checkpoint) and with CORY (two models, roles swapping every
-/// update, so the resumed run must pick up the right pioneer).
+/// and both optimizers in the checkpoint), with CORY (two models, roles swapping every
+/// update, so the resumed run must pick up the right pioneer) and with a separate model
+/// per team.
 #[test]
 fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
-    for algo in [Algo::Mappo, Algo::Cory] {
+    for (algo, sharing) in [
+        (Algo::Mappo, Sharing::Shared),
+        (Algo::Cory, Sharing::Shared),
+        (Algo::Ippo, Sharing::Separate),
+    ] {
         let dir = tempfile::tempdir().expect("tmp");
         let base = |name: &str, threads: usize| {
             let mut cfg = config("coordination.scene.ron", algo, 4, 4, &dir.path().join(name));
+            cfg.sharing = sharing;
             cfg.hyper.epochs = 1;
             cfg.hyper.swap_every = 1;
             cfg.checkpoint_every = 2;
@@ -234,12 +242,18 @@ fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
                 .collect::<Vec<_>>(),
             vec![3, 4]
         );
-        let files: &[&str] = match algo {
-            Algo::Cory => &[
+        let files: &[&str] = match (algo, sharing) {
+            (Algo::Cory, _) => &[
                 "agent_0/model.safetensors",
                 "agent_0/optimizer.safetensors",
                 "agent_1/model.safetensors",
                 "agent_1/optimizer.safetensors",
+            ],
+            (_, Sharing::Separate) => &[
+                "team_player_a/model.safetensors",
+                "team_player_a/optimizer.safetensors",
+                "team_player_b/model.safetensors",
+                "team_player_b/optimizer.safetensors",
             ],
             _ => &[
                 "model.safetensors",
@@ -254,11 +268,14 @@ fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
         }
         assert_eq!(losses(&whole.out), losses(&split), "{algo:?}");
         assert!(split.join("plots/returns.png").is_file());
-        if algo == Algo::Cory {
-            // The two copies learned apart.
-            let a = std::fs::read(split.join("checkpoints/iter_4/agent_0/model.safetensors"));
-            let b = std::fs::read(split.join("checkpoints/iter_4/agent_1/model.safetensors"));
-            assert!(a.expect("a") != b.expect("b"), "the copies are identical");
+        if files.len() == 4 {
+            // The two models learned apart.
+            let a = std::fs::read(split.join("checkpoints/iter_4").join(files[0]));
+            let b = std::fs::read(split.join("checkpoints/iter_4").join(files[2]));
+            assert!(
+                a.expect("a") != b.expect("b"),
+                "the two models are identical"
+            );
             continue;
         }
         // A finished run is not resumed past its end, and a full folder is not reused;

@@ -71,6 +71,8 @@ pub struct TrainDefaults {
     pub aa_beta: Option<f32>,
     /// CORY: updates between role swaps.
     pub swap_every: Option<u32>,
+    /// One model, or one per learning team.
+    pub sharing: Option<crate::train::Sharing>,
     /// Checkpoint period in iterations.
     pub checkpoint_every: Option<u32>,
 }

@@ -18,6 +18,7 @@ pub mod critic;
 pub mod loss;
 pub mod optim;
 pub mod rollout;
+pub mod sharing;
 pub mod trainer;
 
 use bevy::ecs::schedule::IntoScheduleConfigs;
@@ -36,6 +37,7 @@ use crate::policy::lm::{LmError, LmPolicy, ModelFolder, ModelSource, Preset, Tra
 use crate::policy::{PolicyFactory, PolicyRegistry};
 use crate::scene::Scene;
 pub use rollout::{Batch, Rollouts, Step, Trajectory};
+pub use sharing::Sharing;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 pub use trainer::{Algo, Hyper, Trainer, UpdateStats};
@@ -96,6 +98,9 @@ pub struct TrainConfig {
     pub model: ModelChoice,
     /// Hyper-parameters.
     pub hyper: Hyper,
+    /// One model for all learning agents, or one per learning team (CORY always has its
+    /// two copies).
+    pub sharing: Sharing,
     /// Bevy worker threads.
     pub threads: Option<usize>,
     /// Write a checkpoint every this many iterations (and after the last).
@@ -120,6 +125,8 @@ struct SavedConfig {
     seed: u64,
     model: ModelChoice,
     hyper: Hyper,
+    #[serde(default)]
+    sharing: Sharing,
     threads: Option<usize>,
     checkpoint_every: u32,
 }
@@ -157,6 +164,7 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
         out: run_dir.to_path_buf(),
         model: saved.model,
         hyper: saved.hyper,
+        sharing: saved.sharing,
         threads: saved.threads,
         checkpoint_every: saved.checkpoint_every,
         resume: Some(checkpoint.1),
@@ -206,10 +214,10 @@ pub struct TrainerState {
     pub optimizer_steps: Vec<u64>,
     /// The learning rate of the last update.
     pub lr: f64,
-    /// MAPPO: the critic's AdamW steps (its weights and moments are in
-    /// `critic.safetensors`).
+    /// MAPPO: each model's critic's AdamW steps (its weights and moments are in
+    /// `critic.safetensors` beside the model).
     #[serde(default)]
-    pub critic_optimizer_steps: Option<u64>,
+    pub critic_optimizer_steps: Vec<u64>,
 }
 
 /// One iteration's report.
@@ -328,24 +336,36 @@ pub fn train(
         ModelChoice::Folder(dir) => ModelSource::Folder(dir.clone()),
     };
     let cory = cfg.algo == Algo::Cory;
-    let copy_of_slot = if cory {
-        cory::copies_of_slots(&scene).ok_or_else(|| {
-            TrainError::Config(
-                "cory needs exactly two agents on `lm` in the scene (pioneer and observer)".into(),
-            )
-        })?
-    } else {
-        Vec::new()
-    };
     if cory && cfg.hyper.swap_every == 0 {
         return Err(TrainError::Config("--swap-every must be at least 1".into()));
     }
-    // One model, or CORY's two copies (checkpoint subfolders agent_0 and agent_1).
-    let names: Vec<Option<String>> = if cory {
-        (0..2).map(|m| Some(format!("agent_{m}"))).collect()
+    // One model; CORY's two copies (checkpoint subfolders agent_0 and agent_1); or a model
+    // per learning team (team_NAME).
+    let (model_of_slot, names): (Vec<Option<usize>>, Vec<Option<String>>) = if cory {
+        let of = cory::copies_of_slots(&scene).ok_or_else(|| {
+            TrainError::Config(
+                "cory needs exactly two agents on `lm` in the scene (pioneer and observer)".into(),
+            )
+        })?;
+        (of, (0..2).map(|m| Some(format!("agent_{m}"))).collect())
+    } else if cfg.sharing == Sharing::Separate {
+        let (of, n) = sharing::models_of_slots(&scene);
+        let team_names = scene.team_names();
+        let mut names = vec![None; n];
+        for (slot, m) in of.iter().enumerate() {
+            if let Some(m) = *m {
+                let team = usize::from(scene.agents[slot].team);
+                names[m] = Some(format!(
+                    "team_{}",
+                    team_names.get(team).copied().unwrap_or("")
+                ));
+            }
+        }
+        (of, names)
     } else {
-        vec![None]
+        (Vec::new(), vec![None])
     };
+    let routed = names.len() > 1 || cory;
     let handles: Vec<TrainHandle> = names.iter().map(|_| TrainHandle::default()).collect();
     let sources: Vec<ModelSource> = names
         .iter()
@@ -374,6 +394,19 @@ pub fn train(
                     LmPolicy::with_handle(s[m].clone(), candle_core::Device::Cpu, h[m].clone())
                 };
                 Box::new(cory::CoryPolicy::new([copy(0), copy(1)], p.clone()))
+            })),
+        ));
+    } else if routed {
+        let (s, h, of) = (sources.clone(), handles.clone(), model_of_slot.clone());
+        run.policies.push((
+            "lm".into(),
+            PolicyFactory(Arc::new(move || {
+                let models = (0..s.len())
+                    .map(|m| {
+                        LmPolicy::with_handle(s[m].clone(), candle_core::Device::Cpu, h[m].clone())
+                    })
+                    .collect();
+                Box::new(sharing::RoutedPolicy::new(models, of.clone()))
             })),
         ));
     } else {
@@ -444,13 +477,13 @@ pub fn train(
                     .load_state(&tensors, steps)
                     .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
             }
-            if let Some(steps) = state.critic_optimizer_steps {
-                let cpath = dir.join("critic.safetensors");
+            for (l, &steps) in learners.iter_mut().zip(&state.critic_optimizer_steps) {
+                let cpath = l.dir(dir).join("critic.safetensors");
                 let tensors = candle_core::safetensors::load(&cpath, &device)
                     .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
                 let critic = critic::Critic::restore(&tensors, steps, cfg.hyper.lr, &device)
                     .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
-                learners[0].trainer.set_critic(critic);
+                l.trainer.set_critic(critic);
             }
             if cfg.hyper.kl_coef > 0.0 {
                 // The reference is the run's starting model, not the checkpoint.
@@ -497,8 +530,8 @@ pub fn train(
         let batch = app.world_mut().resource_mut::<Rollouts>().take(k);
         let team_returns = mean_team_returns(&batch, &teams);
         let metrics = mean_metrics(&batch);
-        let parts = if cory {
-            cory_batches(batch, &copy_of_slot)
+        let parts = if routed {
+            split_batch(batch, &model_of_slot, learners.len(), cory)
         } else {
             vec![batch]
         };
@@ -610,9 +643,14 @@ impl Learner {
     }
 }
 
-/// CORY: one batch per copy, every step's reward replaced by the sum of the two agents'
-/// rewards in that arena at that step.
-fn cory_batches(batch: Batch, copy_of_slot: &[Option<usize>]) -> Vec<Batch> {
+/// One batch per model (by the slot's model); with `sum_rewards` (CORY) every step's reward
+/// is replaced by the sum of the learning agents' rewards in that arena at that step.
+fn split_batch(
+    batch: Batch,
+    model_of_slot: &[Option<usize>],
+    models: usize,
+    sum_rewards: bool,
+) -> Vec<Batch> {
     let mut summed: BTreeMap<u32, Vec<f32>> = BTreeMap::new();
     for tr in &batch.trajectories {
         let r = summed.entry(tr.arena).or_default();
@@ -623,7 +661,7 @@ fn cory_batches(batch: Batch, copy_of_slot: &[Option<usize>]) -> Vec<Batch> {
             r[t] += s.reward;
         }
     }
-    let mut parts: Vec<Batch> = (0..2)
+    let mut parts: Vec<Batch> = (0..models)
         .map(|_| Batch {
             episodes: batch.episodes.clone(),
             slots: batch.slots,
@@ -631,10 +669,10 @@ fn cory_batches(batch: Batch, copy_of_slot: &[Option<usize>]) -> Vec<Batch> {
         })
         .collect();
     for mut tr in batch.trajectories {
-        let Some(m) = copy_of_slot.get(usize::from(tr.slot)).copied().flatten() else {
+        let Some(m) = model_of_slot.get(usize::from(tr.slot)).copied().flatten() else {
             continue;
         };
-        if let Some(r) = summed.get(&tr.arena) {
+        if let (true, Some(r)) = (sum_rewards, summed.get(&tr.arena)) {
             for (t, s) in tr.steps.iter_mut().enumerate() {
                 s.reward = r[t];
             }
@@ -689,18 +727,18 @@ fn save_checkpoint(
         candle_core::safetensors::save(&moments, &opath)
             .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
     }
-    let critic_optimizer_steps = match learners.first().and_then(|l| l.trainer.critic()) {
-        Some(c) => {
+    let mut critic_optimizer_steps = Vec::new();
+    for l in learners {
+        if let Some(c) = l.trainer.critic() {
             let (tensors, steps) = c.state();
-            let cpath = tmp.join("critic.safetensors");
+            let cpath = l.dir(&tmp).join("critic.safetensors");
             let map: std::collections::HashMap<String, candle_core::Tensor> =
                 tensors.into_iter().collect();
             candle_core::safetensors::save(&map, &cpath)
                 .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
-            Some(steps)
+            critic_optimizer_steps.push(steps);
         }
-        None => None,
-    };
+    }
     let state = TrainerState {
         iteration,
         algo: cfg.algo,

@@ -1,0 +1,100 @@
+//! Parameter sharing across the learning agents: one model for all of them (the default),
+//! or a separate model per learning team, each trained on its own team's decisions only.
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::lm::LmPolicy;
+use crate::policy::{Decision, Policy, PolicyStats};
+use crate::scene::Scene;
+
+/// How the learning agents share parameters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Sharing {
+    /// One model for every learning agent.
+    #[default]
+    Shared,
+    /// A model per learning team (all start from the same weights).
+    Separate,
+}
+
+/// The model index of each slot under [`Sharing::Separate`]: the rank of the agent's team
+/// among the teams that have `lm` agents; `None` for slots not on `lm`. Also the number of
+/// models.
+pub fn models_of_slots(scene: &Scene) -> (Vec<Option<usize>>, usize) {
+    let mut teams: Vec<u8> = Vec::new();
+    for a in scene.agents.iter().filter(|a| a.policy == "lm") {
+        if !teams.contains(&a.team) {
+            teams.push(a.team);
+        }
+    }
+    let of_slot = scene
+        .agents
+        .iter()
+        .map(|a| {
+            (a.policy == "lm")
+                .then(|| teams.iter().position(|&t| t == a.team))
+                .flatten()
+        })
+        .collect();
+    (of_slot, teams.len())
+}
+
+/// Several models as one policy of the registry: each decision goes to its slot's model,
+/// each model answers its share in one batched forward.
+pub struct RoutedPolicy {
+    models: Vec<LmPolicy>,
+    model_of_slot: Vec<Option<usize>>,
+}
+
+impl RoutedPolicy {
+    /// `models[m]` decides for the slots that `model_of_slot` maps to `m`.
+    pub fn new(models: Vec<LmPolicy>, model_of_slot: Vec<Option<usize>>) -> Self {
+        Self {
+            models,
+            model_of_slot,
+        }
+    }
+}
+
+impl Policy for RoutedPolicy {
+    fn setup(&mut self, scene: &Scene, actions: &[String]) -> Result<(), String> {
+        for m in &mut self.models {
+            m.setup(scene, actions)?;
+        }
+        Ok(())
+    }
+
+    fn decide(&mut self, batch: &mut [Decision<'_>]) {
+        let of = |d: &Decision<'_>| {
+            self.model_of_slot
+                .get(usize::from(d.agent.slot))
+                .copied()
+                .flatten()
+                .unwrap_or(0)
+        };
+        batch.sort_by_key(of);
+        let mut rest: &mut [Decision<'_>] = batch;
+        while let Some(first) = rest.first() {
+            let m = of(first);
+            let n = rest.iter().take_while(|d| of(d) == m).count();
+            let (part, tail) = std::mem::take(&mut rest).split_at_mut(n);
+            if let Some(model) = self.models.get_mut(m) {
+                model.decide(part);
+            }
+            rest = tail;
+        }
+    }
+
+    fn stats(&self) -> Option<PolicyStats> {
+        let mut out = PolicyStats::default();
+        for s in self.models.iter().filter_map(|m| m.stats()) {
+            out.decisions += s.decisions;
+            out.tokens += s.tokens;
+            out.forwards += s.forwards;
+            out.seconds += s.seconds;
+            out.errors += s.errors;
+        }
+        Some(out)
+    }
+}
