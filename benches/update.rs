@@ -1,6 +1,7 @@
 //! One training step on this machine: forward on the differentiable path, backward, AdamW,
 //! for a batch of 64 decisions with 64-token prompts (a REINFORCE loss on the action
-//! token's log-prob plus a value loss). Run: `cargo bench --bench update` (or `-- tiny`).
+//! token's log-prob plus a value loss), with the trainer's own AdamW. Run:
+//! `cargo bench --bench update` (or `-- tiny`).
 //! Criterion's `elem/s` is decisions (samples) per second.
 //!
 //! Targets (issue 5): `tiny` ≤ 150 ms and `small` ≤ 3.7 s per step.
@@ -11,10 +12,10 @@
 )]
 
 use candle_core::{D, Device, Tensor, Var};
-use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use emergence::policy::lm::model::{Path as Fwd, init_weights};
 use emergence::policy::lm::{Decoder, LmConfig, Preset, Weights};
+use emergence::train::optim::{AdamParams, AdamW};
 use std::path::Path;
 use std::time::Duration;
 
@@ -38,7 +39,8 @@ fn update(c: &mut Criterion) {
             .zip(vars.iter().map(|v| v.as_tensor().clone()))
             .collect();
         let dec = Decoder::new(&cfg, &views, Path::new("bench")).expect("decoder");
-        let mut opt = AdamW::new(vars.clone(), ParamsAdamW::default()).expect("adamw");
+        let named: Vec<(String, Var)> = w.keys().cloned().zip(vars.iter().cloned()).collect();
+        let mut opt = AdamW::new(named, AdamParams::default()).expect("adamw");
         let ids: Vec<u32> = (0..BATCH * PROMPT)
             .map(|i| (i * 31 % cfg.vocab_size) as u32)
             .collect();

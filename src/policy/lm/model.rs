@@ -417,18 +417,27 @@ impl Decoder {
     }
 }
 
-/// A projection, plus the adapter's low-rank update when it adapts `name`.
+/// A projection, plus the adapter's low-rank update when it adapts `name`. The rows of every
+/// leading dimension go through one 2-d matmul: candle's `Linear` would broadcast its weight
+/// over a 3-d input as a batch of small matmuls, and on the training path its backward would
+/// then materialise one weight gradient per batch row before summing them.
 fn proj(
     lin: &Linear,
     name: &str,
     x: &Tensor,
     adapter: Option<&Adapter>,
 ) -> Result<Tensor, LmError> {
-    let y = lin.forward(x)?;
-    match adapter.map(|a| a.delta(name, x)).transpose()?.flatten() {
-        Some(d) => Ok((y + d)?),
-        None => Ok(y),
-    }
+    let dims = x.dims();
+    let (lead, inp) = dims.split_at(dims.len().saturating_sub(1));
+    let x2 = x.reshape(((), inp.first().copied().unwrap_or(1)))?;
+    let y = lin.forward(&x2)?;
+    let y = match adapter.map(|a| a.delta(name, &x2)).transpose()?.flatten() {
+        Some(d) => (y + d)?,
+        None => y,
+    };
+    let mut shape = lead.to_vec();
+    shape.push(y.dim(1)?);
+    Ok(y.reshape(shape)?)
 }
 
 /// Rotary tables `(max_positions, head_dim / 2)`, as candle-transformers' qwen2 builds them.
