@@ -158,9 +158,13 @@ struct TrainArgs {
     /// Advantage Alignment's beta [default: 0.5].
     #[arg(long)]
     aa_beta: Option<f32>,
-    /// One model for every learning agent, or a model per learning team [default: shared].
+    /// One model for every learning agent, a LoRA adapter per role over a frozen base, or a
+    /// model per learning team [default: shared].
     #[arg(long, value_enum)]
     sharing: Option<emergence::train::Sharing>,
+    /// Rank of the per-role LoRA adapters (`--sharing role-lora`) [default: 8].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    lora_rank: Option<u32>,
     /// CORY: updates between pioneer/observer role swaps [default: 2].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     swap_every: Option<u32>,
@@ -541,6 +545,7 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             ("--aa-beta", args.aa_beta.is_some()),
             ("--swap-every", args.swap_every.is_some()),
             ("--sharing", args.sharing.is_some()),
+            ("--lora-rank", args.lora_rank.is_some()),
             ("--checkpoint-every", args.checkpoint_every.is_some()),
             ("SCENE", args.scene.is_some()),
         ];
@@ -596,6 +601,11 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
                 .unwrap_or(if algo == Algo::Magrpo { 4 } else { 1 }),
             aa_beta: args.aa_beta.or(d.aa_beta).unwrap_or(base.aa_beta),
             swap_every: args.swap_every.or(d.swap_every).unwrap_or(base.swap_every),
+            lora_rank: args
+                .lora_rank
+                .map(|r| r as usize)
+                .or(d.lora_rank)
+                .unwrap_or(base.lora_rank),
             ..base
         };
         if hyper.minibatch == 0 || hyper.epochs == 0 {

@@ -200,14 +200,15 @@ fn losses(run: &Path) -> Vec<String> {
 
 /// 4 iterations in one go and 2 + resume + 2 give the same bytes: with MAPPO (its critic
 /// and both optimizers in the checkpoint), with CORY (two models, roles swapping every
-/// update, so the resumed run must pick up the right pioneer) and with a separate model
-/// per team.
+/// update, so the resumed run must pick up the right pioneer), with a separate model per
+/// team, and with a LoRA adapter per role over a frozen base.
 #[test]
 fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
     for (algo, sharing) in [
         (Algo::Mappo, Sharing::Shared),
         (Algo::Cory, Sharing::Shared),
         (Algo::Ippo, Sharing::Separate),
+        (Algo::Reinforce, Sharing::RoleLora),
     ] {
         let dir = tempfile::tempdir().expect("tmp");
         let base = |name: &str, threads: usize| {
@@ -249,6 +250,12 @@ fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
                 "agent_1/model.safetensors",
                 "agent_1/optimizer.safetensors",
             ],
+            (_, Sharing::RoleLora) => &[
+                "adapters/player_a/adapter_model.safetensors",
+                "optimizer.safetensors",
+                "adapters/player_b/adapter_model.safetensors",
+                "model.safetensors",
+            ],
             (_, Sharing::Separate) => &[
                 "team_player_a/model.safetensors",
                 "team_player_a/optimizer.safetensors",
@@ -268,6 +275,22 @@ fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
         }
         assert_eq!(losses(&whole.out), losses(&split), "{algo:?}");
         assert!(split.join("plots/returns.png").is_file());
+        if sharing == Sharing::RoleLora {
+            // The base stayed frozen (only the value head, shared by the roles, learned).
+            let trained = ModelFolder::load(&split.join("checkpoints/iter_4"), &Device::Cpu)
+                .expect("checkpoint");
+            let sc = load_scene(&scene("coordination.scene.ron")).expect("scene");
+            let initial = ModelFolder::init(Preset::Tiny, 3, &[sc], &Device::Cpu).expect("init");
+            for (name, w) in &initial.weights {
+                let same = (w - &trained.weights[name])
+                    .and_then(|d| d.abs())
+                    .and_then(|d| d.max_all())
+                    .and_then(|d| d.to_scalar::<f32>())
+                    .expect("diff")
+                    == 0.0;
+                assert_eq!(same, !name.starts_with("value_head"), "{name}");
+            }
+        }
         if files.len() == 4 {
             // The two models learned apart.
             let a = std::fs::read(split.join("checkpoints/iter_4").join(files[0]));

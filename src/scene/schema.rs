@@ -71,8 +71,10 @@ pub struct TrainDefaults {
     pub aa_beta: Option<f32>,
     /// CORY: updates between role swaps.
     pub swap_every: Option<u32>,
-    /// One model, or one per learning team.
+    /// One model, a LoRA adapter per role, or a model per learning team.
     pub sharing: Option<crate::train::Sharing>,
+    /// Rank of the per-role LoRA adapters.
+    pub lora_rank: Option<usize>,
     /// Checkpoint period in iterations.
     pub checkpoint_every: Option<u32>,
 }

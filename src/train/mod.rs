@@ -409,6 +409,21 @@ pub fn train(
                 Box::new(sharing::RoutedPolicy::new(models, of.clone()))
             })),
         ));
+    } else if cfg.sharing == Sharing::RoleLora {
+        if cfg.hyper.lora_rank == 0 {
+            return Err(TrainError::Config("--lora-rank must be at least 1".into()));
+        }
+        let (s, h) = (sources[0].clone(), handles[0].clone());
+        let lora = crate::policy::lm::LoraConfig::all(cfg.hyper.lora_rank);
+        run.policies.push((
+            "lm".into(),
+            PolicyFactory(Arc::new(move || {
+                Box::new(
+                    LmPolicy::with_handle(s.clone(), candle_core::Device::Cpu, h.clone())
+                        .with_lora(lora.clone()),
+                )
+            })),
+        ));
     } else {
         run.train = Some((sources[0].clone(), handles[0].clone()));
     }
@@ -721,6 +736,18 @@ fn save_checkpoint(
             })
             .ok_or_else(|| TrainError::Config("no trained model".into()))?;
         folder.save(&ldir)?;
+        let adapters = l
+            .handle
+            .with(|t| {
+                t.adapters
+                    .iter()
+                    .map(|ra| (ra.role.clone(), ra.detached()))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        for (role, adapter) in adapters {
+            adapter.save(&ldir.join("adapters").join(role))?;
+        }
         let opath = ldir.join("optimizer.safetensors");
         let moments: std::collections::HashMap<String, candle_core::Tensor> =
             l.trainer.optimizer().state().into_iter().collect();

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use crate::core::{Action, Arena, Observation};
 use crate::core::{
     ActionMask, Agent, ArenaAgents, ArenaPhase, DecisionTrace, Done, EpisodeClock, EpisodeEnded,
-    Idle, PolicyHandle, Reward, Team,
+    Idle, PolicyHandle, Reward, Role, Team,
 };
 
 /// One decision.
@@ -40,6 +40,8 @@ pub struct Trajectory {
     pub slot: u16,
     /// Team index.
     pub team: u8,
+    /// Role index (in the scene's role order).
+    pub role: u8,
     /// The decisions, in order.
     pub steps: Vec<Step>,
     /// The rules ended the episode (no value to bootstrap from).
@@ -143,6 +145,7 @@ pub fn collect_steps(
         &Reward,
         &Done,
         &Observation,
+        &Role,
     )>,
 ) {
     let Some(policy) = rollouts.policy else {
@@ -170,7 +173,8 @@ pub fn collect_steps(
                 .push(state);
         }
         for &e in members.entities() {
-            let Ok((agent, team, handle, trace, action, mask, reward, done, _)) = agents.get(e)
+            let Ok((agent, team, handle, trace, action, mask, reward, done, _, role)) =
+                agents.get(e)
             else {
                 continue;
             };
@@ -185,6 +189,7 @@ pub fn collect_steps(
                     episode: clock.episode,
                     slot: agent.slot,
                     team: team.0,
+                    role: role.0,
                     ..Default::default()
                 });
             traj.steps.push(Step {

@@ -1,5 +1,6 @@
-//! Parameter sharing across the learning agents: one model for all of them (the default),
-//! or a separate model per learning team, each trained on its own team's decisions only.
+//! Parameter sharing across the learning agents: one model for all of them (the default), a
+//! LoRA adapter per role over one frozen base, or a separate model per learning team, each
+//! trained on its own team's decisions only.
 
 use serde::{Deserialize, Serialize};
 
@@ -14,6 +15,11 @@ pub enum Sharing {
     /// One model for every learning agent.
     #[default]
     Shared,
+    /// A LoRA adapter per role (rank `--lora-rank`) over one frozen base model; the value
+    /// head is shared and learns too. Checkpoints hold `adapters/<role>/` in the PEFT layout.
+    #[value(name = "role-lora")]
+    #[serde(rename = "role-lora")]
+    RoleLora,
     /// A model per learning team (all start from the same weights).
     Separate,
 }

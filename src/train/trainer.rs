@@ -95,6 +95,8 @@ pub struct Hyper {
     pub aa_beta: f32,
     /// CORY: updates between role swaps.
     pub swap_every: u32,
+    /// LoRA rank of the per-role adapters (`--sharing role-lora`).
+    pub lora_rank: usize,
 }
 
 impl Default for Hyper {
@@ -116,6 +118,7 @@ impl Default for Hyper {
             group_std: true,
             aa_beta: 0.5,
             swap_every: 2,
+            lora_rank: 8,
         }
     }
 }
@@ -178,6 +181,8 @@ impl UpdateStats {
 struct Sample {
     /// MAPPO: the critic's input (global state and the agent's one-hot slot).
     global: Vec<f32>,
+    /// The agent's role (its adapter under LoRA per role).
+    role: u8,
     tokens: Vec<u32>,
     legal: Vec<bool>,
     action: u8,
@@ -202,6 +207,8 @@ pub struct Trainer {
     critic: Option<Critic>,
     /// Seeds the centralised critic's weights (set to the run seed).
     pub seed: u64,
+    /// LoRA per role: each role's adapter over the variables (empty: no adapters).
+    role_adapters: Vec<crate::policy::lm::Adapter>,
 }
 
 impl Trainer {
@@ -220,12 +227,36 @@ impl Trainer {
                     ids.len()
                 )));
             }
+            // LoRA per role: the adapters and the value head learn, the base is frozen (read
+            // through detached views, so no gradient is computed for it).
+            let lora = !t.adapters.is_empty();
+            let learns = |name: &str| !lora || name.starts_with("value_head");
             let weights: Weights = t
                 .vars
                 .iter()
-                .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+                .map(|(n, v)| {
+                    let w = if learns(n) {
+                        v.as_tensor().clone()
+                    } else {
+                        v.as_tensor().detach()
+                    };
+                    (n.clone(), w)
+                })
                 .collect();
             let decoder = Decoder::new(&t.config, &weights, std::path::Path::new("weights"))?;
+            let mut named: Vec<(String, Var)> = t
+                .vars
+                .iter()
+                .filter(|(n, _)| learns(n))
+                .map(|(n, v)| (n.clone(), v.clone()))
+                .collect();
+            for ra in &t.adapters {
+                for (module, a, b) in &ra.vars {
+                    named.push((format!("adapters.{}.{module}.lora_A", ra.role), a.clone()));
+                    named.push((format!("adapters.{}.{module}.lora_B", ra.role), b.clone()));
+                }
+            }
+            let role_adapters = t.adapters.iter().map(|ra| ra.adapter()).collect();
             let reference = if hyper.kl_coef > 0.0 {
                 let frozen: Weights = t
                     .vars
@@ -240,9 +271,9 @@ impl Trainer {
             } else {
                 None
             };
-            let vars: Vec<Var> = t.vars.iter().map(|(_, v)| v.clone()).collect();
+            let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
             let opt = AdamW::new(
-                t.vars.iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
+                named,
                 AdamParams {
                     lr: hyper.lr,
                     weight_decay: hyper.weight_decay,
@@ -263,6 +294,7 @@ impl Trainer {
                 device: device.clone(),
                 critic: None,
                 seed: 0,
+                role_adapters,
             })
         });
         built.unwrap_or_else(|| {
@@ -432,6 +464,7 @@ impl Trainer {
                         .as_ref()
                         .map(|g| g[i][t].clone())
                         .unwrap_or_default(),
+                    role: traj.role,
                     tokens: s.tokens.clone(),
                     legal: s.legal.clone(),
                     action: s.action,
@@ -487,7 +520,10 @@ impl Trainer {
         for _ in 0..epochs {
             order.shuffle(rng);
             for chunk in order.chunks(self.hyper.minibatch.max(1)) {
-                let mb: Vec<&Sample> = chunk.iter().map(|&i| &samples[i]).collect();
+                let mut mb: Vec<&Sample> = chunk.iter().map(|&i| &samples[i]).collect();
+                if !self.role_adapters.is_empty() {
+                    mb.sort_by_key(|s| s.role);
+                }
                 let critic_loss = match &mut self.critic {
                     Some(c) if self.algo == Algo::Mappo => c.step(
                         &mb.iter().map(|s| s.global.as_slice()).collect::<Vec<_>>(),
@@ -537,9 +573,26 @@ impl Trainer {
         path: Path,
         mb: &[&Sample],
         bias: &Tensor,
+        with_adapters: bool,
     ) -> Result<(Tensor, Option<Tensor>), TrainError> {
-        let prompts: Vec<&[u32]> = mb.iter().map(|s| s.tokens.as_slice()).collect();
-        let h = decoder.last_hidden(&prompts, self.pad, path, None)?;
+        // Under LoRA per role the minibatch is sorted by role: one forward per role's run of
+        // rows, with its adapter (the reference model reads the base alone).
+        let h = if self.role_adapters.is_empty() || !with_adapters {
+            let prompts: Vec<&[u32]> = mb.iter().map(|s| s.tokens.as_slice()).collect();
+            decoder.last_hidden(&prompts, self.pad, path, None)?
+        } else {
+            let mut parts = Vec::new();
+            let mut rest = mb;
+            while let Some(first) = rest.first() {
+                let n = rest.iter().take_while(|s| s.role == first.role).count();
+                let (group, tail) = rest.split_at(n);
+                let prompts: Vec<&[u32]> = group.iter().map(|s| s.tokens.as_slice()).collect();
+                let adapter = self.role_adapters.get(usize::from(first.role));
+                parts.push(decoder.last_hidden(&prompts, self.pad, path, adapter)?);
+                rest = tail;
+            }
+            Tensor::cat(&parts, 0)?
+        };
         let tlp = candle_nn::ops::log_softmax(&decoder.head(&h)?, 1)?;
         let alp = masked_action_logprobs(&tlp, &self.action_tokens, bias)?;
         let v = decoder.value(&h)?.map(|v| v.squeeze(1)).transpose()?;
@@ -575,7 +628,7 @@ impl Trainer {
         let old_v = col(|s| s.value)?;
         let target = col(|s| s.target)?;
 
-        let (alp, v) = self.heads(&self.decoder, Path::Train, mb, &bias)?;
+        let (alp, v) = self.heads(&self.decoder, Path::Train, mb, &bias, true)?;
         let logp = chosen(&alp, &one_hot)?;
         let ent = entropy(&alp, &legal)?.mean_all()?;
         let mut out = UpdateStats::default();
@@ -599,7 +652,7 @@ impl Trainer {
         out.entropy = ent.to_scalar::<f32>()?;
         loss = (loss - (ent * self.hyper.entropy_coef)?)?;
         if let Some(reference) = &self.reference {
-            let (ralp, _) = self.heads(reference, Path::Fast, mb, &bias)?;
+            let (ralp, _) = self.heads(reference, Path::Fast, mb, &bias, false)?;
             let rlogp = chosen(&ralp, &one_hot)?.detach();
             let kl = k3_kl(&logp, &rlogp)?;
             out.kl_ref = kl.to_scalar::<f32>()?;

@@ -16,7 +16,7 @@ pub use config::{LmConfig, Preset};
 pub use folder::ModelFolder;
 pub use lora::{Adapter, LoraConfig};
 pub use model::{Decoder, Path, Weights};
-pub use policy::{LmPolicy, ModelSource, TrainHandle, Trainable};
+pub use policy::{LmPolicy, ModelSource, RoleAdapter, TrainHandle, Trainable};
 
 /// What can go wrong with a model, its folder or its tokenizer.
 #[derive(Debug, Error)]

@@ -54,6 +54,43 @@ pub struct Trainable {
     pub actions: Vec<Vec<u32>>,
     /// The padding token.
     pub pad: u32,
+    /// LoRA adapters being trained, one per role in the scene's role order (empty when the
+    /// whole model is trained).
+    pub adapters: Vec<RoleAdapter>,
+}
+
+/// A role's LoRA adapter opened for training: `A` and `B` of every adapted module as
+/// variables that the policy reads in place.
+pub struct RoleAdapter {
+    /// The role's name (its folder is `adapters/<role>/`).
+    pub role: String,
+    /// The adapter's configuration.
+    pub config: super::LoraConfig,
+    /// `(module, A, B)`.
+    pub vars: Vec<(String, Var, Var)>,
+}
+
+impl RoleAdapter {
+    /// The adapter over the variables themselves (for the differentiable path).
+    pub fn adapter(&self) -> Adapter {
+        self.view(|v| v.as_tensor().clone())
+    }
+
+    /// The adapter over detached views of the variables (for inference and saving).
+    pub fn detached(&self) -> Adapter {
+        self.view(|v| v.as_tensor().detach())
+    }
+
+    fn view(&self, f: impl Fn(&Var) -> candle_core::Tensor) -> Adapter {
+        Adapter {
+            config: self.config.clone(),
+            weights: self
+                .vars
+                .iter()
+                .map(|(n, a, b)| (n.clone(), (f(a), f(b))))
+                .collect(),
+        }
+    }
 }
 
 /// A slot shared by an [`LmPolicy`] and its trainer, filled when the policy is set up for a
@@ -96,6 +133,7 @@ pub struct LmPolicy {
     ready: Option<Ready>,
     stats: PolicyStats,
     train: Option<TrainHandle>,
+    lora: Option<super::LoraConfig>,
 }
 
 impl LmPolicy {
@@ -107,7 +145,15 @@ impl LmPolicy {
             ready: None,
             stats: PolicyStats::default(),
             train: None,
+            lora: None,
         }
+    }
+
+    /// With a trainer: train a LoRA adapter of this shape per role over the frozen base
+    /// (a role whose `adapters/<role>/` exists in the model folder continues from it).
+    pub fn with_lora(mut self, lora: super::LoraConfig) -> Self {
+        self.lora = Some(lora);
+        self
     }
 
     /// A policy whose weights a trainer updates through `handle` (filled at setup).
@@ -172,6 +218,33 @@ impl LmPolicy {
                 .collect::<Result<Vec<_>, _>>()?,
             ModelSource::Embedded { .. } => Vec::new(),
         };
+        let mut adapters = adapters;
+        let mut role_adapters = Vec::new();
+        if let (Some(lora), Some(_)) = (&self.lora, &self.train) {
+            adapters.resize(scene.roles.len(), None);
+            for (i, role) in scene.roles.iter().enumerate() {
+                let a = match adapters[i].take() {
+                    Some(a) => a,
+                    None => Adapter::init(
+                        &folder.config,
+                        lora.clone(),
+                        0x4c6f_5241 ^ i as u64,
+                        &self.device,
+                    )?,
+                };
+                let mut vars = Vec::with_capacity(a.weights.len());
+                for (name, (wa, wb)) in &a.weights {
+                    vars.push((name.clone(), Var::from_tensor(wa)?, Var::from_tensor(wb)?));
+                }
+                let ra = RoleAdapter {
+                    role: role.clone(),
+                    config: a.config.clone(),
+                    vars,
+                };
+                adapters[i] = Some(ra.detached());
+                role_adapters.push(ra);
+            }
+        }
         let decoder = match &self.train {
             None => folder.decoder()?,
             Some(handle) => {
@@ -195,6 +268,7 @@ impl LmPolicy {
                     tokenizer: folder.tokenizer.clone(),
                     actions: action_ids.clone(),
                     pad,
+                    adapters: role_adapters,
                 });
                 decoder
             }
