@@ -386,13 +386,14 @@ fn a_scene_carries_training_defaults_and_a_typo_in_them_is_located() {
     let text = std::fs::read_to_string(scene("prisoners_dilemma.scene.ron")).expect("scene");
     let with = text.replacen(
         "    teams:",
-        "    train: (algo: magrpo, group_size: 4, lr: 0.002),\n    teams:",
+        "    train: (algo: magrpo, group_size: 4, lr: 0.002, sharing: role_lora),\n    teams:",
         1,
     );
     let parsed = parse_scene(&with, Path::new("pd.scene.ron")).expect("parses");
     assert_eq!(parsed.spec.train.algo, Some(Algo::Magrpo));
     assert_eq!(parsed.spec.train.group_size, Some(4));
     assert_eq!(parsed.spec.train.lr, Some(0.002));
+    assert_eq!(parsed.spec.train.sharing, Some(Sharing::RoleLora));
     let bad = text.replacen(
         "    teams:",
         "    train: (algo: magrpo, grup_size: 4),\n    teams:",

@@ -18,7 +18,7 @@ pub enum Sharing {
     /// A LoRA adapter per role (rank `--lora-rank`) over one frozen base model; the value
     /// head is shared and learns too. Checkpoints hold `adapters/<role>/` in the PEFT layout.
     #[value(name = "role-lora")]
-    #[serde(rename = "role-lora")]
+    #[serde(rename = "role_lora")]
     RoleLora,
     /// A model per learning team (all start from the same weights).
     Separate,
