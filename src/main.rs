@@ -658,6 +658,15 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             r.agent_steps_per_sec
         ));
         bar.set_position(u64::from(r.iteration));
+        if r.update.skipped > 0 {
+            bar.suspend(|| {
+                eprintln!(
+                    "warning: iteration {}: {} gradient step(s) skipped for a non-finite loss or \
+                     gradient; the weights were kept",
+                    r.iteration, r.update.skipped
+                )
+            });
+        }
     })?;
     bar.finish();
     let (Some(first), Some(last)) = (summary.iterations.first(), summary.iterations.last()) else {

@@ -407,3 +407,67 @@ fn a_scene_carries_training_defaults_and_a_typo_in_them_is_located() {
         "{err}"
     );
 }
+
+/// A non-finite loss skips its gradient step (counted) and leaves every weight as it was.
+#[test]
+fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
+    use emergence::headless::{RunConfig, build_app};
+    use emergence::policy::lm::{ModelSource, TrainHandle};
+    use emergence::train::{Batch, Step, Trainer, Trajectory};
+    use rand::SeedableRng;
+
+    let handle = TrainHandle::default();
+    let mut run = RunConfig::new(load_scene(&scene("coordination.scene.ron")).expect("scene"));
+    run.train = Some((
+        ModelSource::Embedded {
+            preset: Preset::Tiny,
+            seed: 3,
+        },
+        handle.clone(),
+    ));
+    let _app = build_app(&run).expect("app sets the policy up");
+    let mut trainer =
+        Trainer::new(&handle, Algo::Reinforce, Hyper::default(), &Device::Cpu).expect("trainer");
+    let weights = |t: &Trainer| -> Vec<Vec<f32>> {
+        t.vars()
+            .iter()
+            .map(|v| {
+                v.as_tensor()
+                    .flatten_all()
+                    .and_then(|x| x.to_vec1())
+                    .expect("weights")
+            })
+            .collect()
+    };
+    let before = weights(&trainer);
+    let step = |reward: f32| Step {
+        tokens: vec![5, 6, 7],
+        legal: vec![true, true],
+        action: 0,
+        logprob: -0.7,
+        value: 0.0,
+        reward,
+    };
+    let batch = Batch {
+        trajectories: vec![Trajectory {
+            steps: vec![step(f32::NAN), step(1.0)],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let stats = trainer.update(&batch, &mut rng).expect("update");
+    assert_eq!((stats.steps, stats.skipped), (0, 1));
+    assert!(weights(&trainer) == before, "weights changed");
+    // The same batch with a finite reward does step.
+    let batch = Batch {
+        trajectories: vec![Trajectory {
+            steps: vec![step(0.0), step(1.0)],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let stats = trainer.update(&batch, &mut rng).expect("update");
+    assert_eq!((stats.steps, stats.skipped), (1, 0));
+    assert!(weights(&trainer) != before, "weights did not move");
+}
