@@ -37,6 +37,7 @@ fn decoder(preset: Preset) -> (LmConfig, Decoder) {
 }
 
 fn forward(c: &mut Criterion) {
+    emergence::alloc::keep_freed_memory();
     for (name, preset, batches) in [
         ("tiny", Preset::Tiny, &[1usize, 16, 64, 256][..]),
         ("small", Preset::Small, &[1usize, 16, 64, 256][..]),
@@ -63,6 +64,7 @@ fn forward(c: &mut Criterion) {
 /// The machine's float32 matmul rate with candle's gemm, at the shapes of `small`'s and
 /// `tiny`'s MLP at batch 64 × 64 tokens.
 fn matmul(c: &mut Criterion) {
+    emergence::alloc::keep_freed_memory();
     let mut group = c.benchmark_group("matmul");
     group.sample_size(10);
     for (m, k, n) in [(64 * PROMPT, 512, 2048), (64 * PROMPT, 128, 512)] {
@@ -79,6 +81,7 @@ fn matmul(c: &mut Criterion) {
 /// The Decide step of the `lm` policy: 64 agents in one batch against 64 batches of one,
 /// on prisoner's dilemma observations.
 fn decide(c: &mut Criterion) {
+    emergence::alloc::keep_freed_memory();
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/dilemma/prisoners_dilemma.scene.ron");
     let scene = emergence::scene::load_scene(&path).expect("scene");
@@ -136,6 +139,7 @@ fn decide(c: &mut Criterion) {
 /// tiny model): the Decide step dominates. `elem/s` is decisions/s. Slow at today's speed
 /// (tens of seconds per step for hide-and-seek): run it on purpose, `-- scene_step`.
 fn scene_step(c: &mut Criterion) {
+    emergence::alloc::keep_freed_memory();
     use emergence::headless::{RunConfig, build_app};
     for file in [
         "dilemma/commons_harvest_open.scene.ron",

@@ -26,6 +26,7 @@ const BATCH: usize = 64;
 const PROMPT: usize = 64;
 
 fn update(c: &mut Criterion) {
+    emergence::alloc::keep_freed_memory();
     for (name, preset) in [("tiny", Preset::Tiny), ("small", Preset::Small)] {
         let cfg = LmConfig::preset(preset, 160);
         let w = init_weights(&cfg, 0, &Device::Cpu).expect("weights");

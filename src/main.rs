@@ -213,6 +213,7 @@ enum ModelCommand {
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    emergence::alloc::keep_freed_memory();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => cmd_run(args),
