@@ -7,15 +7,19 @@
 //! gradient steps ([`trainer`]) before the next decision. Agents of other policies (scripted
 //! bots) stay in the arenas as they are: opponents or partners that do not learn.
 //!
-//! All agents on `lm` share one model (parameter sharing). Iterations are synchronous on
-//! episode boundaries: an arena that finishes early starts its next episode with the weights
-//! it has, and its log-probabilities are those it acted with, which the PPO ratio accounts
-//! for.
+//! The agents on `lm` share one model, a LoRA adapter per role over one frozen base, or a
+//! model per team ([`sharing`]); CORY trains two copies ([`cory`]); MAPPO adds a centralised
+//! critic ([`critic`]). Iterations are synchronous on episode boundaries: an arena that
+//! finishes its episode early waits ([`crate::core::Arenas::gate`]) until the update is
+//! done, so every episode of a batch acts with the same weights, and a resumed run
+//! ([`resume_config`]) continues exactly where a checkpoint left off.
 
 pub mod advantage;
+mod checkpoint;
 pub mod cory;
 pub mod critic;
 pub mod loss;
+mod metrics_files;
 pub mod optim;
 pub mod rollout;
 pub mod sharing;
@@ -25,7 +29,6 @@ use bevy::ecs::schedule::IntoScheduleConfigs;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use thiserror::Error;
@@ -36,6 +39,9 @@ use crate::headless::{RunConfig, RunError, build_app};
 use crate::policy::lm::{LmError, LmPolicy, ModelFolder, ModelSource, Preset, TrainHandle};
 use crate::policy::{PolicyFactory, PolicyRegistry};
 use crate::scene::Scene;
+use checkpoint::{Learner, save_checkpoint};
+pub use checkpoint::{TrainerState, newest_checkpoint, resume_config};
+use metrics_files::MetricsFiles;
 pub use rollout::{Batch, Rollouts, Step, Trajectory};
 pub use sharing::Sharing;
 use std::sync::Arc;
@@ -115,111 +121,6 @@ pub struct TrainConfig {
     pub stop_after: Option<u32>,
 }
 
-/// The part of `config.json` a resumed run reads back (the scene comes from the run's own
-/// copy, `scene.ron`, so an edited scene file cannot change a resumed run).
-#[derive(Debug, Deserialize)]
-struct SavedConfig {
-    algo: Algo,
-    iterations: u32,
-    arenas: u32,
-    seed: u64,
-    model: ModelChoice,
-    hyper: Hyper,
-    #[serde(default)]
-    sharing: Sharing,
-    threads: Option<usize>,
-    checkpoint_every: u32,
-}
-
-/// The settings of the run in `run_dir` with its newest whole checkpoint to resume from;
-/// `iterations`, when given, is the new total (it may extend the run).
-pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainConfig, TrainError> {
-    let cpath = run_dir.join("config.json");
-    let text = std::fs::read_to_string(&cpath).map_err(io_err(&cpath))?;
-    let saved: SavedConfig = serde_json::from_str(&text).map_err(|e| {
-        TrainError::Config(format!(
-            "{}:{}:{}: {e}",
-            cpath.display(),
-            e.line(),
-            e.column()
-        ))
-    })?;
-    let spath = run_dir.join("scene.ron");
-    let scene = crate::scene::load_scene(&spath)
-        .map_err(|e| TrainError::Config(format!("the run's scene copy: {e}")))?;
-    let checkpoint = newest_checkpoint(run_dir)?.ok_or_else(|| {
-        TrainError::Config(format!(
-            "{}: no whole checkpoint to resume from (checkpoints/iter_K with \
-             trainer_state.json)",
-            run_dir.display()
-        ))
-    })?;
-    Ok(TrainConfig {
-        scene,
-        scene_path: spath,
-        algo: saved.algo,
-        iterations: iterations.unwrap_or(saved.iterations),
-        arenas: saved.arenas,
-        seed: saved.seed,
-        out: run_dir.to_path_buf(),
-        model: saved.model,
-        hyper: saved.hyper,
-        sharing: saved.sharing,
-        threads: saved.threads,
-        checkpoint_every: saved.checkpoint_every,
-        resume: Some(checkpoint.1),
-        stop_after: None,
-    })
-}
-
-/// The whole checkpoint with the highest iteration in `run_dir/checkpoints` (a folder
-/// `iter_K` holding `trainer_state.json`; temporary folders of an interrupted save are
-/// ignored).
-pub fn newest_checkpoint(run_dir: &Path) -> Result<Option<(u32, PathBuf)>, TrainError> {
-    let dir = run_dir.join("checkpoints");
-    if !dir.exists() {
-        return Ok(None);
-    }
-    let mut best: Option<(u32, PathBuf)> = None;
-    for entry in std::fs::read_dir(&dir).map_err(io_err(&dir))? {
-        let entry = entry.map_err(io_err(&dir))?;
-        let name = entry.file_name().to_string_lossy().to_string();
-        let Some(k) = name
-            .strip_prefix("iter_")
-            .and_then(|k| k.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let path = entry.path();
-        if path.join("trainer_state.json").is_file() && best.as_ref().is_none_or(|b| k > b.0) {
-            best = Some((k, path));
-        }
-    }
-    Ok(best)
-}
-
-/// What a checkpoint's `trainer_state.json` holds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TrainerState {
-    /// Iterations done.
-    pub iteration: u32,
-    /// The algorithm.
-    pub algo: Algo,
-    /// The run seed (every stream derives from it: arenas from (seed, arena or group,
-    /// episode), agents from (seed, arena, episode, slot), iteration `k`'s minibatch order
-    /// from (seed, k)).
-    pub seed: u64,
-    /// AdamW steps taken by each model's optimizer (their bias corrections continue from
-    /// here).
-    pub optimizer_steps: Vec<u64>,
-    /// The learning rate of the last update.
-    pub lr: f64,
-    /// MAPPO: each model's critic's AdamW steps (its weights and moments are in
-    /// `critic.safetensors` beside the model).
-    #[serde(default)]
-    pub critic_optimizer_steps: Vec<u64>,
-}
-
 /// One iteration's report.
 #[derive(Debug, Clone, Serialize)]
 pub struct IterationReport {
@@ -255,7 +156,7 @@ pub struct TrainSummary {
     pub plots: Result<Vec<PathBuf>, String>,
 }
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
     move |io| TrainError::Io {
         path: path.to_path_buf(),
         io,
@@ -641,23 +542,6 @@ fn mean_metrics(batch: &Batch) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// A model being trained: its handle, its trainer, and its subfolder in checkpoints.
-struct Learner {
-    name: Option<String>,
-    handle: TrainHandle,
-    trainer: Trainer,
-}
-
-impl Learner {
-    /// Its folder inside checkpoint `dir`.
-    fn dir(&self, dir: &Path) -> PathBuf {
-        match &self.name {
-            Some(n) => dir.join(n),
-            None => dir.to_path_buf(),
-        }
-    }
-}
-
 /// One batch per model (by the slot's model); with `sum_rewards` (CORY) every step's reward
 /// is replaced by the sum of the learning agents' rewards in that arena at that step.
 fn split_batch(
@@ -697,199 +581,4 @@ fn split_batch(
         }
     }
     parts
-}
-
-/// Writes a checkpoint to `dir`: each model in the Hugging Face layout with its optimizer's
-/// moments (`optimizer.safetensors`; CORY's two copies in `agent_0/` and `agent_1/`),
-/// MAPPO's critic, and `trainer_state.json`, all into a temporary sibling that is renamed
-/// into place last (a kill at any moment leaves the previous checkpoint whole and this one
-/// absent).
-fn save_checkpoint(
-    learners: &[Learner],
-    dir: &Path,
-    iteration: u32,
-    cfg: &TrainConfig,
-) -> Result<(), TrainError> {
-    let parent = dir.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(io_err(parent))?;
-    let name = dir
-        .file_name()
-        .map_or("checkpoint".into(), |n| n.to_string_lossy().to_string());
-    let tmp = parent.join(format!(".{name}.partial-{}", std::process::id()));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
-    }
-    for l in learners {
-        let ldir = l.dir(&tmp);
-        let folder = l
-            .handle
-            .with(|t| ModelFolder {
-                dir: ldir.clone(),
-                config: t.config.clone(),
-                // Views of the variables: saving reads them now, no copy needed.
-                weights: t
-                    .vars
-                    .iter()
-                    .map(|(n, v)| (n.clone(), v.as_tensor().detach()))
-                    .collect(),
-                tokenizer: t.tokenizer.clone(),
-            })
-            .ok_or_else(|| TrainError::Config("no trained model".into()))?;
-        folder.save(&ldir)?;
-        let adapters = l
-            .handle
-            .with(|t| {
-                t.adapters
-                    .iter()
-                    .map(|ra| (ra.role.clone(), ra.detached()))
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
-        for (role, adapter) in adapters {
-            adapter.save(&ldir.join("adapters").join(role))?;
-        }
-        let opath = ldir.join("optimizer.safetensors");
-        let moments: std::collections::HashMap<String, candle_core::Tensor> =
-            l.trainer.optimizer().state().into_iter().collect();
-        candle_core::safetensors::save(&moments, &opath)
-            .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
-    }
-    let mut critic_optimizer_steps = Vec::new();
-    for l in learners {
-        if let Some(c) = l.trainer.critic() {
-            let (tensors, steps) = c.state();
-            let cpath = l.dir(&tmp).join("critic.safetensors");
-            let map: std::collections::HashMap<String, candle_core::Tensor> =
-                tensors.into_iter().collect();
-            candle_core::safetensors::save(&map, &cpath)
-                .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
-            critic_optimizer_steps.push(steps);
-        }
-    }
-    let state = TrainerState {
-        iteration,
-        algo: cfg.algo,
-        seed: cfg.seed,
-        optimizer_steps: learners
-            .iter()
-            .map(|l| l.trainer.optimizer().steps())
-            .collect(),
-        lr: learners
-            .first()
-            .map_or(0.0, |l| l.trainer.optimizer().params.lr),
-        critic_optimizer_steps,
-    };
-    let spath = tmp.join("trainer_state.json");
-    let json = serde_json::to_string_pretty(&state).map_err(|e| TrainError::Io {
-        path: spath.clone(),
-        io: std::io::Error::other(e),
-    })?;
-    std::fs::write(&spath, json).map_err(io_err(&spath))?;
-    std::fs::rename(&tmp, dir).map_err(io_err(dir))
-}
-
-/// `metrics.jsonl` and `metrics.csv` in the run folder, a row per iteration.
-struct MetricsFiles {
-    jsonl: (PathBuf, std::fs::File),
-    csv: (PathBuf, std::fs::File),
-    columns: Option<Vec<String>>,
-}
-
-impl MetricsFiles {
-    fn create(dir: &Path) -> Result<Self, TrainError> {
-        Self::create_named(dir, "metrics.jsonl", "metrics.csv")
-    }
-
-    /// Keeps the rows of iterations up to `upto` (a resumed run redoes the later ones):
-    /// both files are rewritten through temporary files renamed into place.
-    fn resume(dir: &Path, upto: u32) -> Result<Self, TrainError> {
-        let path = dir.join("metrics.jsonl");
-        let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
-        let mut kept = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let value: serde_json::Value = serde_json::from_str(line)
-                .map_err(|e| TrainError::Config(format!("{}:{}: {e}", path.display(), i + 1)))?;
-            if value
-                .get("iteration")
-                .and_then(|v| v.as_u64())
-                .is_some_and(|k| k <= u64::from(upto))
-            {
-                kept.push(value);
-            }
-        }
-        let mut files = Self::create_named(dir, ".metrics.jsonl.tmp", ".metrics.csv.tmp")?;
-        for v in &kept {
-            files.write_value(v)?;
-        }
-        for (from, to) in [
-            (files.jsonl.0.clone(), dir.join("metrics.jsonl")),
-            (files.csv.0.clone(), dir.join("metrics.csv")),
-        ] {
-            std::fs::rename(&from, &to).map_err(io_err(&to))?;
-        }
-        files.jsonl.0 = dir.join("metrics.jsonl");
-        files.csv.0 = dir.join("metrics.csv");
-        Ok(files)
-    }
-
-    fn create_named(dir: &Path, jsonl: &str, csv: &str) -> Result<Self, TrainError> {
-        let open = |name: &str| -> Result<(PathBuf, std::fs::File), TrainError> {
-            let p = dir.join(name);
-            let f = std::fs::File::create(&p).map_err(io_err(&p))?;
-            Ok((p, f))
-        };
-        Ok(Self {
-            jsonl: open(jsonl)?,
-            csv: open(csv)?,
-            columns: None,
-        })
-    }
-
-    fn write(&mut self, r: &IterationReport) -> Result<(), TrainError> {
-        let value = serde_json::to_value(r).map_err(|e| TrainError::Io {
-            path: self.jsonl.0.clone(),
-            io: std::io::Error::other(e),
-        })?;
-        self.write_value(&value)
-    }
-
-    fn write_value(&mut self, value: &serde_json::Value) -> Result<(), TrainError> {
-        writeln!(self.jsonl.1, "{value}").map_err(io_err(&self.jsonl.0))?;
-        // CSV: flatten one level (team_returns.X, metrics.Y).
-        let mut row: BTreeMap<String, String> = BTreeMap::new();
-        if let serde_json::Value::Object(map) = value {
-            for (k, v) in map {
-                match v {
-                    serde_json::Value::Object(inner) => {
-                        for (k2, v2) in inner {
-                            row.insert(format!("{k}.{k2}"), v2.to_string());
-                        }
-                    }
-                    other => {
-                        row.insert(k.clone(), other.to_string());
-                    }
-                }
-            }
-        }
-        if self.columns.is_none() {
-            let mut c: Vec<String> = row.keys().cloned().collect();
-            c.retain(|k| k != "iteration");
-            c.insert(0, "iteration".into());
-            writeln!(self.csv.1, "{}", c.join(",")).map_err(io_err(&self.csv.0))?;
-            self.columns = Some(c);
-        }
-        let line: Vec<String> = self
-            .columns
-            .iter()
-            .flatten()
-            .map(|c| row.get(c).cloned().unwrap_or_default())
-            .collect();
-        writeln!(self.csv.1, "{}", line.join(",")).map_err(io_err(&self.csv.0))?;
-        self.jsonl.1.flush().map_err(io_err(&self.jsonl.0))?;
-        self.csv.1.flush().map_err(io_err(&self.csv.0))?;
-        Ok(())
-    }
 }

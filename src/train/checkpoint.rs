@@ -1,0 +1,220 @@
+//! Checkpoints: writing one (every model with its adapters and optimizer moments, MAPPO's
+//! critic, the trainer state) into a temporary folder renamed into place, finding the newest
+//! whole one, and reading a run's settings back to resume it.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+use super::{Algo, Hyper, ModelChoice, Sharing, TrainConfig, TrainError, Trainer, io_err};
+use crate::policy::lm::{ModelFolder, TrainHandle};
+
+/// The part of `config.json` a resumed run reads back (the scene comes from the run's own
+/// copy, `scene.ron`, so an edited scene file cannot change a resumed run).
+#[derive(Debug, Deserialize)]
+struct SavedConfig {
+    algo: Algo,
+    iterations: u32,
+    arenas: u32,
+    seed: u64,
+    model: ModelChoice,
+    hyper: Hyper,
+    #[serde(default)]
+    sharing: Sharing,
+    threads: Option<usize>,
+    checkpoint_every: u32,
+}
+
+/// The settings of the run in `run_dir` with its newest whole checkpoint to resume from;
+/// `iterations`, when given, is the new total (it may extend the run).
+pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainConfig, TrainError> {
+    let cpath = run_dir.join("config.json");
+    let text = std::fs::read_to_string(&cpath).map_err(io_err(&cpath))?;
+    let saved: SavedConfig = serde_json::from_str(&text).map_err(|e| {
+        TrainError::Config(format!(
+            "{}:{}:{}: {e}",
+            cpath.display(),
+            e.line(),
+            e.column()
+        ))
+    })?;
+    let spath = run_dir.join("scene.ron");
+    let scene = crate::scene::load_scene(&spath)
+        .map_err(|e| TrainError::Config(format!("the run's scene copy: {e}")))?;
+    let checkpoint = newest_checkpoint(run_dir)?.ok_or_else(|| {
+        TrainError::Config(format!(
+            "{}: no whole checkpoint to resume from (checkpoints/iter_K with \
+             trainer_state.json)",
+            run_dir.display()
+        ))
+    })?;
+    Ok(TrainConfig {
+        scene,
+        scene_path: spath,
+        algo: saved.algo,
+        iterations: iterations.unwrap_or(saved.iterations),
+        arenas: saved.arenas,
+        seed: saved.seed,
+        out: run_dir.to_path_buf(),
+        model: saved.model,
+        hyper: saved.hyper,
+        sharing: saved.sharing,
+        threads: saved.threads,
+        checkpoint_every: saved.checkpoint_every,
+        resume: Some(checkpoint.1),
+        stop_after: None,
+    })
+}
+
+/// The whole checkpoint with the highest iteration in `run_dir/checkpoints` (a folder
+/// `iter_K` holding `trainer_state.json`; temporary folders of an interrupted save are
+/// ignored).
+pub fn newest_checkpoint(run_dir: &Path) -> Result<Option<(u32, PathBuf)>, TrainError> {
+    let dir = run_dir.join("checkpoints");
+    if !dir.exists() {
+        return Ok(None);
+    }
+    let mut best: Option<(u32, PathBuf)> = None;
+    for entry in std::fs::read_dir(&dir).map_err(io_err(&dir))? {
+        let entry = entry.map_err(io_err(&dir))?;
+        let name = entry.file_name().to_string_lossy().to_string();
+        let Some(k) = name
+            .strip_prefix("iter_")
+            .and_then(|k| k.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let path = entry.path();
+        if path.join("trainer_state.json").is_file() && best.as_ref().is_none_or(|b| k > b.0) {
+            best = Some((k, path));
+        }
+    }
+    Ok(best)
+}
+
+/// What a checkpoint's `trainer_state.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainerState {
+    /// Iterations done.
+    pub iteration: u32,
+    /// The algorithm.
+    pub algo: Algo,
+    /// The run seed (every stream derives from it: arenas from (seed, arena or group,
+    /// episode), agents from (seed, arena, episode, slot), iteration `k`'s minibatch order
+    /// from (seed, k)).
+    pub seed: u64,
+    /// AdamW steps taken by each model's optimizer (their bias corrections continue from
+    /// here).
+    pub optimizer_steps: Vec<u64>,
+    /// The learning rate of the last update.
+    pub lr: f64,
+    /// MAPPO: each model's critic's AdamW steps (its weights and moments are in
+    /// `critic.safetensors` beside the model).
+    #[serde(default)]
+    pub critic_optimizer_steps: Vec<u64>,
+}
+
+/// A model being trained: its handle, its trainer, and its subfolder in checkpoints.
+pub(super) struct Learner {
+    pub(super) name: Option<String>,
+    pub(super) handle: TrainHandle,
+    pub(super) trainer: Trainer,
+}
+
+impl Learner {
+    /// Its folder inside checkpoint `dir`.
+    pub(super) fn dir(&self, dir: &Path) -> PathBuf {
+        match &self.name {
+            Some(n) => dir.join(n),
+            None => dir.to_path_buf(),
+        }
+    }
+}
+
+/// Writes a checkpoint to `dir`: each model in the Hugging Face layout with its optimizer's
+/// moments (`optimizer.safetensors`; CORY's two copies in `agent_0/` and `agent_1/`),
+/// MAPPO's critic, and `trainer_state.json`, all into a temporary sibling that is renamed
+/// into place last (a kill at any moment leaves the previous checkpoint whole and this one
+/// absent).
+pub(super) fn save_checkpoint(
+    learners: &[Learner],
+    dir: &Path,
+    iteration: u32,
+    cfg: &TrainConfig,
+) -> Result<(), TrainError> {
+    let parent = dir.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+    let name = dir
+        .file_name()
+        .map_or("checkpoint".into(), |n| n.to_string_lossy().to_string());
+    let tmp = parent.join(format!(".{name}.partial-{}", std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
+    }
+    for l in learners {
+        let ldir = l.dir(&tmp);
+        let folder = l
+            .handle
+            .with(|t| ModelFolder {
+                dir: ldir.clone(),
+                config: t.config.clone(),
+                // Views of the variables: saving reads them now, no copy needed.
+                weights: t
+                    .vars
+                    .iter()
+                    .map(|(n, v)| (n.clone(), v.as_tensor().detach()))
+                    .collect(),
+                tokenizer: t.tokenizer.clone(),
+            })
+            .ok_or_else(|| TrainError::Config("no trained model".into()))?;
+        folder.save(&ldir)?;
+        let adapters = l
+            .handle
+            .with(|t| {
+                t.adapters
+                    .iter()
+                    .map(|ra| (ra.role.clone(), ra.detached()))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        for (role, adapter) in adapters {
+            adapter.save(&ldir.join("adapters").join(role))?;
+        }
+        let opath = ldir.join("optimizer.safetensors");
+        let moments: std::collections::HashMap<String, candle_core::Tensor> =
+            l.trainer.optimizer().state().into_iter().collect();
+        candle_core::safetensors::save(&moments, &opath)
+            .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
+    }
+    let mut critic_optimizer_steps = Vec::new();
+    for l in learners {
+        if let Some(c) = l.trainer.critic() {
+            let (tensors, steps) = c.state();
+            let cpath = l.dir(&tmp).join("critic.safetensors");
+            let map: std::collections::HashMap<String, candle_core::Tensor> =
+                tensors.into_iter().collect();
+            candle_core::safetensors::save(&map, &cpath)
+                .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
+            critic_optimizer_steps.push(steps);
+        }
+    }
+    let state = TrainerState {
+        iteration,
+        algo: cfg.algo,
+        seed: cfg.seed,
+        optimizer_steps: learners
+            .iter()
+            .map(|l| l.trainer.optimizer().steps())
+            .collect(),
+        lr: learners
+            .first()
+            .map_or(0.0, |l| l.trainer.optimizer().params.lr),
+        critic_optimizer_steps,
+    };
+    let spath = tmp.join("trainer_state.json");
+    let json = serde_json::to_string_pretty(&state).map_err(|e| TrainError::Io {
+        path: spath.clone(),
+        io: std::io::Error::other(e),
+    })?;
+    std::fs::write(&spath, json).map_err(io_err(&spath))?;
+    std::fs::rename(&tmp, dir).map_err(io_err(dir))
+}

@@ -1,0 +1,114 @@
+//! The run folder's `metrics.jsonl` and `metrics.csv`: a row per iteration, flushed as it is
+//! written; a resumed run keeps the rows up to its checkpoint.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::{IterationReport, TrainError, io_err};
+
+/// `metrics.jsonl` and `metrics.csv` in the run folder, a row per iteration.
+pub(super) struct MetricsFiles {
+    jsonl: (PathBuf, std::fs::File),
+    csv: (PathBuf, std::fs::File),
+    columns: Option<Vec<String>>,
+}
+
+impl MetricsFiles {
+    pub(super) fn create(dir: &Path) -> Result<Self, TrainError> {
+        Self::create_named(dir, "metrics.jsonl", "metrics.csv")
+    }
+
+    /// Keeps the rows of iterations up to `upto` (a resumed run redoes the later ones):
+    /// both files are rewritten through temporary files renamed into place.
+    pub(super) fn resume(dir: &Path, upto: u32) -> Result<Self, TrainError> {
+        let path = dir.join("metrics.jsonl");
+        let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+        let mut kept = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let value: serde_json::Value = serde_json::from_str(line)
+                .map_err(|e| TrainError::Config(format!("{}:{}: {e}", path.display(), i + 1)))?;
+            if value
+                .get("iteration")
+                .and_then(|v| v.as_u64())
+                .is_some_and(|k| k <= u64::from(upto))
+            {
+                kept.push(value);
+            }
+        }
+        let mut files = Self::create_named(dir, ".metrics.jsonl.tmp", ".metrics.csv.tmp")?;
+        for v in &kept {
+            files.write_value(v)?;
+        }
+        for (from, to) in [
+            (files.jsonl.0.clone(), dir.join("metrics.jsonl")),
+            (files.csv.0.clone(), dir.join("metrics.csv")),
+        ] {
+            std::fs::rename(&from, &to).map_err(io_err(&to))?;
+        }
+        files.jsonl.0 = dir.join("metrics.jsonl");
+        files.csv.0 = dir.join("metrics.csv");
+        Ok(files)
+    }
+
+    fn create_named(dir: &Path, jsonl: &str, csv: &str) -> Result<Self, TrainError> {
+        let open = |name: &str| -> Result<(PathBuf, std::fs::File), TrainError> {
+            let p = dir.join(name);
+            let f = std::fs::File::create(&p).map_err(io_err(&p))?;
+            Ok((p, f))
+        };
+        Ok(Self {
+            jsonl: open(jsonl)?,
+            csv: open(csv)?,
+            columns: None,
+        })
+    }
+
+    pub(super) fn write(&mut self, r: &IterationReport) -> Result<(), TrainError> {
+        let value = serde_json::to_value(r).map_err(|e| TrainError::Io {
+            path: self.jsonl.0.clone(),
+            io: std::io::Error::other(e),
+        })?;
+        self.write_value(&value)
+    }
+
+    fn write_value(&mut self, value: &serde_json::Value) -> Result<(), TrainError> {
+        writeln!(self.jsonl.1, "{value}").map_err(io_err(&self.jsonl.0))?;
+        // CSV: flatten one level (team_returns.X, metrics.Y).
+        let mut row: BTreeMap<String, String> = BTreeMap::new();
+        if let serde_json::Value::Object(map) = value {
+            for (k, v) in map {
+                match v {
+                    serde_json::Value::Object(inner) => {
+                        for (k2, v2) in inner {
+                            row.insert(format!("{k}.{k2}"), v2.to_string());
+                        }
+                    }
+                    other => {
+                        row.insert(k.clone(), other.to_string());
+                    }
+                }
+            }
+        }
+        if self.columns.is_none() {
+            let mut c: Vec<String> = row.keys().cloned().collect();
+            c.retain(|k| k != "iteration");
+            c.insert(0, "iteration".into());
+            writeln!(self.csv.1, "{}", c.join(",")).map_err(io_err(&self.csv.0))?;
+            self.columns = Some(c);
+        }
+        let line: Vec<String> = self
+            .columns
+            .iter()
+            .flatten()
+            .map(|c| row.get(c).cloned().unwrap_or_default())
+            .collect();
+        writeln!(self.csv.1, "{}", line.join(",")).map_err(io_err(&self.csv.0))?;
+        self.jsonl.1.flush().map_err(io_err(&self.jsonl.0))?;
+        self.csv.1.flush().map_err(io_err(&self.csv.0))?;
+        Ok(())
+    }
+}
