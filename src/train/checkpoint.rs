@@ -5,8 +5,11 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+use super::critic;
 use super::{Algo, Hyper, ModelChoice, Sharing, TrainConfig, TrainError, Trainer, io_err};
-use crate::policy::lm::{ModelFolder, TrainHandle};
+use crate::policy::lm::{ModelFolder, ModelSource, TrainHandle};
+use crate::scene::Scene;
+use candle_core::Device;
 
 /// The part of `config.json` a resumed run reads back (the scene comes from the run's own
 /// copy, `scene.ron`, so an edited scene file cannot change a resumed run).
@@ -217,4 +220,71 @@ pub(super) fn save_checkpoint(
     })?;
     std::fs::write(&spath, json).map_err(io_err(&spath))?;
     std::fs::rename(&tmp, dir).map_err(io_err(dir))
+}
+
+/// A fresh run's folder: `config.json` (the resolved settings) and `scene.ron` (the run's own
+/// copy of its scene, which a resumed run reads).
+pub(super) fn start_run_folder(cfg: &TrainConfig) -> Result<(), TrainError> {
+    std::fs::create_dir_all(&cfg.out).map_err(io_err(&cfg.out))?;
+    let cpath = cfg.out.join("config.json");
+    let json = serde_json::to_string_pretty(cfg).map_err(|e| TrainError::Io {
+        path: cpath.clone(),
+        io: std::io::Error::other(e),
+    })?;
+    std::fs::write(&cpath, json).map_err(io_err(&cpath))?;
+    // The run's own copy of its scene: a resumed run reads this one.
+    let scopy = cfg.out.join("scene.ron");
+    std::fs::copy(&cfg.scene_path, &scopy).map_err(io_err(&cfg.scene_path))?;
+    Ok(())
+}
+
+/// A resumed run's state from checkpoint `dir`: every model's optimizer moments and step
+/// count, MAPPO's critics, and (with a KL term) the reference, which is the run's starting
+/// model `initial`, not the checkpoint.
+pub(super) fn restore(
+    learners: &mut [Learner],
+    state: &TrainerState,
+    dir: &Path,
+    cfg: &TrainConfig,
+    initial: &ModelSource,
+    scene: &Scene,
+    device: &Device,
+) -> Result<(), TrainError> {
+    for (i, l) in learners.iter_mut().enumerate() {
+        let ldir = l.dir(dir);
+        let opath = ldir.join("optimizer.safetensors");
+        let tensors = candle_core::safetensors::load(&opath, device)
+            .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
+        let steps = state.optimizer_steps.get(i).copied().ok_or_else(|| {
+            TrainError::Config(format!(
+                "{}: no optimizer step count for model {i}",
+                dir.join("trainer_state.json").display()
+            ))
+        })?;
+        l.trainer
+            .optimizer_mut()
+            .load_state(&tensors, steps)
+            .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
+    }
+    for (l, &steps) in learners.iter_mut().zip(&state.critic_optimizer_steps) {
+        let cpath = l.dir(dir).join("critic.safetensors");
+        let tensors = candle_core::safetensors::load(&cpath, device)
+            .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
+        let critic = critic::Critic::restore(&tensors, steps, cfg.hyper.lr, device)
+            .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
+        l.trainer.set_critic(critic);
+    }
+    if cfg.hyper.kl_coef > 0.0 {
+        // The reference is the run's starting model, not the checkpoint.
+        let folder = match initial {
+            ModelSource::Embedded { preset, seed } => {
+                ModelFolder::init(*preset, *seed, std::slice::from_ref(scene), device)?
+            }
+            ModelSource::Folder(dir) => ModelFolder::load(dir, device)?,
+        };
+        for l in learners.iter_mut() {
+            l.trainer.set_reference(folder.decoder()?);
+        }
+    }
+    Ok(())
 }

@@ -36,7 +36,7 @@ use thiserror::Error;
 use crate::core::{Arenas, RecordSystems, RunProgress, SimSchedule};
 use crate::envs::ActionNames;
 use crate::headless::{RunConfig, RunError, build_app};
-use crate::policy::lm::{LmError, LmPolicy, ModelFolder, ModelSource, Preset, TrainHandle};
+use crate::policy::lm::{LmError, LmPolicy, ModelSource, Preset, TrainHandle};
 use crate::policy::{PolicyFactory, PolicyRegistry};
 use crate::scene::Scene;
 use checkpoint::{Learner, save_checkpoint};
@@ -364,55 +364,11 @@ pub fn train(
 
     let mut writer = match &resumed {
         None => {
-            std::fs::create_dir_all(&cfg.out).map_err(io_err(&cfg.out))?;
-            let cpath = cfg.out.join("config.json");
-            let json = serde_json::to_string_pretty(cfg).map_err(|e| TrainError::Io {
-                path: cpath.clone(),
-                io: std::io::Error::other(e),
-            })?;
-            std::fs::write(&cpath, json).map_err(io_err(&cpath))?;
-            // The run's own copy of its scene: a resumed run reads this one.
-            let scopy = cfg.out.join("scene.ron");
-            std::fs::copy(&cfg.scene_path, &scopy).map_err(io_err(&cfg.scene_path))?;
+            checkpoint::start_run_folder(cfg)?;
             MetricsFiles::create(&cfg.out)?
         }
         Some((state, dir)) => {
-            for (i, l) in learners.iter_mut().enumerate() {
-                let ldir = l.dir(dir);
-                let opath = ldir.join("optimizer.safetensors");
-                let tensors = candle_core::safetensors::load(&opath, &device)
-                    .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
-                let steps = state.optimizer_steps.get(i).copied().ok_or_else(|| {
-                    TrainError::Config(format!(
-                        "{}: no optimizer step count for model {i}",
-                        dir.join("trainer_state.json").display()
-                    ))
-                })?;
-                l.trainer
-                    .optimizer_mut()
-                    .load_state(&tensors, steps)
-                    .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
-            }
-            for (l, &steps) in learners.iter_mut().zip(&state.critic_optimizer_steps) {
-                let cpath = l.dir(dir).join("critic.safetensors");
-                let tensors = candle_core::safetensors::load(&cpath, &device)
-                    .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
-                let critic = critic::Critic::restore(&tensors, steps, cfg.hyper.lr, &device)
-                    .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
-                l.trainer.set_critic(critic);
-            }
-            if cfg.hyper.kl_coef > 0.0 {
-                // The reference is the run's starting model, not the checkpoint.
-                let folder = match &initial {
-                    ModelSource::Embedded { preset, seed } => {
-                        ModelFolder::init(*preset, *seed, std::slice::from_ref(&scene), &device)?
-                    }
-                    ModelSource::Folder(dir) => ModelFolder::load(dir, &device)?,
-                };
-                for l in &mut learners {
-                    l.trainer.set_reference(folder.decoder()?);
-                }
-            }
+            checkpoint::restore(&mut learners, state, dir, cfg, &initial, &scene, &device)?;
             MetricsFiles::resume(&cfg.out, start)?
         }
     };
