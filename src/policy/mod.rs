@@ -95,6 +95,17 @@ pub struct PolicyStats {
     pub errors: u64,
 }
 
+impl std::ops::AddAssign for PolicyStats {
+    /// Counters of several models answering as one policy.
+    fn add_assign(&mut self, o: Self) {
+        self.decisions += o.decisions;
+        self.tokens += o.tokens;
+        self.forwards += o.forwards;
+        self.seconds += o.seconds;
+        self.errors += o.errors;
+    }
+}
+
 /// A named policy that scenes may ask for.
 pub struct PolicyInfo {
     /// Name used in scenes.

@@ -93,13 +93,8 @@ impl Policy for CoryPolicy {
 
     fn stats(&self) -> Option<PolicyStats> {
         let [a, b] = &self.copies;
-        let (a, b) = (a.stats()?, b.stats()?);
-        Some(PolicyStats {
-            decisions: a.decisions + b.decisions,
-            tokens: a.tokens + b.tokens,
-            forwards: a.forwards + b.forwards,
-            seconds: a.seconds + b.seconds,
-            errors: a.errors + b.errors,
-        })
+        let mut out = a.stats()?;
+        out += b.stats()?;
+        Some(out)
     }
 }

@@ -3,11 +3,11 @@
 //! values), used only during training. Two tanh layers in candle over variables of its own,
 //! with its own AdamW; weights from a seeded stream; saved in checkpoints with its moments.
 
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 
-use super::loss::{grad_norm, value_loss};
+use super::loss::{clip_grad_norm, value_loss};
 use super::optim::{AdamParams, AdamW};
 
 /// Hidden width.
@@ -120,22 +120,9 @@ impl Critic {
             return Ok(None);
         }
         let mut grads = loss.backward()?;
-        let gs: Vec<Tensor> = self
-            .vars
-            .iter()
-            .filter_map(|(_, v)| grads.get(v.as_tensor()).cloned())
-            .collect();
-        let norm = grad_norm(&gs)?;
-        if !norm.is_finite() {
+        let vars: Vec<Var> = self.vars.iter().map(|(_, v)| v.clone()).collect();
+        if !clip_grad_norm(&mut grads, &vars, max_grad_norm)?.is_finite() {
             return Ok(None);
-        }
-        if norm > max_grad_norm {
-            let by = f64::from(max_grad_norm / norm);
-            for (_, v) in &self.vars {
-                if let Some(g) = grads.remove(v.as_tensor()) {
-                    grads.insert(v.as_tensor(), (g * by)?.to_dtype(DType::F32)?);
-                }
-            }
         }
         self.opt.step(&grads)?;
         Ok(Some(l))

@@ -96,6 +96,30 @@ pub fn grad_norm(grads: &[Tensor]) -> Result<f32> {
     Ok(sum.sqrt() as f32)
 }
 
+/// Gradient-norm clipping: the global norm of `vars`' gradients in `grads`, which are scaled
+/// down to `max_norm` when the norm is finite and above it. Returns the norm before
+/// clipping (a non-finite norm leaves the gradients as they are, for the caller to skip).
+pub fn clip_grad_norm(
+    grads: &mut candle_core::backprop::GradStore,
+    vars: &[candle_core::Var],
+    max_norm: f32,
+) -> Result<f32> {
+    let gs: Vec<Tensor> = vars
+        .iter()
+        .filter_map(|v| grads.get(v.as_tensor()).cloned())
+        .collect();
+    let norm = grad_norm(&gs)?;
+    if norm.is_finite() && norm > max_norm {
+        let by = f64::from(max_norm / norm);
+        for v in vars {
+            if let Some(g) = grads.remove(v.as_tensor()) {
+                grads.insert(v.as_tensor(), (g * by)?.to_dtype(DType::F32)?);
+            }
+        }
+    }
+    Ok(norm)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -506,16 +506,7 @@ fn split_batch(
     models: usize,
     sum_rewards: bool,
 ) -> Vec<Batch> {
-    let mut summed: BTreeMap<u32, Vec<f32>> = BTreeMap::new();
-    for tr in &batch.trajectories {
-        let r = summed.entry(tr.arena).or_default();
-        if r.len() < tr.steps.len() {
-            r.resize(tr.steps.len(), 0.0);
-        }
-        for (t, s) in tr.steps.iter().enumerate() {
-            r[t] += s.reward;
-        }
-    }
+    let summed = batch.shared_rewards();
     let mut parts: Vec<Batch> = (0..models)
         .map(|_| Batch {
             episodes: batch.episodes.clone(),

@@ -97,36 +97,47 @@ impl Rollouts {
 
     /// Takes episode `episode` of every arena out of the buffer.
     pub fn take(&mut self, episode: u32) -> Batch {
-        let keys: Vec<(u32, u32, u16)> = self
-            .open
-            .keys()
-            .filter(|k| k.1 == episode)
-            .copied()
-            .collect();
-        let trajectories = keys.iter().filter_map(|k| self.open.remove(k)).collect();
-        let ended: Vec<(u32, u32)> = self
-            .ended
-            .keys()
-            .filter(|k| k.0 == episode)
-            .copied()
-            .collect();
-        let episodes = ended.iter().filter_map(|k| self.ended.remove(k)).collect();
-        let state_keys: Vec<(u32, u32)> = self
-            .states
-            .keys()
-            .filter(|k| k.0 == episode)
-            .copied()
-            .collect();
-        let states = state_keys
-            .iter()
-            .filter_map(|k| self.states.remove(k).map(|s| (k.1, s)))
-            .collect();
         Batch {
-            trajectories,
-            episodes,
-            states,
+            trajectories: drain(&mut self.open, |k| k.1 == episode)
+                .map(|(_, t)| t)
+                .collect(),
+            episodes: drain(&mut self.ended, |k| k.0 == episode)
+                .map(|(_, e)| e)
+                .collect(),
+            states: drain(&mut self.states, |k| k.0 == episode)
+                .map(|(k, s)| (k.1, s))
+                .collect(),
             slots: self.slots,
         }
+    }
+}
+
+/// Removes the entries whose key passes `keep`, in key order.
+fn drain<K: Ord + Copy, V>(
+    map: &mut BTreeMap<K, V>,
+    keep: impl Fn(&K) -> bool,
+) -> impl Iterator<Item = (K, V)> {
+    let keys: Vec<K> = map.keys().filter(|k| keep(k)).copied().collect();
+    keys.into_iter()
+        .filter_map(|k| map.remove(&k).map(|v| (k, v)))
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+impl Batch {
+    /// Each arena's shared reward per step: the sum over its trajectories in the batch.
+    pub fn shared_rewards(&self) -> BTreeMap<u32, Vec<f32>> {
+        let mut summed: BTreeMap<u32, Vec<f32>> = BTreeMap::new();
+        for tr in &self.trajectories {
+            let r = summed.entry(tr.arena).or_default();
+            if r.len() < tr.steps.len() {
+                r.resize(tr.steps.len(), 0.0);
+            }
+            for (t, s) in tr.steps.iter().enumerate() {
+                r[t] += s.reward;
+            }
+        }
+        summed
     }
 }
 

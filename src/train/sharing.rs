@@ -95,11 +95,7 @@ impl Policy for RoutedPolicy {
     fn stats(&self) -> Option<PolicyStats> {
         let mut out = PolicyStats::default();
         for s in self.models.iter().filter_map(|m| m.stats()) {
-            out.decisions += s.decisions;
-            out.tokens += s.tokens;
-            out.forwards += s.forwards;
-            out.seconds += s.seconds;
-            out.errors += s.errors;
+            out += s;
         }
         Some(out)
     }

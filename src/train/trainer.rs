@@ -2,8 +2,7 @@
 //! on the language model's training path (the differentiable decoder over the policy's own
 //! variables, so the next decision already uses the new weights).
 
-use candle_core::backprop::GradStore;
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{Device, Tensor, Var};
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -17,7 +16,7 @@ use super::advantage::{
 };
 use super::critic::Critic;
 use super::loss::{
-    chosen, entropy, grad_norm, k3_kl, masked_action_logprobs, ppo_clip, reinforce, value_loss,
+    chosen, clip_grad_norm, entropy, k3_kl, masked_action_logprobs, ppo_clip, reinforce, value_loss,
 };
 use super::optim::{AdamParams, AdamW};
 use super::rollout::Batch;
@@ -668,22 +667,10 @@ impl Trainer {
             return Ok(None);
         }
         let mut grads = loss.backward()?;
-        let gs: Vec<Tensor> = self
-            .vars
-            .iter()
-            .filter_map(|v| grads.get(v.as_tensor()).cloned())
-            .collect();
-        let norm = grad_norm(&gs)?;
+        let norm = clip_grad_norm(&mut grads, &self.vars, self.hyper.max_grad_norm)?;
         out.grad_norm = norm;
         if !norm.is_finite() {
             return Ok(None);
-        }
-        if norm > self.hyper.max_grad_norm {
-            scale(
-                &mut grads,
-                &self.vars,
-                f64::from(self.hyper.max_grad_norm / norm),
-            )?;
         }
         self.opt.step(&grads)?;
         Ok(Some(out))
@@ -710,23 +697,11 @@ fn groups(batch: &Batch, group_size: u32) -> BTreeMap<u32, BTreeMap<u32, Vec<usi
 /// shared returns-to-go.
 fn magrpo_advantages(batch: &Batch, h: &Hyper) -> Vec<(Vec<f32>, Vec<f32>)> {
     let mut out = vec![(Vec::new(), Vec::new()); batch.trajectories.len()];
+    let summed = batch.shared_rewards();
     for arenas in groups(batch, h.group_size).values() {
         let shared: Vec<(u32, Vec<f32>)> = arenas
-            .iter()
-            .map(|(&a, idx)| {
-                let len = idx
-                    .iter()
-                    .map(|&i| batch.trajectories[i].steps.len())
-                    .max()
-                    .unwrap_or(0);
-                let mut r = vec![0f32; len];
-                for &i in idx {
-                    for (t, s) in batch.trajectories[i].steps.iter().enumerate() {
-                        r[t] += s.reward;
-                    }
-                }
-                (a, returns_to_go(&r, h.gamma))
-            })
+            .keys()
+            .map(|a| (*a, returns_to_go(&summed[a], h.gamma)))
             .collect();
         let len = shared.iter().map(|(_, g)| g.len()).max().unwrap_or(0);
         let mut adv: BTreeMap<u32, Vec<f32>> = shared
@@ -818,15 +793,6 @@ fn adalign_advantages(batch: &Batch, h: &Hyper) -> Result<Vec<(Vec<f32>, Vec<f32
         }
     }
     Ok(out)
-}
-
-fn scale(grads: &mut GradStore, vars: &[Var], by: f64) -> Result<(), candle_core::Error> {
-    for v in vars {
-        if let Some(g) = grads.remove(v.as_tensor()) {
-            grads.insert(v.as_tensor(), (g * by)?.to_dtype(DType::F32)?);
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
