@@ -249,6 +249,9 @@ pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
     }
     if cfg.hash_steps {
         app.insert_resource(StateHash::with_history());
+    } else if cfg.record.is_some() {
+        // Replays carry every step's state hash.
+        app.insert_resource(StateHash::default());
     }
     app.finish();
     app.cleanup();

@@ -3,8 +3,9 @@
 //! Language-model agents as entities in Bevy ECS multi-agent environments, improved by
 //! multi-agent reinforcement fine-tuning. This crate holds the simulation core
 //! ([`core`]), RON scenes ([`scene`]), environment families ([`envs`]), policies
-//! ([`policy`]), metrics ([`metrics`]), replays ([`replay`]) and the headless runner
-//! ([`headless`]).
+//! ([`policy`]), metrics ([`metrics`]), replays ([`replay`]), the frames the viewer draws
+//! ([`inspect`]), the headless runner ([`headless`]) and, with the `gui` feature, the
+//! window (`gui`).
 //!
 //! [`SimPlugins`] is everything a simulation needs, headless or in a window; swap any piece
 //! with Bevy's `PluginGroupBuilder` API.
@@ -12,7 +13,10 @@
 pub mod alloc;
 pub mod core;
 pub mod envs;
+#[cfg(feature = "gui")]
+pub mod gui;
 pub mod headless;
+pub mod inspect;
 pub mod metrics;
 pub mod policy;
 pub mod replay;
@@ -32,12 +36,15 @@ impl Plugin for RecordPlugin {
         app.init_resource::<metrics::EpisodeLog>().add_systems(
             core::SimSchedule,
             (
-                metrics::log_episodes,
-                replay::record_replay.run_if(resource_exists::<replay::Recorder>),
+                metrics::log_episodes.before(core::hash_state),
+                replay::record_replay
+                    .run_if(resource_exists::<replay::Recorder>)
+                    .after(core::hash_state),
+                inspect::tap_frames
+                    .run_if(resource_exists::<inspect::TapSink>)
+                    .after(core::hash_state),
             )
-                .chain()
-                .in_set(core::RecordSystems::Write)
-                .before(core::hash_state),
+                .in_set(core::RecordSystems::Write),
         );
     }
 }

@@ -31,6 +31,8 @@ enum Command {
     Train(TrainArgs),
     /// Redraw a training run's plots (RUN/plots/*.png) from its metrics.jsonl.
     Plot(PlotArgs),
+    /// Watch an arena in a window (built with the `gui` feature): live, or a replay.
+    View(ViewArgs),
     /// Validate a scene file and print a summary of it.
     Check {
         /// The `.scene.ron` file.
@@ -92,6 +94,65 @@ struct RunArgs {
     /// `episode.max_steps` (a short look at a slow policy).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     max_steps: Option<u32>,
+}
+
+#[derive(clap::Args)]
+struct ViewArgs {
+    /// The `.scene.ron` file (watched: an edit reloads it and restarts the arenas).
+    #[arg(required_unless_present = "replay", conflicts_with = "replay")]
+    scene: Option<PathBuf>,
+    /// Play this replay (written by `run --record` or `view --record`) instead of a scene.
+    #[arg(long)]
+    replay: Option<PathBuf>,
+    /// Let this policy decide for every team (e.g. `lm`), whatever the scene says.
+    #[arg(long)]
+    policy: Option<String>,
+    /// Model folder for the `lm` policy (the embedded tiny model otherwise).
+    #[arg(long, conflicts_with = "checkpoint")]
+    model: Option<PathBuf>,
+    /// A training checkpoint (`runs/NAME/checkpoints/iter_K`): its model plays the scene's
+    /// `lm` teams, and the run's training curves are drawn.
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    /// Run seed: the same seed gives the same trajectories as `emergence run`.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Arenas run side by side (pick the one shown in the window).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    arenas: u32,
+    /// The arena shown at the start.
+    #[arg(long, default_value_t = 0)]
+    arena: u32,
+    /// The agent (slot) selected in the inspector at the start.
+    #[arg(long)]
+    agent: Option<u16>,
+    /// Simulation steps per second.
+    #[arg(long, default_value_t = 4.0)]
+    speed: f32,
+    /// Truncate episodes after this many steps.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    max_steps: Option<u32>,
+    /// Where language models run: `cpu`, or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Worker threads for Bevy's task pools.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
+    /// Record the shown arenas' steps to this replay file.
+    #[arg(long)]
+    record: Option<PathBuf>,
+    /// Write every step's state hash (hex, one per line), like `run --hash-log`.
+    #[arg(long)]
+    hash_log: Option<PathBuf>,
+    /// Save a PNG of the window after --frames frames and exit.
+    #[arg(long)]
+    screenshot: Option<PathBuf>,
+    /// Render this many frames, stepping once per frame, then exit (or take the screenshot).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    frames: Option<u32>,
+    /// Window width and height in pixels.
+    #[arg(long, value_delimiter = 'x', default_value = "1280x800", num_args = 1)]
+    size: Vec<u32>,
 }
 
 #[derive(clap::Args)]
@@ -181,6 +242,16 @@ struct TrainArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Draw arena 0 live in a window while training (built with the `gui` feature).
+    #[arg(long)]
+    gui: bool,
+    /// With --gui: save a PNG of the window after --frames frames and close it (training
+    /// goes on).
+    #[arg(long, requires = "gui")]
+    screenshot: Option<PathBuf>,
+    /// With --gui: close the window after this many frames.
+    #[arg(long, requires = "gui")]
+    frames: Option<u32>,
 }
 
 #[derive(Subcommand)]
@@ -219,6 +290,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd_run(args),
         Command::Train(args) => cmd_train(args),
         Command::Plot(args) => cmd_plot(args),
+        Command::View(args) => cmd_view(args),
         Command::Check { scene } => cmd_check(&scene),
         Command::List { scenes } => cmd_list(&scenes),
         Command::Model(m) => cmd_model(m),
@@ -246,26 +318,11 @@ fn refuse_overwrite_of_input(out: &Option<PathBuf>, scene: &Path, flag: &str) ->
 }
 
 fn cmd_run(args: RunArgs) -> Result<()> {
-    let mut scene = load_scene(&args.scene)?;
-    if let Some(p) = &args.policy {
-        let info = catalogue().iter().find(|i| i.name == p).with_context(|| {
-            let known: Vec<&str> = catalogue().iter().map(|i| i.name).collect();
-            format!(
-                "--policy {p:?} is not a policy; expected one of {}",
-                known.join(", ")
-            )
-        })?;
-        let family = scene.spec.family.name();
-        if !info.plays(family) {
-            anyhow::bail!("--policy {p:?} does not play {family}");
-        }
-        for a in &mut scene.agents {
-            a.policy = p.clone();
-        }
-    }
-    if let Some(n) = args.max_steps {
-        scene.spec.episode.max_steps = n;
-    }
+    let scene = apply_overrides(
+        load_scene(&args.scene)?,
+        args.policy.as_deref(),
+        args.max_steps,
+    )?;
     let device = parse_device(&args.device)?;
     refuse_overwrite_of_input(&args.metrics, &args.scene, "--metrics")?;
     refuse_overwrite_of_input(&args.record, &args.scene, "--record")?;
@@ -627,6 +684,7 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             checkpoint_every: args.checkpoint_every.or(d.checkpoint_every).unwrap_or(10),
             resume: None,
             stop_after: None,
+            tap: None,
         }
     };
     let cfg = TrainConfig {
@@ -645,7 +703,10 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} iterations {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let summary = train(&cfg, |r| {
+    if args.gui && !cfg!(feature = "gui") {
+        anyhow::bail!("{NO_GUI}");
+    }
+    let progress = |r: &emergence::train::IterationReport| {
         let returns: Vec<String> = r
             .team_returns
             .iter()
@@ -668,7 +729,12 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
                 )
             });
         }
-    })?;
+    };
+    let summary = if args.gui {
+        train_with_window(&cfg, args.screenshot.clone(), args.frames, progress)?
+    } else {
+        train(&cfg, progress)?
+    };
     bar.finish();
     let (Some(first), Some(last)) = (summary.iterations.first(), summary.iterations.last()) else {
         return Ok(());
@@ -724,6 +790,193 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             }
         }
         Err(e) => eprintln!("warning: the plots could not be drawn: {e}"),
+    }
+    Ok(())
+}
+
+const NO_GUI: &str = "this binary was built without the window: build it with the `gui` feature \
+     (`cargo run --release --features gui -- view ...`; see README.md for the system packages)";
+
+#[cfg(not(feature = "gui"))]
+fn train_with_window(
+    _cfg: &emergence::train::TrainConfig,
+    _screenshot: Option<PathBuf>,
+    _frames: Option<u32>,
+    _progress: impl FnMut(&emergence::train::IterationReport) + Send,
+) -> Result<emergence::train::TrainSummary> {
+    anyhow::bail!("{NO_GUI}")
+}
+
+/// Trains on a worker thread while the window (on this thread, as winit requires) draws
+/// arena 0 from the run's frame feed. Closing the window does not stop training.
+#[cfg(feature = "gui")]
+fn train_with_window(
+    cfg: &emergence::train::TrainConfig,
+    screenshot: Option<PathBuf>,
+    frames: Option<u32>,
+    progress: impl FnMut(&emergence::train::IterationReport) + Send,
+) -> Result<emergence::train::TrainSummary> {
+    use emergence::gui::{ViewConfig, ViewSource, run_view};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let tap = emergence::inspect::FrameTap::default();
+    let done = Arc::new(AtomicBool::new(false));
+    let cfg = emergence::train::TrainConfig {
+        tap: Some(tap.clone()),
+        ..cfg.clone()
+    };
+    std::thread::scope(|s| {
+        let worker = s.spawn(|| {
+            let r = emergence::train::train(&cfg, progress);
+            done.store(true, Ordering::Relaxed);
+            r
+        });
+        let shown = run_view(ViewConfig {
+            source: ViewSource::Tap {
+                tap,
+                scene: cfg.scene.clone(),
+                done: done.clone(),
+            },
+            window: [1280, 800],
+            screenshot,
+            frames,
+            speed: 4.0,
+            select: Some(0),
+            arena: 0,
+            hash_log: None,
+            run_dir: None,
+        });
+        match shown {
+            Ok(()) if !done.load(Ordering::Relaxed) => {
+                eprintln!("the window is closed; training goes on to its last iteration")
+            }
+            Ok(()) => {}
+            Err(e) => eprintln!("warning: {e}; training goes on"),
+        }
+        worker
+            .join()
+            .map_err(|_| anyhow::anyhow!("the training thread panicked"))?
+            .map_err(anyhow::Error::from)
+    })
+}
+
+#[cfg(not(feature = "gui"))]
+fn cmd_view(_args: ViewArgs) -> Result<()> {
+    anyhow::bail!("{NO_GUI}")
+}
+
+/// The scene as the command line asks: every team on `--policy`, episodes cut at
+/// `--max-steps`.
+fn apply_overrides(
+    mut scene: Scene,
+    policy: Option<&str>,
+    max_steps: Option<u32>,
+) -> Result<Scene> {
+    if let Some(p) = policy {
+        let info = catalogue().iter().find(|i| i.name == p).with_context(|| {
+            let known: Vec<&str> = catalogue().iter().map(|i| i.name).collect();
+            format!(
+                "--policy {p:?} is not a policy; expected one of {}",
+                known.join(", ")
+            )
+        })?;
+        let family = scene.spec.family.name();
+        if !info.plays(family) {
+            anyhow::bail!("--policy {p:?} does not play {family}");
+        }
+        for a in &mut scene.agents {
+            a.policy = p.to_string();
+        }
+    }
+    if let Some(n) = max_steps {
+        scene.spec.episode.max_steps = n;
+    }
+    Ok(scene)
+}
+
+#[cfg(feature = "gui")]
+fn cmd_view(args: ViewArgs) -> Result<()> {
+    use emergence::gui::{SceneWatch, ViewConfig, ViewSource, run_view};
+    let [w, h] = args.size[..] else {
+        anyhow::bail!(
+            "--size {:?}: expected WIDTHxHEIGHT, e.g. 1280x800",
+            args.size
+        );
+    };
+    if !(320..=8192).contains(&w) || !(240..=8192).contains(&h) {
+        anyhow::bail!("--size {w}x{h}: expected 320x240 to 8192x8192");
+    }
+    if !(args.speed.is_finite() && args.speed > 0.0) {
+        anyhow::bail!(
+            "--speed {}: expected a positive number of steps per second",
+            args.speed
+        );
+    }
+    let mut run_dir = None;
+    let source = if let Some(path) = &args.replay {
+        ViewSource::Replay(emergence::inspect::Replay::load(path)?)
+    } else {
+        let Some(path) = &args.scene else {
+            anyhow::bail!("give a SCENE or --replay FILE");
+        };
+        let policy = args.policy.clone();
+        let max_steps = args.max_steps;
+        let scene = apply_overrides(load_scene(path)?, policy.as_deref(), max_steps)?;
+        refuse_overwrite_of_input(&args.record, path, "--record")?;
+        refuse_overwrite_of_input(&args.hash_log, path, "--hash-log")?;
+        let model = match &args.checkpoint {
+            Some(c) => {
+                if !c.join("model.safetensors").is_file() {
+                    anyhow::bail!(
+                        "--checkpoint {}: expected a checkpoint folder holding model.safetensors \
+                         (runs/NAME/checkpoints/iter_K; a run with separate models keeps one per \
+                         team_NAME/ subfolder: give that one)",
+                        c.display()
+                    );
+                }
+                // runs/NAME/checkpoints/iter_K -> runs/NAME, for the training curves.
+                run_dir = c
+                    .parent()
+                    .and_then(Path::parent)
+                    .filter(|r| r.join("metrics.jsonl").is_file())
+                    .map(Path::to_path_buf);
+                Some(c.clone())
+            }
+            None => args.model.clone(),
+        };
+        let cfg = RunConfig {
+            arenas: args.arenas,
+            seed: args.seed,
+            threads: args.threads.map(usize::from),
+            record: args.record.clone(),
+            record_arenas: vec![args.arena],
+            model,
+            device: parse_device(&args.device)?,
+            ..RunConfig::new(scene)
+        };
+        ViewSource::Live {
+            cfg,
+            watch: Some(SceneWatch {
+                path: path.clone(),
+                prepare: Box::new(move |s| {
+                    apply_overrides(s, policy.as_deref(), max_steps).map_err(|e| format!("{e:#}"))
+                }),
+            }),
+        }
+    };
+    run_view(ViewConfig {
+        source,
+        window: [w, h],
+        screenshot: args.screenshot.clone(),
+        frames: args.frames,
+        speed: args.speed,
+        select: args.agent,
+        arena: args.arena,
+        hash_log: args.hash_log.clone(),
+        run_dir,
+    })?;
+    if let Some(p) = &args.screenshot {
+        println!("screenshot: {}", p.display());
     }
     Ok(())
 }

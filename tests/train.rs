@@ -36,6 +36,7 @@ fn config(name: &str, algo: Algo, iterations: u32, arenas: u32, out: &Path) -> T
         checkpoint_every: 1000,
         resume: None,
         stop_after: None,
+        tap: None,
     }
 }
 

@@ -191,4 +191,7 @@ pub struct DecisionTrace {
     pub probs: Vec<f32>,
     /// The value estimate, when the policy has a value head.
     pub value: Option<f32>,
+    /// The reward of the previous step, as the observation text reported it (written for
+    /// every agent by the Decide step, so the viewer can show the text the policy read).
+    pub last_reward: f32,
 }

@@ -66,6 +66,11 @@ pub trait Policy: Send + Sync + 'static {
     fn stats(&self) -> Option<PolicyStats> {
         None
     }
+    /// The adapter this policy runs for agents of `role`, described for the viewer (`None`:
+    /// no adapter).
+    fn adapter(&self, _role: u8) -> Option<String> {
+        None
+    }
 }
 
 /// Makes a policy for a run (a training run puts its own policies in the registry this
@@ -326,6 +331,10 @@ impl PolicyRegistry {
         }
         Ok(())
     }
+    /// The adapter the policy behind `h` runs for `role` ([`Policy::adapter`]).
+    pub fn adapter(&self, h: PolicyHandle, role: u8) -> Option<String> {
+        self.entries.get(h.0 as usize)?.1.adapter(role)
+    }
     /// The name behind a handle.
     pub fn name(&self, h: PolicyHandle) -> Option<&str> {
         self.entries.get(h.0 as usize).map(|(n, _)| n.as_str())
@@ -363,6 +372,8 @@ pub fn decide_actions(
         agents.iter_mut()
     {
         if let Some(g) = groups.get_mut(handle.0 as usize) {
+            let trace = trace.into_inner();
+            trace.last_reward = reward.0;
             g.push(Decision {
                 agent: *agent,
                 obs,
@@ -373,7 +384,7 @@ pub fn decide_actions(
                 team: team.0,
                 role: role.0,
                 last_reward: reward.0,
-                trace: trace.into_inner(),
+                trace,
             });
         }
     }

@@ -65,6 +65,7 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
         checkpoint_every: saved.checkpoint_every,
         resume: Some(checkpoint.1),
         stop_after: None,
+        tap: None,
     })
 }
 

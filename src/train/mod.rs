@@ -119,6 +119,9 @@ pub struct TrainConfig {
     /// continues it. A checkpoint is written at the stop.
     #[serde(skip)]
     pub stop_after: Option<u32>,
+    /// `--gui`: arena 0's frames are pushed here every step, for a window on another thread.
+    #[serde(skip)]
+    pub tap: Option<crate::inspect::FrameTap>,
 }
 
 /// One iteration's report.
@@ -329,6 +332,9 @@ pub fn train(
         run.train = Some((sources[0].clone(), handles[0].clone()));
     }
     let mut app = build_app(&run)?;
+    if let Some(tap) = &cfg.tap {
+        app.insert_resource(crate::inspect::TapSink::new(tap.clone()));
+    }
     // Hold every arena after the episode of this iteration until the update is done.
     app.world_mut().resource_mut::<Arenas>().gate = Some(start + 1);
     let actions = app.world().resource::<ActionNames>().0.len();

@@ -494,3 +494,38 @@ pub fn draw_grid_dilemma(world: &World, arena: Entity) -> Option<(usize, Vec<cha
         .collect();
     Some((map.tiles.width(), chars))
 }
+
+/// The cells an agent's beam crossed this step (zap or clean), for the viewer's effects.
+pub fn beam_marks(
+    world: &World,
+    arena: Entity,
+    agent: Entity,
+) -> Vec<(crate::inspect::CellMark, IVec2)> {
+    let (Some(map), Some(rules)) = (
+        world.get::<DilemmaMap>(arena),
+        world.get::<DilemmaRules>(arena),
+    ) else {
+        return Vec::new();
+    };
+    let (Some(action), Some(pos), Some(facing), Some(beams)) = (
+        world.get::<Action>(agent),
+        world.get::<GridPos>(agent),
+        world.get::<Facing>(agent),
+        world.get::<Beams>(agent),
+    ) else {
+        return Vec::new();
+    };
+    let len = match action.0 {
+        act::ZAP
+            if rules.zap.length > 0
+                && (rules.zap.cooldown == 0 || beams.cooldown == rules.zap.cooldown) =>
+        {
+            rules.zap.length
+        }
+        act::CLEAN => rules.clean_length,
+        _ => 0,
+    };
+    beam_cells(map, pos.0, facing.0, len)
+        .map(|p| (crate::inspect::CellMark::Beam, p))
+        .collect()
+}

@@ -61,5 +61,9 @@ impl Plugin for HideAndSeekPlugin {
             .get_resource_or_init::<MapDrawers>()
             .0
             .push(rules::draw_hide_and_seek);
+        world
+            .get_resource_or_init::<crate::inspect::CellMarkers>()
+            .0
+            .push(rules::sight_marks);
     }
 }

@@ -246,3 +246,32 @@ pub fn draw_hide_and_seek(world: &World, arena: Entity) -> Option<(usize, Vec<ch
         .collect();
     Some((w, chars))
 }
+
+/// The cells an agent sees from where it now stands (its vision cone, cut by walls and
+/// boxes), from the same ray casting as its observation, for the viewer.
+pub fn sight_marks(
+    world: &World,
+    arena: Entity,
+    agent: Entity,
+) -> Vec<(crate::inspect::CellMark, IVec2)> {
+    let (Some(a), Some(pos), Some(facing)) = (
+        world.get::<HnsArena>(arena),
+        world.get::<GridPos>(agent),
+        world.get::<Facing>(agent),
+    ) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    a.vision.cast(
+        pos.0,
+        facing.0,
+        |c| a.blocks_sight(c),
+        |_, c| {
+            if c != pos.0 {
+                out.push((crate::inspect::CellMark::Sight, c));
+            }
+        },
+        &mut Vec::new(),
+    );
+    out
+}

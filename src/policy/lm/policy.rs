@@ -419,6 +419,19 @@ impl Policy for LmPolicy {
     fn stats(&self) -> Option<PolicyStats> {
         Some(self.stats)
     }
+    fn adapter(&self, role: u8) -> Option<String> {
+        let a = self
+            .ready
+            .as_ref()?
+            .adapters
+            .get(usize::from(role))?
+            .as_ref()?;
+        Some(format!(
+            "LoRA rank {} on {}",
+            a.config.r,
+            a.config.target_modules.join(", ")
+        ))
+    }
 }
 
 impl LmPolicy {
