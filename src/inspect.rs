@@ -53,7 +53,8 @@ pub struct AgentFrame {
     /// Out of play this step (zapped).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub removed: bool,
-    /// Seen by the other side this step (hide-and-seek: a hider a seeker has in sight).
+    /// Caught this step (hide-and-seek: a hider a seeker has in sight after the preparation
+    /// phase, as the team reward counts it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub seen: bool,
     /// The name of the policy that decides for it.
@@ -112,6 +113,8 @@ pub enum CellMark {
     Sight,
     /// A cell its beam crossed.
     Beam,
+    /// The agent itself was caught this step (hide-and-seek: a seeker sees this hider).
+    Caught,
 }
 
 /// Family hooks that list the cells an agent lights this step: `(world, arena, agent)`.
@@ -173,6 +176,10 @@ impl Frame {
             let trace = world.get::<DecisionTrace>(e);
             let handle = world.get::<PolicyHandle>(e);
             let text = match (obs, world.get::<ActionMask>(e)) {
+                // A language model's own prompt (with any suffix it was given, like CORY's).
+                _ if trace.is_some_and(|t| !t.text.is_empty()) && clock.step > 0 => {
+                    trace.map(|t| t.text.clone()).unwrap_or_default()
+                }
                 (Some(o), Some(&mask)) if clock.step > 0 => ctx.format.render(
                     Speaker { team, role },
                     o,
@@ -224,22 +231,12 @@ impl Frame {
                         match mark {
                             CellMark::Sight => frame.sight.push([p.x, p.y]),
                             CellMark::Beam => frame.beam.push([p.x, p.y]),
+                            CellMark::Caught => frame.seen = true,
                         }
                     }
                 }
             }
             agents.push(frame);
-        }
-        // Caught: an agent another agent of the other side perceives this step.
-        for e in members.entities() {
-            let Some(obs) = world.get::<Observation>(*e) else {
-                continue;
-            };
-            for o in obs.others.iter().filter(|o| !o.ally) {
-                if let Some(a) = agents.iter_mut().find(|a| a.slot == o.slot) {
-                    a.seen = true;
-                }
-            }
         }
         Some(Frame {
             arena: index,
@@ -430,6 +427,27 @@ impl Replay {
             }
             let n = i + 1;
             let s: StepLine = serde_json::from_str(l).map_err(|e| json(n, e, "a step line"))?;
+            if !header.arenas.contains(&s.arena) {
+                return Err(bad(
+                    n,
+                    1,
+                    format!(
+                        "arena {} is not one the header lists as recorded ({:?})",
+                        s.arena, header.arenas
+                    ),
+                ));
+            }
+            if s.map.is_none() && !s.changes.is_empty() && !last.contains_key(&s.arena) {
+                return Err(bad(
+                    n,
+                    1,
+                    format!(
+                        "map changes of arena {} before any whole map; expected a `map` on an \
+                         episode's first step",
+                        s.arena
+                    ),
+                ));
+            }
             let tiles = match &s.map {
                 Some(rows) => {
                     let t: Vec<char> = rows.iter().flat_map(|r| r.chars()).collect();
@@ -467,6 +485,9 @@ impl Replay {
             }
             last.insert(s.arena, tiles.clone());
             let hash = match &s.hash {
+                Some(h) if h.len() != 16 => {
+                    return Err(bad(n, 1, format!("hash {h:?} is not 16 hex digits")));
+                }
                 Some(h) => Some(
                     u64::from_str_radix(h, 16)
                         .map_err(|_| bad(n, 1, format!("hash {h:?} is not 16 hex digits")))?,
@@ -648,8 +669,8 @@ pub struct TapFeed {
     pub version: u64,
     /// Training iteration (episode) being run.
     pub episode: u32,
-    /// The run has finished.
-    pub finished: bool,
+    /// The window is gone: the run stops capturing frames.
+    pub closed: bool,
 }
 
 impl FrameTap {
@@ -679,6 +700,9 @@ pub fn tap_frames(world: &mut World) {
         if sink.ctx.is_none() {
             sink.ctx = FrameContext::new(world);
         }
+        if sink.tap.lock().closed {
+            return;
+        }
         let Some(ctx) = sink.ctx.as_ref() else {
             return;
         };
@@ -689,12 +713,14 @@ pub fn tap_frames(world: &mut World) {
             return;
         }
         let mut feed = sink.tap.lock();
-        if feed
-            .frames
-            .last()
-            .is_some_and(|l| l.episode != frame.episode || l.step >= frame.step)
-        {
-            feed.frames.clear();
+        // An arena held between iterations shows the same step while the others finish.
+        if let Some(l) = feed.frames.last() {
+            if (l.episode, l.step) == (frame.episode, frame.step) {
+                return;
+            }
+            if l.episode != frame.episode || l.step > frame.step {
+                feed.frames.clear();
+            }
         }
         feed.episode = frame.episode;
         feed.frames.push(frame);
@@ -709,16 +735,10 @@ mod tests {
     #[test]
     fn team_colours_differ_from_every_tile_colour() {
         let chars: Vec<char> = ".#W A,~=bBXrRYpD/kLE?".chars().collect();
-        for fam in [
-            "commons_harvest",
-            "clean_up",
-            "HideAndSeek",
-            "maze",
-            "matrix",
-        ] {
+        for fam in ["CommonsHarvest", "CleanUp", "HideAndSeek", "Maze", "Matrix"] {
             for &c in &chars {
                 let t = tile_colour(fam, c);
-                for team in 0..4 {
+                for team in 0..6 {
                     let k = team_colour(team);
                     let d: i32 = (0..3)
                         .map(|i| (i32::from(t[i]) - i32::from(k[i])).abs())
@@ -774,6 +794,29 @@ mod tests {
         );
         let e = Replay::parse(Path::new("r.jsonl"), &bad_hash).unwrap_err();
         assert!(e.to_string().starts_with("r.jsonl:3:1: hash \"zz\""), "{e}");
+        let other_arena = format!(
+            "{header}\n{}\n",
+            r#"{"arena":1,"episode":0,"step":1,"agents":[],"map":[".#"]}"#
+        );
+        let e = Replay::parse(Path::new("r.jsonl"), &other_arena).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("arena 1 is not one the header lists"),
+            "{e}"
+        );
+        let changes_first = format!(
+            "{header}\n{}\n",
+            r##"{"arena":0,"episode":0,"step":2,"agents":[],"changes":[[0,0,"#"]]}"##
+        );
+        let e = Replay::parse(Path::new("r.jsonl"), &changes_first).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("r.jsonl:2:1: map changes of arena 0 before"),
+            "{e}"
+        );
+        let short_hash = good.replace("00000000000000ff", "ff");
+        let e = Replay::parse(Path::new("r.jsonl"), &short_hash).unwrap_err();
+        assert!(e.to_string().contains("is not 16 hex digits"), "{e}");
         let e = Replay::parse(Path::new("r.jsonl"), "{\"replay\":2}").unwrap_err();
         assert!(e.to_string().starts_with("r.jsonl:1:"), "{e}");
         assert!(e.to_string().contains("expected a replay header"), "{e}");

@@ -833,7 +833,7 @@ fn train_with_window(
         });
         let shown = run_view(ViewConfig {
             source: ViewSource::Tap {
-                tap,
+                tap: tap.clone(),
                 scene: cfg.scene.clone(),
                 done: done.clone(),
             },
@@ -844,8 +844,9 @@ fn train_with_window(
             select: Some(0),
             arena: 0,
             hash_log: None,
-            run_dir: None,
+            run_dir: Some(cfg.out.clone()),
         });
+        tap.lock().closed = true;
         match shown {
             Ok(()) if !done.load(Ordering::Relaxed) => {
                 eprintln!("the window is closed; training goes on to its last iteration")

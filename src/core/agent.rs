@@ -183,6 +183,8 @@ pub struct Oracle;
 pub struct DecisionTrace {
     /// Token ids of the prompt the model read.
     pub tokens: Vec<u32>,
+    /// The prompt's text (language-model policies), exactly as encoded.
+    pub text: String,
     /// Log-probability of the chosen action under the masked distribution.
     pub logprob: f32,
     /// Entropy of the masked action distribution.

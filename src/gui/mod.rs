@@ -267,7 +267,8 @@ pub(crate) struct Viewer {
     manual: Option<u8>,
     refused: bool,
     arena: u32,
-    arenas: u32,
+    /// The arenas that can be shown (a replay holds only the recorded ones).
+    arena_list: Vec<u32>,
     seed: u64,
     seed_edit: u64,
     reload_error: Option<String>,
@@ -281,6 +282,8 @@ pub(crate) struct Viewer {
     hash_log: Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
     error: Arc<std::sync::Mutex<Option<String>>>,
     last_watch: f32,
+    /// A run folder whose training curves are shown (re-read while a run writes them).
+    run_dir: Option<PathBuf>,
 }
 
 impl Viewer {
@@ -290,6 +293,13 @@ impl Viewer {
     }
 
     fn push(&mut self, frame: Frame) {
+        if self
+            .frames
+            .last()
+            .is_some_and(|l| (l.episode, l.step) == (frame.episode, frame.step) && l.step > 0)
+        {
+            return;
+        }
         if let Some(last) = self.frames.last()
             && (last.episode != frame.episode || last.step >= frame.step)
         {
@@ -318,6 +328,30 @@ impl Viewer {
         if let Some(s) = scene {
             next.scene = s;
         }
+        // A replay or hash log holds one run: they end at a restart, flushed.
+        let mut closed = Vec::new();
+        if let Some(path) = next.record.take() {
+            if let Err(e) = sim.flush() {
+                *self.error.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(format!("{}: {e}", path.display()));
+            }
+            sim.world.remove_resource::<Recorder>();
+            closed.push(path);
+        }
+        if let Some((path, mut f)) = self.hash_log.take() {
+            if let Err(e) = f.flush() {
+                *self.error.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(format!("{}: {e}", path.display()));
+            }
+            closed.push(path);
+        }
+        if !closed.is_empty() {
+            let names: Vec<String> = closed.iter().map(|p| p.display().to_string()).collect();
+            self.message = Some(format!(
+                "recording stopped at the restart: {} hold the run before it",
+                names.join(" and ")
+            ));
+        }
         match LiveSim::build(&next) {
             Ok(s) => {
                 **sim = s;
@@ -339,7 +373,7 @@ impl Viewer {
 
     /// Shows arena `a` from now on.
     fn pick_arena(&mut self, a: u32) {
-        if a == self.arena || a >= self.arenas {
+        if a == self.arena || !self.arena_list.contains(&a) {
             return;
         }
         self.arena = a;
@@ -355,6 +389,8 @@ impl Viewer {
             }
             Feed::Replay(r) => {
                 self.frames = r.arena_frames(a).into_iter().cloned().collect();
+                self.episodes = replay_episodes(&self.frames, self.info.teams.len());
+                self.follow = false;
             }
             Feed::Tap { .. } => {}
         }
@@ -363,6 +399,16 @@ impl Viewer {
 
 /// Opens the window and runs until it is closed (or the screenshot is saved).
 pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
+    if cfg!(target_os = "linux")
+        && std::env::var_os("DISPLAY").is_none()
+        && std::env::var_os("WAYLAND_DISPLAY").is_none()
+    {
+        return Err(ViewError::Setup(
+            "no display: DISPLAY is not set (on a machine without one, run under \
+             `xvfb-run -a -s \"-screen 0 1920x1080x24\"`)"
+                .into(),
+        ));
+    }
     let error = Arc::new(std::sync::Mutex::new(None));
     let mut viewer = Viewer {
         feed: Feed::Tap {
@@ -383,7 +429,7 @@ pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
         manual: None,
         refused: false,
         arena: cfg.arena,
-        arenas: 1,
+        arena_list: vec![cfg.arena],
         seed: 0,
         seed_edit: 0,
         reload_error: None,
@@ -396,6 +442,7 @@ pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
         hash_log: None,
         error: error.clone(),
         last_watch: 0.0,
+        run_dir: cfg.run_dir.clone(),
     };
     if cfg.screenshot.is_some() && cfg.frames.is_none() {
         viewer.shot = Some((cfg.screenshot.clone(), 30));
@@ -407,7 +454,9 @@ pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
         })?;
         viewer.hash_log = Some((path.clone(), std::io::BufWriter::new(f)));
     }
-    if let Some(dir) = &cfg.run_dir {
+    if let Some(dir) = &cfg.run_dir
+        && dir.join("metrics.jsonl").is_file()
+    {
         viewer.training = training_curves(dir).map_err(ViewError::Setup)?;
     }
     match cfg.source {
@@ -424,7 +473,7 @@ pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
             }
             let sim = LiveSim::build(&cfg).map_err(ViewError::Setup)?;
             viewer.info = SceneInfo::of(&cfg.scene);
-            viewer.arenas = cfg.arenas;
+            viewer.arena_list = (0..cfg.arenas).collect();
             viewer.seed = cfg.seed;
             viewer.seed_edit = cfg.seed;
             if let Some(f) = sim.frame(viewer.arena) {
@@ -449,7 +498,7 @@ pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
                 roles: h.roles.clone(),
                 actions: h.actions.clone(),
             };
-            viewer.arenas = h.arenas.iter().max().map_or(1, |m| m + 1);
+            viewer.arena_list = h.arenas.clone();
             viewer.seed = h.seed;
             if !h.arenas.contains(&viewer.arena) {
                 viewer.arena = h.arenas.first().copied().unwrap_or(0);
@@ -466,6 +515,7 @@ pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
                     viewer.arena
                 )));
             }
+            viewer.episodes = replay_episodes(&viewer.frames, viewer.info.teams.len());
             viewer.follow = false;
             viewer.feed = Feed::Replay(replay);
         }
@@ -564,6 +614,19 @@ pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
     }
 }
 
+/// The finished episodes of a replay's frames (those with an ending frame).
+fn replay_episodes(frames: &[Frame], teams: usize) -> Vec<EpisodeSummary> {
+    frames
+        .iter()
+        .filter(|f| f.end)
+        .map(|f| EpisodeSummary {
+            episode: f.episode,
+            team_returns: f.team_returns(teams),
+            metrics: f.metrics.clone(),
+        })
+        .collect()
+}
+
 fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
@@ -648,7 +711,10 @@ fn input(
         if keys.just_pressed(KeyCode::Space) {
             v.paused = !v.paused;
         }
-        if keys.just_pressed(KeyCode::KeyC) && v.selected.is_some() {
+        if keys.just_pressed(KeyCode::KeyC)
+            && v.selected.is_some()
+            && matches!(v.feed, Feed::Live { .. })
+        {
             v.control = !v.control;
             v.manual = None;
         }
@@ -756,6 +822,19 @@ fn advance(time: Res<Time<bevy::time::Real>>, mut viewer: ResMut<Viewer>) {
                     sim.world.resource_mut::<ManualControl>().action = None;
                 }
                 v.refused = sim.world.resource::<ManualControl>().refused;
+                // Flushed every frame, so Ctrl-C or a crash loses nothing already shown.
+                let flushed = sim
+                    .flush()
+                    .err()
+                    .map(|e| format!("replay: {e}"))
+                    .or_else(|| {
+                        v.hash_log.as_mut().and_then(|(p, f)| {
+                            f.flush().err().map(|e| format!("{}: {e}", p.display()))
+                        })
+                    });
+                if let Some(e) = flushed {
+                    *v.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                }
                 if !v.follow {
                     // Scrubbing back pauses the view, not the arenas' history.
                     v.follow = true;
@@ -800,6 +879,13 @@ fn watch_scene(time: Res<Time<bevy::time::Real>>, mut viewer: ResMut<Viewer>) {
         return;
     }
     viewer.last_watch = now;
+    // A training run behind the window: its curves grow with every iteration.
+    if matches!(viewer.feed, Feed::Tap { .. })
+        && let Some(dir) = viewer.run_dir.clone()
+        && let Ok(curves) = training_curves(&dir)
+    {
+        viewer.training = curves;
+    }
     let Feed::Live {
         watch: Some((w, last)),
         ..

@@ -121,9 +121,15 @@ fn controls(ui: &mut egui::Ui, v: &mut Viewer) {
             }
         });
     }
-    if v.arenas > 1 {
+    if v.arena_list.len() > 1 {
         let mut a = v.arena;
-        ui.add(egui::Slider::new(&mut a, 0..=v.arenas - 1).text("arena"));
+        egui::ComboBox::from_label("arena")
+            .selected_text(a.to_string())
+            .show_ui(ui, |ui| {
+                for &i in &v.arena_list {
+                    ui.selectable_value(&mut a, i, i.to_string());
+                }
+            });
         v.pick_arena(a);
     }
 }
@@ -301,9 +307,11 @@ fn curves(ui: &mut egui::Ui, v: &Viewer) {
             .collect()
     };
     ui.strong("Team returns this episode");
+    let episode = v.shown().map(|f| f.episode);
     let this: Vec<(f64, Vec<f32>)> = v
         .frames
         .iter()
+        .filter(|f| Some(f.episode) == episode)
         .map(|f| (f64::from(f.step), f.team_returns(teams)))
         .collect();
     plot(ui, "episode_returns", 120.0, per_team(this));

@@ -248,16 +248,20 @@ pub fn draw_hide_and_seek(world: &World, arena: Entity) -> Option<(usize, Vec<ch
 }
 
 /// The cells an agent sees from where it now stands (its vision cone, cut by walls and
-/// boxes), from the same ray casting as its observation, for the viewer.
+/// boxes), from the same ray casting as its observation, and, for a hider that a seeker sees
+/// after the preparation phase (what the team reward counts), a catch mark on its cell; for
+/// the viewer.
 pub fn sight_marks(
     world: &World,
     arena: Entity,
     agent: Entity,
 ) -> Vec<(crate::inspect::CellMark, IVec2)> {
-    let (Some(a), Some(pos), Some(facing)) = (
+    use crate::inspect::CellMark;
+    let (Some(a), Some(pos), Some(facing), Some(me)) = (
         world.get::<HnsArena>(arena),
         world.get::<GridPos>(agent),
         world.get::<Facing>(agent),
+        world.get::<Agent>(agent),
     ) else {
         return Vec::new();
     };
@@ -268,10 +272,30 @@ pub fn sight_marks(
         |c| a.blocks_sight(c),
         |_, c| {
             if c != pos.0 {
-                out.push((crate::inspect::CellMark::Sight, c));
+                out.push((CellMark::Sight, c));
             }
         },
         &mut Vec::new(),
     );
+    // The step that just ran is `clock.step - 1`; rewards count from `prep_steps` on.
+    let play = world
+        .get::<EpisodeClock>(arena)
+        .is_some_and(|c| c.step > a.prep_steps);
+    let hider = a.side.get(usize::from(me.slot)) == Some(&0);
+    if play
+        && hider
+        && let Some(members) = world.get::<ArenaAgents>(arena)
+    {
+        let caught = members.entities().iter().enumerate().any(|(slot, &e)| {
+            a.side.get(slot) == Some(&1)
+                && match (world.get::<GridPos>(e), world.get::<Facing>(e)) {
+                    (Some(p), Some(f)) => a.sees(p.0, f.0, pos.0),
+                    _ => false,
+                }
+        });
+        if caught {
+            out.push((CellMark::Caught, pos.0));
+        }
+    }
     out
 }

@@ -443,7 +443,7 @@ impl LmPolicy {
         };
         let start = Instant::now();
         let mut unencodable = 0u64;
-        let prompts: Vec<Vec<u32>> = batch
+        let mut texts: Vec<String> = batch
             .iter()
             .enumerate()
             .map(|(i, d)| {
@@ -455,7 +455,13 @@ impl LmPolicy {
                 if let Some(Some(extra)) = suffix.get(i) {
                     text.push_str(extra);
                 }
-                encode(&r.tokenizer, &text).unwrap_or_else(|_| {
+                text
+            })
+            .collect();
+        let prompts: Vec<Vec<u32>> = texts
+            .iter()
+            .map(|text| {
+                encode(&r.tokenizer, text).unwrap_or_else(|_| {
                     unencodable += 1;
                     vec![r.pad]
                 })
@@ -475,6 +481,7 @@ impl LmPolicy {
             let (a, probs, logprob, entropy) = sample(s, |i| mask.allows(i as u8), d.rng);
             d.action.0 = a as u8;
             d.trace.tokens.clone_from(p);
+            d.trace.text = std::mem::take(&mut texts[i]);
             d.trace.logprob = logprob;
             d.trace.entropy = entropy;
             d.trace.probs = probs;
