@@ -4,15 +4,15 @@
 //! [`draw_map`]), and for every agent what the viewer's inspector shows: where it stands and
 //! faces, what it did and said, its reward and return, the observation text exactly as its
 //! policy reads it, the action distribution it sampled from, its value estimate, and the
-//! cells it lights (vision cones, beams). Frames come from a live world
+//! cells it lights (vision cones, beams, catches: the families' [`CellMarkers`] hooks).
+//! Frames come from a live world
 //! ([`Frame::capture`]) or from a replay file ([`Replay::load`]); the window draws both the
 //! same way, so a replay can be inspected like a live run.
 //!
 //! The colours of tiles and teams live here too ([`tile_colour`], [`team_colour`]) with the
 //! screen layout ([`Layout`]), so that tests can check a screenshot without the window build.
 
-use bevy::math::IVec2;
-use bevy::prelude::{Entity, Mut, Resource, World};
+use bevy::prelude::{Mut, Resource, World};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -105,22 +105,6 @@ pub struct Frame {
     /// The family's metrics of the episode, on the frame that ends it.
     pub metrics: BTreeMap<String, f64>,
 }
-
-/// Per-agent cell marks a family adds to frames (vision cones, beams); see [`CellMarkers`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CellMark {
-    /// A cell the agent sees.
-    Sight,
-    /// A cell its beam crossed.
-    Beam,
-    /// The agent itself was caught this step (hide-and-seek: a seeker sees this hider).
-    Caught,
-}
-
-/// Family hooks that list the cells an agent lights this step: `(world, arena, agent)`.
-/// A hook returns nothing for agents of other families.
-#[derive(Resource, Default)]
-pub struct CellMarkers(pub Vec<fn(&World, Entity, Entity) -> Vec<(CellMark, IVec2)>>);
 
 /// What frames need that a world does not change between steps: the scene's text format.
 pub struct FrameContext {

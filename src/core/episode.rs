@@ -32,6 +32,22 @@ pub struct StateHashers(pub Vec<fn(&World, Entity, &mut StateHash)>);
 #[derive(Resource, Default)]
 pub struct MapDrawers(pub Vec<fn(&World, Entity) -> Option<(usize, Vec<char>)>>);
 
+/// Per-agent cell marks a family adds to frames (vision cones, beams); see [`CellMarkers`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CellMark {
+    /// A cell the agent sees.
+    Sight,
+    /// A cell its beam crossed.
+    Beam,
+    /// The agent itself was caught this step (hide-and-seek: a seeker sees this hider).
+    Caught,
+}
+
+/// Family hooks that list the cells an agent lights this step: `(world, arena, agent)`.
+/// A hook returns nothing for agents of other families.
+#[derive(Resource, Default)]
+pub struct CellMarkers(pub Vec<fn(&World, Entity, Entity) -> Vec<(CellMark, IVec2)>>);
+
 /// Draws `arena`'s map with the first hook that knows its family.
 pub fn draw_map(world: &World, arena: Entity) -> Option<(usize, Vec<char>)> {
     let drawers = world.get_resource::<MapDrawers>()?;
@@ -273,6 +289,7 @@ impl Plugin for CorePlugin {
             .init_resource::<RunProgress>()
             .init_resource::<StateHashers>()
             .init_resource::<MapDrawers>()
+            .init_resource::<CellMarkers>()
             .init_resource::<SceneTeams>()
             .configure_sets(
                 SimSchedule,

@@ -2,7 +2,7 @@
 //!
 //! Three feeds give it [`Frame`]s, and it draws them all the same way:
 //! - **live**: the scene's arenas run in a world built by the headless runner
-//!   ([`build_app`]), stepped by this window at the speed the controls set, with the same
+//!   ([`build_app`](crate::headless::build_app)), stepped by this window at the speed the controls set, with the same
 //!   [`SimSchedule`](crate::core::SimSchedule); so a seed gives the same trajectory here as
 //!   headless (`--hash-log` writes the same hashes). The scene file is watched: an edit
 //!   reloads it and restarts the arenas; a broken edit shows its `path:line:col` error and
@@ -15,12 +15,17 @@
 //! once per frame for N frames, saves a PNG of the window and exits.
 
 mod draw;
+mod input;
+mod live;
 mod panels;
+
+use live::LiveSim;
+pub use live::{ManualControl, apply_manual_control};
 
 use bevy::app::AppExit;
 use bevy::prelude::*;
 use bevy::render::view::screenshot::{Screenshot, ScreenshotCaptured};
-use bevy::window::{PrimaryWindow, WindowResolution};
+use bevy::window::WindowResolution;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -28,10 +33,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use crate::core::{SimSchedule, SimSystems, StateHash};
+use crate::core::StateHash;
 use crate::envs::action_names;
-use crate::headless::{RunConfig, build_app};
-use crate::inspect::{Frame, FrameContext, FrameTap, Replay};
+use crate::headless::RunConfig;
+use crate::inspect::{Frame, FrameTap, Replay};
 use crate::replay::Recorder;
 use crate::scene::Scene;
 
@@ -134,95 +139,6 @@ impl SceneInfo {
             actions: action_names(scene),
         }
     }
-}
-
-/// A human's action for one agent, applied after the policies decided
-/// ([`apply_manual_control`]): it goes through the same [`Action`](crate::core::Action).
-#[derive(Resource, Default, Debug, Clone, Copy)]
-pub struct ManualControl {
-    /// The controlled agent: (arena, slot).
-    pub agent: Option<(u32, u16)>,
-    /// The action to take this step.
-    pub action: Option<u8>,
-    /// The last requested action was not legal.
-    pub refused: bool,
-}
-
-/// Overrides the controlled agent's action with the human's choice, when it is legal.
-pub fn apply_manual_control(
-    mut control: ResMut<ManualControl>,
-    mut agents: Query<(
-        &crate::core::Agent,
-        &crate::core::ActionMask,
-        &mut crate::core::Action,
-    )>,
-) {
-    let (Some((arena, slot)), Some(action)) = (control.agent, control.action) else {
-        return;
-    };
-    for (agent, mask, mut a) in &mut agents {
-        if agent.arena == arena && agent.slot == slot {
-            if mask.allows(action) {
-                a.0 = action;
-                control.refused = false;
-            } else {
-                control.refused = true;
-            }
-        }
-    }
-}
-
-/// Live arenas: a world built by the headless runner, stepped by the window.
-struct LiveSim {
-    world: World,
-    ctx: FrameContext,
-}
-
-impl LiveSim {
-    fn build(cfg: &RunConfig) -> Result<Self, String> {
-        let mut app = build_app(cfg).map_err(|e| error_chain(&e))?;
-        app.init_resource::<ManualControl>();
-        app.add_systems(
-            SimSchedule,
-            apply_manual_control
-                .in_set(SimSystems::Decide)
-                .after(crate::policy::decide_actions),
-        );
-        let world = std::mem::take(app.world_mut());
-        let ctx = FrameContext::new(&world).ok_or("the scene has no text format")?;
-        Ok(Self { world, ctx })
-    }
-
-    /// One step of every arena, like one `App::update` of a headless run.
-    fn step(&mut self) {
-        self.world.run_schedule(bevy::app::Main);
-        self.world.clear_trackers();
-    }
-
-    fn frame(&self, arena: u32) -> Option<Frame> {
-        Frame::capture(&self.world, &self.ctx, arena)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self.world.get_resource_mut::<Recorder>() {
-            Some(mut r) => {
-                let flushed = r.flush();
-                r.error.take().map(Err).unwrap_or(flushed)
-            }
-            None => Ok(()),
-        }
-    }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(cause) = src {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        src = cause.source();
-    }
-    s
 }
 
 enum Feed {
@@ -574,7 +490,7 @@ pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
     .add_systems(
         Update,
         (
-            input,
+            input::input,
             advance,
             watch_scene,
             draw::draw_board,
@@ -662,114 +578,6 @@ fn training_curves(dir: &Path) -> Result<Vec<(String, Vec<[f64; 2]>)>, String> {
         }
     }
     Ok(curves.into_iter().collect())
-}
-
-/// Keyboard and mouse: space pauses, the right arrow steps, digits pick agents, `C` takes
-/// control of the selected agent (then arrows and the action buttons play it), `R`
-/// restarts, `+`/`-` change the speed, a click on an agent selects it.
-fn input(
-    keys: Res<ButtonInput<KeyCode>>,
-    mouse: Res<ButtonInput<MouseButton>>,
-    window: Single<&Window, With<PrimaryWindow>>,
-    wants: Option<Res<bevy_egui::input::EguiWantsInput>>,
-    mut viewer: ResMut<Viewer>,
-) {
-    let typing = wants.as_ref().is_some_and(|w| w.wants_any_keyboard_input());
-    let v = &mut *viewer;
-    if !typing {
-        if v.control {
-            let pick = |words: &[&str]| {
-                words
-                    .iter()
-                    .find_map(|w| v.info.actions.iter().position(|a| a == w))
-                    .map(|i| i as u8)
-            };
-            let chosen = if keys.just_pressed(KeyCode::ArrowUp) {
-                pick(&["forward", "north", "left"])
-            } else if keys.just_pressed(KeyCode::ArrowDown) {
-                pick(&["backward", "south", "right"])
-            } else if keys.just_pressed(KeyCode::ArrowLeft) {
-                pick(&["turn_left", "west", "step_left"])
-            } else if keys.just_pressed(KeyCode::ArrowRight) {
-                pick(&["turn_right", "east", "step_right"])
-            } else if keys.just_pressed(KeyCode::Enter) {
-                pick(&["noop", "cooperate", "stay"])
-            } else {
-                None
-            };
-            if chosen.is_some() {
-                v.manual = chosen;
-            }
-        } else if keys.just_pressed(KeyCode::ArrowRight) {
-            v.paused = true;
-            v.step_requests += 1;
-        } else if keys.just_pressed(KeyCode::ArrowLeft) && v.cursor > 0 {
-            v.follow = false;
-            v.paused = true;
-            v.cursor -= 1;
-        }
-        if keys.just_pressed(KeyCode::Space) {
-            v.paused = !v.paused;
-        }
-        if keys.just_pressed(KeyCode::KeyC)
-            && v.selected.is_some()
-            && matches!(v.feed, Feed::Live { .. })
-        {
-            v.control = !v.control;
-            v.manual = None;
-        }
-        if keys.just_pressed(KeyCode::KeyR) {
-            v.restart(None);
-        }
-        if keys.just_pressed(KeyCode::Equal) || keys.just_pressed(KeyCode::NumpadAdd) {
-            v.speed = (v.speed * 2.0).min(960.0);
-        }
-        if keys.just_pressed(KeyCode::Minus) || keys.just_pressed(KeyCode::NumpadSubtract) {
-            v.speed = (v.speed / 2.0).max(0.25);
-        }
-        const DIGITS: [KeyCode; 10] = [
-            KeyCode::Digit1,
-            KeyCode::Digit2,
-            KeyCode::Digit3,
-            KeyCode::Digit4,
-            KeyCode::Digit5,
-            KeyCode::Digit6,
-            KeyCode::Digit7,
-            KeyCode::Digit8,
-            KeyCode::Digit9,
-            KeyCode::Digit0,
-        ];
-        for (i, k) in DIGITS.iter().enumerate() {
-            if keys.just_pressed(*k) {
-                let n = v.shown().map_or(0, |f| f.agents.len());
-                if i < n {
-                    v.selected = Some(i as u16);
-                }
-            }
-        }
-    }
-    let over_panel = window.cursor_position().is_some_and(|p| {
-        p.x > window.width() - crate::inspect::PANEL_WIDTH
-            || p.y > window.height() - crate::inspect::BOTTOM_HEIGHT
-    });
-    if mouse.just_pressed(MouseButton::Left)
-        && !over_panel
-        && let Some(p) = window.cursor_position()
-        && let Some(frame) = v.shown()
-    {
-        let (w, h) = frame.board_size();
-        let layout = crate::inspect::Layout::new([window.width(), window.height()], w, h);
-        if let Some((x, y)) = layout.cell_at([p.x, p.y], w, h) {
-            let hit = frame
-                .agents
-                .iter()
-                .find(|a| frame.board_pos(a) == Some([x, y]))
-                .map(|a| a.slot);
-            if hit.is_some() {
-                v.selected = hit;
-            }
-        }
-    }
 }
 
 /// Advances the feed: steps the live arenas (or the replay cursor) as the controls say, and

@@ -496,11 +496,7 @@ pub fn draw_grid_dilemma(world: &World, arena: Entity) -> Option<(usize, Vec<cha
 }
 
 /// The cells an agent's beam crossed this step (zap or clean), for the viewer's effects.
-pub fn beam_marks(
-    world: &World,
-    arena: Entity,
-    agent: Entity,
-) -> Vec<(crate::inspect::CellMark, IVec2)> {
+pub fn beam_marks(world: &World, arena: Entity, agent: Entity) -> Vec<(CellMark, IVec2)> {
     let (Some(map), Some(rules)) = (
         world.get::<DilemmaMap>(arena),
         world.get::<DilemmaRules>(arena),
@@ -526,6 +522,6 @@ pub fn beam_marks(
         _ => 0,
     };
     beam_cells(map, pos.0, facing.0, len)
-        .map(|p| (crate::inspect::CellMark::Beam, p))
+        .map(|p| (CellMark::Beam, p))
         .collect()
 }

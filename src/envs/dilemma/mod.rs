@@ -48,9 +48,7 @@ impl Plugin for DilemmaPlugin {
         hashers.0.push(gridworld::hash_grid_dilemma);
         let mut drawers = app.world_mut().get_resource_or_init::<MapDrawers>();
         drawers.0.push(gridworld::draw_grid_dilemma);
-        let mut markers = app
-            .world_mut()
-            .get_resource_or_init::<crate::inspect::CellMarkers>();
+        let mut markers = app.world_mut().get_resource_or_init::<CellMarkers>();
         markers.0.push(gridworld::beam_marks);
     }
 }

@@ -62,7 +62,7 @@ impl Plugin for HideAndSeekPlugin {
             .0
             .push(rules::draw_hide_and_seek);
         world
-            .get_resource_or_init::<crate::inspect::CellMarkers>()
+            .get_resource_or_init::<CellMarkers>()
             .0
             .push(rules::sight_marks);
     }

@@ -251,12 +251,7 @@ pub fn draw_hide_and_seek(world: &World, arena: Entity) -> Option<(usize, Vec<ch
 /// boxes), from the same ray casting as its observation, and, for a hider that a seeker sees
 /// after the preparation phase (what the team reward counts), a catch mark on its cell; for
 /// the viewer.
-pub fn sight_marks(
-    world: &World,
-    arena: Entity,
-    agent: Entity,
-) -> Vec<(crate::inspect::CellMark, IVec2)> {
-    use crate::inspect::CellMark;
+pub fn sight_marks(world: &World, arena: Entity, agent: Entity) -> Vec<(CellMark, IVec2)> {
     let (Some(a), Some(pos), Some(facing), Some(me)) = (
         world.get::<HnsArena>(arena),
         world.get::<GridPos>(agent),
