@@ -472,17 +472,7 @@ pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
             }),
     )
     .add_plugins(bevy_egui::EguiPlugin::default())
-    .insert_resource(if screenshot_run {
-        bevy::winit::WinitSettings::continuous()
-    } else {
-        // At most 30 frames a second: the window's drawing shares the cores with the
-        // arenas (and with training, under `train --gui`).
-        let frame = bevy::winit::UpdateMode::reactive(Duration::from_millis(33));
-        bevy::winit::WinitSettings {
-            focused_mode: frame,
-            unfocused_mode: frame,
-        }
-    })
+    .insert_resource(bevy::winit::WinitSettings::continuous())
     .insert_resource(ClearColor(Color::srgb_u8(12, 12, 16)))
     .insert_resource(viewer)
     .init_resource::<draw::SpritePool>()
@@ -495,6 +485,7 @@ pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
             watch_scene,
             draw::draw_board,
             screenshot_flow,
+            pace_frames,
         )
             .chain(),
     )
@@ -725,6 +716,29 @@ fn watch_scene(time: Res<Time<bevy::time::Real>>, mut viewer: ResMut<Viewer>) {
             eprintln!("scene error (the last good scene keeps running): {e}");
             viewer.reload_error = Some(e);
         }
+    }
+}
+
+/// Asks winit to draw only as often as there is something new: software rendering (lavapipe)
+/// costs about 0.1 core-seconds a frame at 1280x800, taken from the arenas and from training.
+/// Live and replay views wait at most one step's time (between 33 and 250 ms), `train --gui`
+/// 200 ms; input wakes the window at once. Screenshot runs draw continuously, one step per
+/// frame. (Measured under Xvfb: the window still draws about 18 frames a second whatever
+/// this says; the cause was not found.)
+fn pace_frames(viewer: Res<Viewer>, mut winit: ResMut<bevy::winit::WinitSettings>) {
+    if viewer.shot.is_some() {
+        *winit = bevy::winit::WinitSettings::continuous();
+        return;
+    }
+    let ms = match viewer.feed {
+        Feed::Tap { .. } => 200,
+        _ if viewer.paused => 250,
+        _ => ((1000.0 / viewer.speed.max(0.1)) as u64).clamp(33, 250),
+    };
+    let mode = bevy::winit::UpdateMode::reactive(Duration::from_millis(ms));
+    if winit.focused_mode != mode {
+        winit.focused_mode = mode;
+        winit.unfocused_mode = mode;
     }
 }
 

@@ -18,12 +18,17 @@ pub(crate) fn panels(
     mut contexts: EguiContexts,
     mut viewer: ResMut<Viewer>,
     window: Single<&Window, With<PrimaryWindow>>,
+    mut styled: Local<bool>,
 ) -> Result {
     let ctx = contexts.ctx_mut()?.clone();
-    ctx.set_visuals(egui::Visuals::dark());
-    ctx.all_styles_mut(|s| {
-        s.visuals.panel_fill = c32(PANEL_FILL);
-    });
+    if !*styled {
+        // Once: a style change makes egui ask for another frame.
+        ctx.set_visuals(egui::Visuals::dark());
+        ctx.all_styles_mut(|s| {
+            s.visuals.panel_fill = c32(PANEL_FILL);
+        });
+        *styled = true;
+    }
     let mut root = egui::Ui::new(
         ctx.clone(),
         "root".into(),
