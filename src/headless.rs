@@ -283,8 +283,7 @@ pub fn run(
         }
     }
     if let Some(mut rec) = world.get_resource_mut::<Recorder>() {
-        let flushed = rec.flush();
-        if let Some(source) = rec.error.take().map(Err).unwrap_or(flushed).err() {
+        if let Err(source) = rec.flush() {
             return Err(RunError::Output {
                 path: cfg.record.clone().unwrap_or_default(),
                 io: source,

@@ -64,9 +64,11 @@ impl Recorder {
             error: None,
         })
     }
-    /// Flushes buffered lines.
+    /// Flushes buffered lines; reports the first error of the run (a failed write or the
+    /// flush), taking it.
     pub fn flush(&mut self) -> std::io::Result<()> {
-        self.out.flush()
+        let flushed = self.out.flush();
+        self.error.take().map(Err).unwrap_or(flushed)
     }
 }
 

@@ -77,10 +77,7 @@ impl LiveSim {
 
     pub(crate) fn flush(&mut self) -> std::io::Result<()> {
         match self.world.get_resource_mut::<Recorder>() {
-            Some(mut r) => {
-                let flushed = r.flush();
-                r.error.take().map(Err).unwrap_or(flushed)
-            }
+            Some(mut r) => r.flush(),
             None => Ok(()),
         }
     }

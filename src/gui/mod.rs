@@ -209,13 +209,6 @@ impl Viewer {
     }
 
     fn push(&mut self, frame: Frame) {
-        if self
-            .frames
-            .last()
-            .is_some_and(|l| (l.episode, l.step) == (frame.episode, frame.step) && l.step > 0)
-        {
-            return;
-        }
         if let Some(last) = self.frames.last()
             && (last.episode != frame.episode || last.step >= frame.step)
         {
@@ -538,37 +531,20 @@ fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-/// Training curves of a run folder: every numeric column of `metrics.jsonl` whose name
-/// starts with `return` or is a headline of the update, by iteration.
+/// Training curves of a run folder's `metrics.jsonl` (the series `emergence plot` draws):
+/// each team's return, the entropy and the approximate KL, by iteration.
 fn training_curves(dir: &Path) -> Result<Vec<(String, Vec<[f64; 2]>)>, String> {
-    let path = dir.join("metrics.jsonl");
-    let rows = crate::metrics::plot::read_rows(&path).map_err(|e| e.to_string())?;
-    let mut curves: BTreeMap<String, Vec<[f64; 2]>> = BTreeMap::new();
-    for (i, row) in rows.iter().enumerate() {
-        let x = row
-            .get("iteration")
-            .and_then(|v| v.as_f64())
-            .unwrap_or(i as f64 + 1.0);
-        for (k, v) in row {
-            if let serde_json::Value::Object(teams) = v
-                && k == "team_returns"
-            {
-                for (team, r) in teams {
-                    if let Some(r) = r.as_f64() {
-                        curves
-                            .entry(format!("return {team}"))
-                            .or_default()
-                            .push([x, r]);
-                    }
-                }
-            } else if let Some(y) = v.as_f64()
-                && (k.starts_with("return") || k == "entropy" || k == "approx_kl")
-            {
-                curves.entry(k.clone()).or_default().push([x, y]);
-            }
-        }
+    use crate::metrics::plot::{flat, read_rows, team_returns};
+    let rows = read_rows(&dir.join("metrics.jsonl")).map_err(|e| e.to_string())?;
+    let pairs = |pts: Vec<(f64, f64)>| pts.into_iter().map(|(x, y)| [x, y]).collect();
+    let mut curves: Vec<(String, Vec<[f64; 2]>)> = team_returns(&rows)
+        .into_iter()
+        .map(|(team, pts)| (format!("return {team}"), pairs(pts)))
+        .collect();
+    for key in ["entropy", "approx_kl"] {
+        curves.push((key.to_string(), pairs(flat(&rows, key))));
     }
-    Ok(curves.into_iter().collect())
+    Ok(curves)
 }
 
 /// Advances the feed: steps the live arenas (or the replay cursor) as the controls say, and

@@ -120,15 +120,7 @@ pub fn plot_run(dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
         return Ok(Vec::new());
     };
 
-    let returns: Vec<Line> = keys_of(&rows, "team_returns")
-        .into_iter()
-        .map(|team| {
-            let pts = points(&rows, |r| {
-                num(r.get("team_returns").and_then(|t| t.get(team.as_str())))
-            });
-            (team, pts)
-        })
-        .collect();
+    let returns: Vec<Line> = team_returns(&rows);
     let returns = panel("Mean episode return per team", Some("mean return"), returns);
 
     let family: Vec<Panel> = keys_of(&rows, "metrics")
@@ -325,8 +317,22 @@ fn panel(title: &str, y_desc: Option<&'static str>, mut lines: Vec<Line>) -> Opt
 }
 
 /// The finite points `(iteration, value)` of the flat number `key`.
-fn flat(rows: &[Map<String, Value>], key: &str) -> Vec<(f64, f64)> {
+/// The points `(iteration, value)` of the top-level column `key` (finite values only).
+pub fn flat(rows: &[Map<String, Value>], key: &str) -> Vec<(f64, f64)> {
     points(rows, |r| num(r.get(key)))
+}
+
+/// Each team's mean episode return by iteration, teams in order of first appearance.
+pub fn team_returns(rows: &[Map<String, Value>]) -> Vec<(String, Vec<(f64, f64)>)> {
+    keys_of(rows, "team_returns")
+        .into_iter()
+        .map(|team| {
+            let pts = points(rows, |r| {
+                num(r.get("team_returns").and_then(|t| t.get(team.as_str())))
+            });
+            (team, pts)
+        })
+        .collect()
 }
 
 /// The points `(iteration, value)` of the rows where `value` gives a finite number.
