@@ -194,7 +194,9 @@ pub(crate) struct Viewer {
     /// (screenshot path, frames) of a screenshot run.
     shot: Option<(Option<PathBuf>, u32)>,
     shot_taken: bool,
-    frames_drawn: u32,
+    pub(crate) frames_drawn: u32,
+    /// `train --gui`: the last frame found no new step (the arenas wait for an update).
+    tap_quiet: bool,
     hash_log: Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
     error: Arc<std::sync::Mutex<Option<String>>>,
     last_watch: f32,
@@ -348,6 +350,7 @@ pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
         shot: cfg.frames.map(|n| (cfg.screenshot.clone(), n.max(1))),
         shot_taken: false,
         frames_drawn: 0,
+        tap_quiet: false,
         hash_log: None,
         error: error.clone(),
         last_watch: 0.0,
@@ -465,7 +468,15 @@ pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
             }),
     )
     .add_plugins(bevy_egui::EguiPlugin::default())
-    .insert_resource(bevy::winit::WinitSettings::continuous())
+    .insert_resource(if screenshot_run {
+        bevy::winit::WinitSettings::continuous()
+    } else {
+        let mode = bevy::winit::UpdateMode::reactive_low_power(Duration::from_millis(33));
+        bevy::winit::WinitSettings {
+            focused_mode: mode,
+            unfocused_mode: mode,
+        }
+    })
     .insert_resource(ClearColor(Color::srgb_u8(12, 12, 16)))
     .insert_resource(viewer)
     .init_resource::<draw::SpritePool>()
@@ -482,13 +493,21 @@ pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
         )
             .chain(),
     )
+    .add_systems(
+        PreUpdate,
+        drop_idle_modifier_events
+            .after(bevy_egui::EguiPreUpdateSet::ProcessInput)
+            .before(bevy_egui::EguiPreUpdateSet::BeginPass),
+    )
     .add_systems(bevy_egui::EguiPrimaryContextPass, panels::panels);
     if screenshot_run {
         app.insert_resource(bevy::time::TimeUpdateStrategy::ManualDuration(
             Duration::from_secs_f64(1.0 / 30.0),
         ));
     }
+    let opened = std::time::Instant::now();
     let exit = app.run();
+    let open_for = opened.elapsed().as_secs_f64();
     // Flush what the live arenas wrote (replay, hash log).
     let world = app.world_mut();
     if let Some(mut v) = world.get_resource_mut::<Viewer>() {
@@ -504,6 +523,13 @@ pub fn run_view(cfg: ViewConfig) -> Result<(), ViewError> {
                 io,
             })?;
         }
+    }
+    if let Some(v) = app.world().get_resource::<Viewer>() {
+        eprintln!(
+            "window: {} frames in {open_for:.1} s ({:.1} frames/s)",
+            v.frames_drawn,
+            f64::from(v.frames_drawn) / open_for.max(1e-9)
+        );
     }
     if let Some(e) = error.lock().unwrap_or_else(|e| e.into_inner()).take() {
         return Err(ViewError::Window(e));
@@ -639,6 +665,7 @@ fn advance(time: Res<Time<bevy::time::Real>>, mut viewer: ResMut<Viewer>) {
             if done.load(Ordering::Relaxed) {
                 v.message = Some("training finished".into());
             }
+            v.tap_quiet = fresh.is_empty();
             for f in fresh {
                 v.push(f);
             }
@@ -698,23 +725,47 @@ fn watch_scene(time: Res<Time<bevy::time::Real>>, mut viewer: ResMut<Viewer>) {
 /// Asks winit to draw only as often as there is something new: software rendering (lavapipe)
 /// costs about 0.1 core-seconds a frame at 1280x800, taken from the arenas and from training.
 /// Live and replay views wait at most one step's time (between 33 and 250 ms), `train --gui`
-/// 200 ms; input wakes the window at once. Screenshot runs draw continuously, one step per
-/// frame. (Measured under Xvfb: the window still draws about 18 frames a second whatever
-/// this says; the cause was not found.)
+/// 200 ms while the arenas step and a second while they wait for an update; input on the window wakes it at once (raw device events do not: low-power
+/// reactive mode). Screenshot runs draw continuously, one step per frame. For this to hold,
+/// egui must not ask for a frame every frame: see [`drop_idle_modifier_events`].
 fn pace_frames(viewer: Res<Viewer>, mut winit: ResMut<bevy::winit::WinitSettings>) {
     if viewer.shot.is_some() {
         *winit = bevy::winit::WinitSettings::continuous();
         return;
     }
     let ms = match viewer.feed {
+        // While the arenas wait for an update there is nothing new to draw.
+        Feed::Tap { .. } if viewer.tap_quiet => 1000,
         Feed::Tap { .. } => 200,
         _ if viewer.paused => 250,
         _ => ((1000.0 / viewer.speed.max(0.1)) as u64).clamp(33, 250),
     };
-    let mode = bevy::winit::UpdateMode::reactive(Duration::from_millis(ms));
+    let mode = bevy::winit::UpdateMode::reactive_low_power(Duration::from_millis(ms));
     if winit.focused_mode != mode {
         winit.focused_mode = mode;
         winit.unfocused_mode = mode;
+    }
+}
+
+/// bevy_egui 0.42 adds a `ModifiersChanged` event to egui's input every frame, changed or
+/// not. egui asks for an immediate repaint whenever its input holds any event, and bevy_egui
+/// passes that on to winit (a wake-up and a `RequestRedraw`), so the window would redraw
+/// continuously whatever [`pace_frames`] asks: about 18 frames a second under software
+/// rendering, half of a two-core machine. egui keeps the modifier state between frames, so
+/// only a change needs to reach it.
+fn drop_idle_modifier_events(
+    mut inputs: Query<&mut bevy_egui::EguiInput>,
+    mut last: Local<Option<bevy_egui::egui::Modifiers>>,
+) {
+    for mut input in &mut inputs {
+        input.0.events.retain(|e| match e {
+            bevy_egui::egui::Event::ModifiersChanged(m) => {
+                let changed = *last != Some(*m);
+                *last = Some(*m);
+                changed
+            }
+            _ => true,
+        });
     }
 }
 
