@@ -96,12 +96,17 @@ fn both_paths_match_candle_transformers_qwen2() {
         let reference = reference_logits(&cfg, &weights, &ids);
         let fast = dec.forward(&ids, None, Fwd::Fast).expect("fast");
         let train = dec.forward(&ids, None, Fwd::Train).expect("train");
+        let composed = dec.forward(&ids, None, Fwd::Composed).expect("composed");
         assert_eq!(fast.dims(), &[2, 9, cfg.vocab_size]);
-        let (df, dt) = (
+        let (df, dt, dc) = (
             max_abs_diff(&fast, &reference),
             max_abs_diff(&train, &reference),
+            max_abs_diff(&composed, &reference),
         );
-        assert!(df < 1e-5 && dt < 1e-5, "tied {tied}: fast {df}, train {dt}");
+        assert!(
+            df < 1e-5 && dt < 1e-5 && dc < 1e-5,
+            "tied {tied}: fast {df}, train {dt}, composed {dc}"
+        );
         // And the logits are not trivially equal: another seed differs.
         let other = init_weights(&cfg, 8, &Device::Cpu).expect("init");
         let other = Decoder::new(&cfg, &other, Path::new("mem")).expect("decoder");
@@ -151,6 +156,25 @@ fn training_path_gives_every_tensor_a_gradient() {
         .collect();
     assert!(missing.is_empty(), "no gradient reached: {missing:?}");
     assert_eq!(vars.len(), weight_shapes(&cfg).len());
+    // The fused kernels' backward passes give the gradients of candle's own compositions.
+    let composed = loss(Fwd::Composed).backward().expect("backward");
+    for (name, v) in &vars {
+        let (a, b) = (
+            grads.get(v).expect("train gradient"),
+            composed.get(v).expect("composed gradient"),
+        );
+        let scale = b
+            .abs()
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.max(0))
+            .and_then(|t| t.to_scalar::<f32>())
+            .expect("scale");
+        let d = max_abs_diff(a, b);
+        assert!(
+            d <= 1e-4 * scale.max(1e-3),
+            "{name}: fused and composed gradients differ by {d} (largest {scale})"
+        );
+    }
     // The fused path cuts the graph silently: that is why the training path exists.
     let fast = loss(Fwd::Fast).backward().expect("backward");
     let embed = &vars

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod folder;
+pub mod kernels;
 pub mod lora;
 pub mod model;
 pub mod policy;

@@ -3,8 +3,12 @@
 //!
 //! - [`Path::Fast`] for inference: candle's fused kernels (`rms_norm`, `softmax_last_dim`,
 //!   `rope`), which record no backward pass;
-//! - [`Path::Train`] for training: the same maths from differentiable operations
-//!   (`rms_norm_slow`, `softmax`, `rope_slow`), so that every weight receives a gradient.
+//! - [`Path::Train`] for training: on the CPU, the fused kernels of [`super::kernels`]
+//!   (RMS norm, causal softmax, rotary embedding, SwiGLU), each with a hand-written backward
+//!   pass, so that every weight receives a gradient; elsewhere [`Path::Composed`];
+//! - [`Path::Composed`]: the same maths from candle's differentiable operations
+//!   (`rms_norm_slow`, `softmax` after an additive mask, `rope_slow`, `silu`), the reference
+//!   the fused kernels are tested against.
 //!
 //! Both follow candle-transformers' `qwen2` step for step (pre-norm layers, rotate-half
 //! rotary embeddings, grouped-query attention repeated as Hugging Face does, scale after the
@@ -18,6 +22,7 @@ use std::path::Path as FsPath;
 
 use super::LmError;
 use super::config::LmConfig;
+use super::kernels::{self, RopeTables};
 use super::lora::Adapter;
 
 /// Which forward pass to run.
@@ -25,8 +30,10 @@ use super::lora::Adapter;
 pub enum Path {
     /// Fused kernels, no backward.
     Fast,
-    /// Differentiable operations.
+    /// Differentiable: fused kernels with their own backward on the CPU.
     Train,
+    /// Differentiable: compositions of candle's primitive operations.
+    Composed,
 }
 
 /// Named weight tensors, Hugging Face layout.
@@ -56,6 +63,8 @@ pub struct Decoder {
     value: Option<Linear>,
     cos: Tensor,
     sin: Tensor,
+    /// The same tables for the fused rotary kernel.
+    rope: RopeTables,
 }
 
 /// Every tensor a model of `cfg` has, with its shape, in name order.
@@ -182,6 +191,7 @@ impl Decoder {
             lin("lm_head", false)?
         };
         let (cos, sin) = rotary_tables(cfg, embed.device())?;
+        let rope = RopeTables::new(&cos, &sin)?;
         let value = if cfg.value_head {
             Some(lin("value_head", true)?)
         } else {
@@ -196,6 +206,7 @@ impl Decoder {
             head,
             cos,
             sin,
+            rope,
         })
     }
 
@@ -298,6 +309,11 @@ impl Decoder {
                 max: self.cfg.max_position_embeddings,
             });
         }
+        // The fused training kernels run on the CPU and attend causally.
+        let path = match path {
+            Path::Train if !ids.device().is_cpu() || bias.is_some() => Path::Composed,
+            p => p,
+        };
         let h = self.cfg.hidden_size;
         let mut x = self
             .embed
@@ -306,7 +322,7 @@ impl Decoder {
         // Causal attention on the fast path is fused and needs no mask tensor; otherwise the
         // causal mask is built once for all layers.
         let causal = bias.is_none();
-        let built = if causal && path == Path::Train {
+        let built = if causal && path == Path::Composed {
             Some(causal_bias(t, x.device())?)
         } else {
             None
@@ -318,9 +334,14 @@ impl Decoder {
             let a = self.attention(layer, &n, bias, causal, &cos, &sin, path, adapter)?;
             x = (x + a)?;
             let n = self.rms(&x, &layer.ln2, path)?;
-            let g = proj(&layer.gate, &layer.names[4], &n, adapter)?.silu()?;
+            let g = proj(&layer.gate, &layer.names[4], &n, adapter)?;
             let u = proj(&layer.up, &layer.names[5], &n, adapter)?;
-            let m = proj(&layer.down, &layer.names[6], &(g * u)?, adapter)?;
+            let a = match path {
+                Path::Composed => (g.silu()? * u)?,
+                _ if !g.device().is_cpu() => (g.silu()? * u)?,
+                _ => kernels::swiglu(&g, &u)?,
+            };
+            let m = proj(&layer.down, &layer.names[6], &a, adapter)?;
             x = (x + m)?;
         }
         self.rms(&x, &self.norm, path)
@@ -339,7 +360,8 @@ impl Decoder {
         let eps = self.cfg.rms_norm_eps as f32;
         Ok(match path {
             Path::Fast => candle_nn::ops::rms_norm(&x.contiguous()?, w, eps)?,
-            Path::Train => candle_nn::ops::rms_norm_slow(x, w, eps)?,
+            Path::Train => kernels::rms_norm(x, w, eps)?,
+            Path::Composed => candle_nn::ops::rms_norm_slow(x, w, eps)?,
         })
     }
 
@@ -369,6 +391,34 @@ impl Decoder {
         proj(&l.o, &l.names[3], &out.reshape((b, t, nh * hd))?, adapter)
     }
 
+    /// Causal attention on the training path (CPU): rotary embeddings in the projections'
+    /// `(b, t, heads, dim)` layout, the score and value products as batched matmuls, and
+    /// the scale, causal mask and softmax as one kernel, each with its own backward.
+    fn attention_train(
+        &self,
+        l: &Layer,
+        x: &Tensor,
+        adapter: Option<&Adapter>,
+    ) -> Result<Tensor, LmError> {
+        let (b, t, _) = x.dims3()?;
+        let (nh, nkv, hd) = self.heads();
+        let q = proj(&l.q, &l.names[0], x, adapter)?.reshape((b, t, nh, hd))?;
+        let k = proj(&l.k, &l.names[1], x, adapter)?.reshape((b, t, nkv, hd))?;
+        let v = proj(&l.v, &l.names[2], x, adapter)?.reshape((b, t, nkv, hd))?;
+        let q = kernels::rope(&q, &self.rope)?
+            .transpose(1, 2)?
+            .contiguous()?;
+        let k = kernels::rope(&k, &self.rope)?.transpose(1, 2)?;
+        let v = v.transpose(1, 2)?;
+        let rep = nh / nkv;
+        let k = candle_transformers::utils::repeat_kv(k, rep)?.contiguous()?;
+        let v = candle_transformers::utils::repeat_kv(v, rep)?.contiguous()?;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let p = kernels::causal_softmax(&q.matmul(&k.transpose(2, 3)?)?, scale)?;
+        let out = p.matmul(&v)?.transpose(1, 2)?.reshape((b, t, nh * hd))?;
+        proj(&l.o, &l.names[3], &out, adapter)
+    }
+
     fn attention(
         &self,
         l: &Layer,
@@ -385,6 +435,9 @@ impl Decoder {
         if path == Path::Fast && causal {
             return self.attention_fused(l, x, cos, sin, adapter);
         }
+        if path == Path::Train {
+            return self.attention_train(l, x, adapter);
+        }
         let heads = |y: Tensor, n: usize| y.reshape((b, t, n, hd))?.transpose(1, 2);
         let q = heads(proj(&l.q, &l.names[0], x, adapter)?, nh)?;
         let k = heads(proj(&l.k, &l.names[1], x, adapter)?, nkv)?;
@@ -394,7 +447,7 @@ impl Decoder {
                 candle_nn::rotary_emb::rope(&q.contiguous()?, cos, sin)?,
                 candle_nn::rotary_emb::rope(&k.contiguous()?, cos, sin)?,
             ),
-            Path::Train => (
+            Path::Train | Path::Composed => (
                 candle_nn::rotary_emb::rope_slow(&q.contiguous()?, cos, sin)?,
                 candle_nn::rotary_emb::rope_slow(&k.contiguous()?, cos, sin)?,
             ),
@@ -410,7 +463,7 @@ impl Decoder {
         };
         let w = match path {
             Path::Fast => candle_nn::ops::softmax_last_dim(&w)?,
-            Path::Train => candle_nn::ops::softmax(&w, D::Minus1)?,
+            Path::Train | Path::Composed => candle_nn::ops::softmax(&w, D::Minus1)?,
         };
         let out = w.matmul(&v)?.transpose(1, 2)?.reshape((b, t, nh * hd))?;
         proj(&l.o, &l.names[3], &out, adapter)

@@ -1,0 +1,578 @@
+//! Fused CPU kernels with hand-written backward passes, for the training path.
+//!
+//! candle's fused `rms_norm`, `softmax_last_dim` and `rope` record no backward pass, and the
+//! differentiable compositions (`rms_norm_slow`, `softmax` after a mask, `rope_slow`, `silu`
+//! then a product) run five to ten element-wise operations each way, each with its own
+//! buffer: on `tiny` those took most of a training step, more than the matrix products. Each
+//! operation here reads its inputs once and writes its output once, forward and backward:
+//!
+//! | op | forward | backward |
+//! |---|---|---|
+//! | [`rms_norm`] | `y = x / sqrt(mean(x²) + eps) · w` | `dx = r (w·dy − x̂ mean(x̂ · w·dy))`, `dw = Σ dy · x̂` |
+//! | [`causal_softmax`] | `p = softmax_{j ≤ i}(s · scale)`, 0 above the diagonal | `ds = scale · p (dp − Σ p·dp)` |
+//! | [`rope`] | rotate-half rotary embedding in `(b, t, heads, dim)` layout | the inverse rotation |
+//! | [`swiglu`] | `silu(g) · u` | `dg = dy · u · σ(g)(1 + g(1 − σ(g)))`, `du = dy · silu(g)` |
+//!
+//! Work is split over rows with rayon; every output element is computed by one thread in a
+//! fixed order, and the one cross-row sum (`dw`) adds fixed blocks of rows in order, so the
+//! results are the same bits on any thread count. The kernels take f32 tensors on the CPU;
+//! the model uses the differentiable compositions elsewhere.
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Storage, Tensor, bail};
+use rayon::prelude::*;
+use std::sync::Arc;
+
+/// Rows per rayon task: enough work to pay for the task, small enough to split `tiny`'s rows
+/// over two threads.
+const MIN_ROWS: usize = 32;
+
+fn slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
+    let data = s.as_slice::<f32>()?;
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&data[a..b]),
+        None => bail!("{op}: expected a contiguous f32 tensor"),
+    }
+}
+
+/// Runs `f` on the f32 data of `t` (made contiguous first), which must be on the CPU.
+fn with_data<R>(t: &Tensor, op: &str, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
+    let t = t.contiguous()?;
+    let (s, l) = t.storage_and_layout();
+    match &*s {
+        Storage::Cpu(c) => f(slice(c, l, op)?),
+        _ => bail!("{op}: the fused kernels run on the CPU"),
+    }
+}
+
+fn last_dim(shape: &Shape, op: &str) -> Result<usize> {
+    match shape.dims().last() {
+        Some(&n) if n > 0 => Ok(n),
+        _ => bail!("{op}: expected a tensor with a non-empty last dimension, got {shape:?}"),
+    }
+}
+
+// ---------------------------------------------------------------- RMS norm
+
+/// RMS norm over the last dimension with a learned scale `w` (`(hidden,)`), with a backward
+/// pass for both `x` and `w`.
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
+    x.contiguous()?.apply_op2(&w.contiguous()?, RmsNorm { eps })
+}
+
+struct RmsNorm {
+    eps: f32,
+}
+
+impl RmsNorm {
+    fn inv_rms(&self, row: &[f32]) -> f32 {
+        let ss: f32 = row.iter().map(|v| v * v).sum();
+        1.0 / (ss / row.len() as f32 + self.eps).sqrt()
+    }
+}
+
+impl CustomOp2 for RmsNorm {
+    fn name(&self) -> &'static str {
+        "fused-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = slice(s1, l1, self.name())?;
+        let w = slice(s2, l2, self.name())?;
+        let h = last_dim(l1.shape(), self.name())?;
+        if w.len() != h {
+            bail!("{}: scale of {} for rows of {h}", self.name(), w.len());
+        }
+        let mut y = vec![0f32; x.len()];
+        y.par_chunks_mut(h)
+            .zip(x.par_chunks(h))
+            .with_min_len(MIN_ROWS)
+            .for_each(|(yr, xr)| {
+                let r = self.inv_rms(xr);
+                for ((o, &v), &g) in yr.iter_mut().zip(xr).zip(w) {
+                    *o = v * r * g;
+                }
+            });
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let h = x.dim(candle_core::D::Minus1)?;
+        let rows = x.elem_count() / h;
+        let (dx, dw) = with_data(x, self.name(), |x| {
+            with_data(w, self.name(), |w| {
+                with_data(dy, self.name(), |dy| {
+                    let mut dx = vec![0f32; x.len()];
+                    // dw: one partial sum per block of rows, added in block order.
+                    let block = MIN_ROWS * h;
+                    let partial: Vec<Vec<f32>> = dx
+                        .par_chunks_mut(block)
+                        .zip(x.par_chunks(block).zip(dy.par_chunks(block)))
+                        .map(|(dxb, (xb, dyb))| {
+                            let mut dw = vec![0f32; h];
+                            for ((dxr, xr), dyr) in
+                                dxb.chunks_mut(h).zip(xb.chunks(h)).zip(dyb.chunks(h))
+                            {
+                                let r = self.inv_rms(xr);
+                                // mean(x̂ · w · dy)
+                                let mut dot = 0f32;
+                                for ((&v, &g), &d) in xr.iter().zip(w).zip(dyr) {
+                                    dot += v * r * g * d;
+                                }
+                                let c = dot / h as f32;
+                                for (((o, &v), &g), (&d, acc)) in dxr
+                                    .iter_mut()
+                                    .zip(xr)
+                                    .zip(w)
+                                    .zip(dyr.iter().zip(dw.iter_mut()))
+                                {
+                                    let xh = v * r;
+                                    *o = r * (g * d - xh * c);
+                                    *acc += d * xh;
+                                }
+                            }
+                            dw
+                        })
+                        .collect();
+                    let mut dw = vec![0f32; h];
+                    for p in partial {
+                        for (a, b) in dw.iter_mut().zip(p) {
+                            *a += b;
+                        }
+                    }
+                    Ok((dx, dw))
+                })
+            })
+        })?;
+        debug_assert_eq!(dx.len(), rows * h);
+        Ok((
+            Some(Tensor::from_vec(dx, x.shape(), x.device())?),
+            Some(Tensor::from_vec(dw, w.shape(), w.device())?),
+        ))
+    }
+}
+
+// ---------------------------------------------------------------- causal softmax
+
+/// Softmax of `s · scale` over the last dimension of `(..., t, t)` score blocks, keeping
+/// only `j ≤ i` in row `i` (causal attention): the rest is exactly 0.
+pub fn causal_softmax(s: &Tensor, scale: f32) -> Result<Tensor> {
+    s.contiguous()?.apply_op1(CausalSoftmax { scale })
+}
+
+struct CausalSoftmax {
+    scale: f32,
+}
+
+impl CausalSoftmax {
+    fn square(&self, shape: &Shape) -> Result<usize> {
+        let d = shape.dims();
+        match d {
+            [.., a, b] if a == b && *b > 0 => Ok(*b),
+            _ => bail!(
+                "{}: expected (..., t, t) scores, got {shape:?}",
+                self.name()
+            ),
+        }
+    }
+}
+
+impl CustomOp1 for CausalSoftmax {
+    fn name(&self) -> &'static str {
+        "fused-causal-softmax"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = slice(s, l, self.name())?;
+        let t = self.square(l.shape())?;
+        let mut y = vec![0f32; x.len()];
+        y.par_chunks_mut(t)
+            .zip(x.par_chunks(t))
+            .enumerate()
+            .with_min_len(MIN_ROWS)
+            .for_each(|(row, (yr, xr))| {
+                let n = row % t + 1;
+                let max = xr[..n]
+                    .iter()
+                    .fold(f32::NEG_INFINITY, |m, &v| m.max(v * self.scale));
+                let mut sum = 0f32;
+                for (o, &v) in yr[..n].iter_mut().zip(&xr[..n]) {
+                    *o = (v * self.scale - max).exp();
+                    sum += *o;
+                }
+                for o in &mut yr[..n] {
+                    *o /= sum;
+                }
+            });
+        Ok((CpuStorage::F32(y), l.shape().clone()))
+    }
+
+    fn bwd(&self, _s: &Tensor, p: &Tensor, dp: &Tensor) -> Result<Option<Tensor>> {
+        let t = self.square(p.shape())?;
+        let ds = with_data(p, self.name(), |p| {
+            with_data(dp, self.name(), |dp| {
+                let mut ds = vec![0f32; p.len()];
+                ds.par_chunks_mut(t)
+                    .zip(p.par_chunks(t).zip(dp.par_chunks(t)))
+                    .enumerate()
+                    .with_min_len(MIN_ROWS)
+                    .for_each(|(row, (dr, (pr, gr)))| {
+                        let n = row % t + 1;
+                        let dot: f32 = pr[..n].iter().zip(&gr[..n]).map(|(a, b)| a * b).sum();
+                        for ((o, &pv), &gv) in dr[..n].iter_mut().zip(&pr[..n]).zip(&gr[..n]) {
+                            *o = self.scale * pv * (gv - dot);
+                        }
+                    });
+                Ok(ds)
+            })
+        })?;
+        Ok(Some(Tensor::from_vec(ds, p.shape(), p.device())?))
+    }
+}
+
+// ---------------------------------------------------------------- rotary embedding
+
+/// Rotary tables shared by every [`rope`] call of a model: `cos` and `sin` of shape
+/// `(positions, dim / 2)`, row-major.
+#[derive(Debug, Clone)]
+pub struct RopeTables {
+    cos: Arc<[f32]>,
+    sin: Arc<[f32]>,
+    half: usize,
+}
+
+impl RopeTables {
+    /// The tables from `(positions, dim / 2)` tensors.
+    pub fn new(cos: &Tensor, sin: &Tensor) -> Result<Self> {
+        let (_, half) = cos.dims2()?;
+        Ok(Self {
+            cos: cos.flatten_all()?.to_vec1::<f32>()?.into(),
+            sin: sin.flatten_all()?.to_vec1::<f32>()?.into(),
+            half,
+        })
+    }
+}
+
+/// Rotate-half rotary embedding of `x` in `(b, t, heads, dim)` layout, position `p` along
+/// `t`: `y₁ = x₁ cos − x₂ sin`, `y₂ = x₂ cos + x₁ sin` (halves of `dim`).
+pub fn rope(x: &Tensor, tables: &RopeTables) -> Result<Tensor> {
+    x.contiguous()?.apply_op1(Rope {
+        tables: tables.clone(),
+        inverse: false,
+    })
+}
+
+struct Rope {
+    tables: RopeTables,
+    /// Rotate by −θ (the backward pass).
+    inverse: bool,
+}
+
+impl CustomOp1 for Rope {
+    fn name(&self) -> &'static str {
+        "fused-rope"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = slice(s, l, self.name())?;
+        let [_, t, heads, dim] = l.shape().dims() else {
+            bail!(
+                "{}: expected (b, t, heads, dim), got {:?}",
+                self.name(),
+                l.shape()
+            );
+        };
+        let (t, heads, dim) = (*t, *heads, *dim);
+        let half = self.tables.half;
+        if dim != 2 * half || t * half > self.tables.cos.len() {
+            bail!(
+                "{}: head dim {dim} and {t} positions for tables of {} positions x {half}",
+                self.name(),
+                self.tables.cos.len() / half.max(1)
+            );
+        }
+        let sign = if self.inverse { -1.0 } else { 1.0 };
+        let mut y = vec![0f32; x.len()];
+        // One task per (batch row, position): its heads share the position's angles.
+        y.par_chunks_mut(heads * dim)
+            .zip(x.par_chunks(heads * dim))
+            .enumerate()
+            .with_min_len(MIN_ROWS)
+            .for_each(|(bt, (yr, xr))| {
+                let p = bt % t;
+                let cos = &self.tables.cos[p * half..(p + 1) * half];
+                let sin = &self.tables.sin[p * half..(p + 1) * half];
+                for (yh, xh) in yr.chunks_mut(dim).zip(xr.chunks(dim)) {
+                    let (x1, x2) = xh.split_at(half);
+                    let (y1, y2) = yh.split_at_mut(half);
+                    for i in 0..half {
+                        let (c, s) = (cos[i], sign * sin[i]);
+                        y1[i] = x1[i] * c - x2[i] * s;
+                        y2[i] = x2[i] * c + x1[i] * s;
+                    }
+                }
+            });
+        Ok((CpuStorage::F32(y), l.shape().clone()))
+    }
+
+    fn bwd(&self, _x: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+        let back = Rope {
+            tables: self.tables.clone(),
+            inverse: !self.inverse,
+        };
+        Ok(Some(dy.contiguous()?.apply_op1_no_bwd(&back)?))
+    }
+}
+
+// ---------------------------------------------------------------- SwiGLU
+
+/// `silu(g) · u`, the gated MLP's activation, with a backward pass for both inputs.
+pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
+    g.contiguous()?.apply_op2(&u.contiguous()?, SwiGlu)
+}
+
+struct SwiGlu;
+
+/// Elements per rayon task.
+const MIN_ELEMS: usize = 4096;
+
+impl CustomOp2 for SwiGlu {
+    fn name(&self) -> &'static str {
+        "fused-swiglu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let g = slice(s1, l1, self.name())?;
+        let u = slice(s2, l2, self.name())?;
+        if l1.shape() != l2.shape() {
+            bail!(
+                "{}: {:?} and {:?} differ",
+                self.name(),
+                l1.shape(),
+                l2.shape()
+            );
+        }
+        let mut y = vec![0f32; g.len()];
+        y.par_chunks_mut(MIN_ELEMS)
+            .zip(g.par_chunks(MIN_ELEMS).zip(u.par_chunks(MIN_ELEMS)))
+            .for_each(|(yc, (gc, uc))| {
+                for ((o, &a), &b) in yc.iter_mut().zip(gc).zip(uc) {
+                    *o = a / (1.0 + (-a).exp()) * b;
+                }
+            });
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        g: &Tensor,
+        u: &Tensor,
+        _y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let (dg, du) = with_data(g, self.name(), |g| {
+            with_data(u, self.name(), |u| {
+                with_data(dy, self.name(), |dy| {
+                    let mut dg = vec![0f32; g.len()];
+                    let mut du = vec![0f32; g.len()];
+                    dg.par_chunks_mut(MIN_ELEMS)
+                        .zip(du.par_chunks_mut(MIN_ELEMS))
+                        .zip(
+                            g.par_chunks(MIN_ELEMS)
+                                .zip(u.par_chunks(MIN_ELEMS).zip(dy.par_chunks(MIN_ELEMS))),
+                        )
+                        .for_each(|((dgc, duc), (gc, (uc, dyc)))| {
+                            for i in 0..gc.len() {
+                                let a = gc[i];
+                                let s = 1.0 / (1.0 + (-a).exp());
+                                dgc[i] = dyc[i] * uc[i] * s * (1.0 + a * (1.0 - s));
+                                duc[i] = dyc[i] * a * s;
+                            }
+                        });
+                    Ok((dg, du))
+                })
+            })
+        })?;
+        Ok((
+            Some(Tensor::from_vec(dg, g.shape(), g.device())?),
+            Some(Tensor::from_vec(du, u.shape(), u.device())?),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{D, Device, Var};
+
+    fn random(shape: &[usize], seed: u64) -> Tensor {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.random::<f32>() * 4.0 - 2.0).collect();
+        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+    }
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    }
+
+    /// Forward outputs and the gradients of `Σ y · r` for every input, through `f`.
+    fn run(
+        inputs: &[Tensor],
+        r: &Tensor,
+        f: &dyn Fn(&[Tensor]) -> Result<Tensor>,
+    ) -> (Tensor, Vec<Tensor>) {
+        let vars: Vec<Var> = inputs
+            .iter()
+            .map(|t| Var::from_tensor(t).unwrap())
+            .collect();
+        let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
+        let y = f(&ts).unwrap();
+        let loss = (&y * r).unwrap().sum_all().unwrap();
+        let g = loss.backward().unwrap();
+        let grads = ts.iter().map(|t| g.get(t).unwrap().clone()).collect();
+        (y, grads)
+    }
+
+    fn agree(
+        inputs: &[Tensor],
+        fused: &dyn Fn(&[Tensor]) -> Result<Tensor>,
+        composed: &dyn Fn(&[Tensor]) -> Result<Tensor>,
+        tol: f32,
+    ) {
+        let probe = fused(inputs).unwrap();
+        let r = random(probe.dims(), 99);
+        let (ya, ga) = run(inputs, &r, fused);
+        let (yb, gb) = run(inputs, &r, composed);
+        assert!(
+            max_diff(&ya, &yb) < tol,
+            "forward differs by {}",
+            max_diff(&ya, &yb)
+        );
+        for (i, (a, b)) in ga.iter().zip(&gb).enumerate() {
+            let d = max_diff(a, b);
+            assert!(d < tol, "gradient of input {i} differs by {d}");
+            let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap();
+            assert!(
+                scale.to_scalar::<f32>().unwrap() > 0.0,
+                "input {i}: zero gradient"
+            );
+        }
+    }
+
+    #[test]
+    fn rms_norm_matches_the_composed_norm_and_its_gradients() {
+        let x = random(&[3, 70, 48], 1);
+        let w = random(&[48], 2);
+        agree(
+            &[x, w],
+            &|t| rms_norm(&t[0], &t[1], 1e-6),
+            &|t| candle_nn::ops::rms_norm_slow(&t[0], &t[1], 1e-6),
+            1e-4,
+        );
+    }
+
+    #[test]
+    fn causal_softmax_matches_a_masked_softmax_and_its_gradient() {
+        let t = 9;
+        let s = random(&[2, 3, t, t], 3);
+        let mask: Vec<f32> = (0..t * t)
+            .map(|k| {
+                if k % t > k / t {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let mask = Tensor::from_vec(mask, (t, t), &Device::Cpu).unwrap();
+        agree(
+            &[s],
+            &|x| causal_softmax(&x[0], 0.35),
+            &|x| candle_nn::ops::softmax(&(&x[0] * 0.35)?.broadcast_add(&mask)?, D::Minus1),
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn rope_matches_rope_slow_and_its_gradient() {
+        let (b, t, h, d) = (2, 11, 3, 8);
+        let x = random(&[b, t, h, d], 4);
+        let cos = random(&[16, d / 2], 5);
+        let sin = random(&[16, d / 2], 6);
+        let tables = RopeTables::new(&cos, &sin).unwrap();
+        let (c, s) = (cos.narrow(0, 0, t).unwrap(), sin.narrow(0, 0, t).unwrap());
+        agree(
+            &[x],
+            &|x| rope(&x[0], &tables),
+            &|x| {
+                let bhtd = x[0].transpose(1, 2)?.contiguous()?;
+                candle_nn::rotary_emb::rope_slow(&bhtd, &c, &s)?.transpose(1, 2)
+            },
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn swiglu_matches_silu_times_up_and_its_gradients() {
+        let g = random(&[5000, 3], 7);
+        let u = random(&[5000, 3], 8);
+        agree(
+            &[g, u],
+            &|t| swiglu(&t[0], &t[1]),
+            &|t| t[0].silu()? * &t[1],
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn results_are_the_same_bits_on_one_and_two_threads() {
+        let x = random(&[4, 64, 32], 9);
+        let w = random(&[32], 10);
+        let r = random(&[4, 64, 32], 11);
+        let grads = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let (y, g) = run(&[x.clone(), w.clone()], &r, &|t| {
+                    rms_norm(&t[0], &t[1], 1e-6)
+                });
+                let mut out = y.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                for t in g {
+                    out.extend(t.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+                }
+                out.into_iter().map(f32::to_bits).collect::<Vec<u32>>()
+            })
+        };
+        assert_eq!(grads(1), grads(2));
+    }
+}
