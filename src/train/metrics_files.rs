@@ -112,3 +112,30 @@ impl MetricsFiles {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn resuming_keeps_the_rows_before_the_checkpoint_to_the_bit() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let mut files = MetricsFiles::create(dir.path()).expect("create");
+        for i in 1..=300u32 {
+            // Values like the trainer's: f32 statistics of every magnitude, widened.
+            let x = f64::from(rng.random::<f32>() * 10f32.powi(rng.random_range(-12..4)));
+            let row =
+                serde_json::json!({"iteration": i, "approx_kl": x, "team_returns": {"a": -x}});
+            files.write_value(&row).expect("write");
+        }
+        drop(files);
+        let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).expect("read");
+        let (jsonl, csv) = (read("metrics.jsonl"), read("metrics.csv"));
+        drop(MetricsFiles::resume(dir.path(), 200).expect("resume"));
+        let head = |text: &str, n: usize| text.lines().take(n).collect::<Vec<_>>().join("\n");
+        assert_eq!(head(&read("metrics.jsonl"), 300), head(&jsonl, 200));
+        assert_eq!(head(&read("metrics.csv"), 300), head(&csv, 201));
+    }
+}

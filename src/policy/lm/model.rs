@@ -274,14 +274,14 @@ impl Decoder {
             flat.extend(std::iter::repeat_n(pad, t - p.len()));
         }
         let ids = Tensor::from_vec(flat, (b, t), device)?;
-        let hidden = self.hidden_with(&ids, None, path, adapter)?;
+        let hidden = self.hidden_rows(&ids, None, path, adapter)?;
         let last: Vec<u32> = prompts
             .iter()
             .enumerate()
             .map(|(i, p)| (i * t + p.as_ref().len().max(1) - 1) as u32)
             .collect();
         let last = Tensor::from_vec(last, b, device)?;
-        Ok(hidden.reshape((b * t, ()))?.index_select(&last, 0)?)
+        Ok(hidden.index_select(&last, 0)?)
     }
 
     /// The final normed hidden states `(b, t, hidden)`.
@@ -303,6 +303,24 @@ impl Decoder {
         adapter: Option<&Adapter>,
     ) -> Result<Tensor, LmError> {
         let (b, t) = ids.dims2()?;
+        let h = self.cfg.hidden_size;
+        Ok(self
+            .hidden_rows(ids, bias, path, adapter)?
+            .reshape((b, t, h))?)
+    }
+
+    /// The final normed hidden states as rows `(b · t, hidden)`. Activations stay 2-d
+    /// between layers: on the training path every reshape of an activation would cost its
+    /// size twice more in the backward pass (candle accumulates each input's gradient into
+    /// a zeroed buffer).
+    fn hidden_rows(
+        &self,
+        ids: &Tensor,
+        bias: Option<&Tensor>,
+        path: Path,
+        adapter: Option<&Adapter>,
+    ) -> Result<Tensor, LmError> {
+        let (b, t) = ids.dims2()?;
         if t > self.cfg.max_position_embeddings {
             return Err(LmError::TooLong {
                 tokens: t,
@@ -314,11 +332,7 @@ impl Decoder {
             Path::Train if !ids.device().is_cpu() || bias.is_some() => Path::Composed,
             p => p,
         };
-        let h = self.cfg.hidden_size;
-        let mut x = self
-            .embed
-            .index_select(&ids.flatten_all()?, 0)?
-            .reshape((b, t, h))?;
+        let mut x = self.embed.index_select(&ids.flatten_all()?, 0)?;
         // Causal attention on the fast path is fused and needs no mask tensor; otherwise the
         // causal mask is built once for all layers.
         let causal = bias.is_none();
@@ -331,7 +345,7 @@ impl Decoder {
         let (cos, sin) = (self.cos.narrow(0, 0, t)?, self.sin.narrow(0, 0, t)?);
         for layer in &self.layers {
             let n = self.rms(&x, &layer.ln1, path)?;
-            let a = self.attention(layer, &n, bias, causal, &cos, &sin, path, adapter)?;
+            let a = self.attention(layer, &n, (b, t), bias, causal, &cos, &sin, path, adapter)?;
             x = (x + a)?;
             let n = self.rms(&x, &layer.ln2, path)?;
             let g = proj(&layer.gate, &layer.names[4], &n, adapter)?;
@@ -372,11 +386,11 @@ impl Decoder {
         &self,
         l: &Layer,
         x: &Tensor,
+        (b, t): (usize, usize),
         cos: &Tensor,
         sin: &Tensor,
         adapter: Option<&Adapter>,
     ) -> Result<Tensor, LmError> {
-        let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = self.heads();
         let q = proj(&l.q, &l.names[0], x, adapter)?.reshape((b, t, nh, hd))?;
         let k = proj(&l.k, &l.names[1], x, adapter)?.reshape((b, t, nkv, hd))?;
@@ -388,7 +402,7 @@ impl Decoder {
         let out = candle_nn::attention::flash_attn_varlen_cpu(
             &q, &k, &v, None, &lens, &lens, t, t, scale, true, None, None,
         )?;
-        proj(&l.o, &l.names[3], &out.reshape((b, t, nh * hd))?, adapter)
+        proj(&l.o, &l.names[3], &out.reshape((b * t, nh * hd))?, adapter)
     }
 
     /// Causal attention on the training path (CPU): rotary embeddings in the projections'
@@ -398,9 +412,9 @@ impl Decoder {
         &self,
         l: &Layer,
         x: &Tensor,
+        (b, t): (usize, usize),
         adapter: Option<&Adapter>,
     ) -> Result<Tensor, LmError> {
-        let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = self.heads();
         let q = proj(&l.q, &l.names[0], x, adapter)?.reshape((b, t, nh, hd))?;
         let k = proj(&l.k, &l.names[1], x, adapter)?.reshape((b, t, nkv, hd))?;
@@ -415,7 +429,7 @@ impl Decoder {
         let v = candle_transformers::utils::repeat_kv(v, rep)?.contiguous()?;
         let scale = 1.0 / (hd as f32).sqrt();
         let p = kernels::causal_softmax(&q.matmul(&k.transpose(2, 3)?)?, scale)?;
-        let out = p.matmul(&v)?.transpose(1, 2)?.reshape((b, t, nh * hd))?;
+        let out = p.matmul(&v)?.transpose(1, 2)?.reshape((b * t, nh * hd))?;
         proj(&l.o, &l.names[3], &out, adapter)
     }
 
@@ -423,6 +437,7 @@ impl Decoder {
         &self,
         l: &Layer,
         x: &Tensor,
+        (b, t): (usize, usize),
         bias: Option<&Tensor>,
         causal: bool,
         cos: &Tensor,
@@ -430,13 +445,12 @@ impl Decoder {
         path: Path,
         adapter: Option<&Adapter>,
     ) -> Result<Tensor, LmError> {
-        let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = self.heads();
         if path == Path::Fast && causal {
-            return self.attention_fused(l, x, cos, sin, adapter);
+            return self.attention_fused(l, x, (b, t), cos, sin, adapter);
         }
         if path == Path::Train {
-            return self.attention_train(l, x, adapter);
+            return self.attention_train(l, x, (b, t), adapter);
         }
         let heads = |y: Tensor, n: usize| y.reshape((b, t, n, hd))?.transpose(1, 2);
         let q = heads(proj(&l.q, &l.names[0], x, adapter)?, nh)?;
@@ -465,32 +479,28 @@ impl Decoder {
             Path::Fast => candle_nn::ops::softmax_last_dim(&w)?,
             Path::Train | Path::Composed => candle_nn::ops::softmax(&w, D::Minus1)?,
         };
-        let out = w.matmul(&v)?.transpose(1, 2)?.reshape((b, t, nh * hd))?;
+        let out = w.matmul(&v)?.transpose(1, 2)?.reshape((b * t, nh * hd))?;
         proj(&l.o, &l.names[3], &out, adapter)
     }
 }
 
-/// A projection, plus the adapter's low-rank update when it adapts `name`. The rows of every
-/// leading dimension go through one 2-d matmul: candle's `Linear` would broadcast its weight
-/// over a 3-d input as a batch of small matmuls, and on the training path its backward would
-/// then materialise one weight gradient per batch row before summing them.
+/// A projection of rows `(n, in)`, plus the adapter's low-rank update when it adapts
+/// `name`: one 2-d matmul over every row (candle's `Linear` would broadcast its weight over a
+/// 3-d input as a batch of small matmuls, and on the training path its backward would then
+/// materialise one weight gradient per batch row before summing them).
 fn proj(
     lin: &Linear,
     name: &str,
     x: &Tensor,
     adapter: Option<&Adapter>,
 ) -> Result<Tensor, LmError> {
-    let dims = x.dims();
-    let (lead, inp) = dims.split_at(dims.len().saturating_sub(1));
-    let x2 = x.reshape(((), inp.first().copied().unwrap_or(1)))?;
-    let y = lin.forward(&x2)?;
-    let y = match adapter.map(|a| a.delta(name, &x2)).transpose()?.flatten() {
-        Some(d) => (y + d)?,
-        None => y,
-    };
-    let mut shape = lead.to_vec();
-    shape.push(y.dim(1)?);
-    Ok(y.reshape(shape)?)
+    let y = lin.forward(x)?;
+    Ok(
+        match adapter.map(|a| a.delta(name, x)).transpose()?.flatten() {
+            Some(d) => (y + d)?,
+            None => y,
+        },
+    )
 }
 
 /// Rotary tables `(max_positions, head_dim / 2)`, as candle-transformers' qwen2 builds them.
