@@ -46,8 +46,7 @@ fn update(c: &mut Criterion) {
 struct Step {
     dec: Decoder,
     opt: AdamW,
-    ids: Tensor,
-    last: Tensor,
+    prompts: Vec<Vec<u32>>,
     action: Tensor,
     adv: Tensor,
 }
@@ -71,11 +70,7 @@ impl Step {
         let ids: Vec<u32> = (0..BATCH * PROMPT)
             .map(|i| (i * 31 % cfg.vocab_size) as u32)
             .collect();
-        let ids = Tensor::from_vec(ids, (BATCH, PROMPT), &Device::Cpu).expect("ids");
-        let last: Vec<u32> = (0..BATCH)
-            .map(|i| (i * PROMPT + PROMPT - 1) as u32)
-            .collect();
-        let last = Tensor::from_vec(last, BATCH, &Device::Cpu).expect("last");
+        let prompts = ids.chunks(PROMPT).map(<[u32]>::to_vec).collect();
         let action = Tensor::new(&[5u32], &Device::Cpu).expect("action");
         let adv: Vec<f32> = (0..BATCH)
             .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
@@ -84,8 +79,7 @@ impl Step {
         Self {
             dec,
             opt,
-            ids,
-            last,
+            prompts,
             action,
             adv,
         }
@@ -93,11 +87,10 @@ impl Step {
 
     fn run(&mut self) {
         let dec = &self.dec;
-        let h = dec.hidden(&self.ids, None, Fwd::Train).expect("hidden");
-        let h = h
-            .reshape((BATCH * PROMPT, ()))
-            .and_then(|h| h.index_select(&self.last, 0))
-            .expect("last");
+        // As the trainer reads it: the final hidden state at each prompt's last token.
+        let h = dec
+            .last_hidden(&self.prompts, 0, Fwd::Train, None)
+            .expect("hidden");
         let lp = candle_nn::ops::log_softmax(&dec.head(&h).expect("head"), D::Minus1)
             .and_then(|lp| lp.index_select(&self.action, 1))
             .and_then(|lp| lp.squeeze(1))

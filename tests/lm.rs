@@ -79,6 +79,18 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
         .expect("scalar")
 }
 
+/// The fused training path's gradient `a` equals the composed path's `b` to float
+/// rounding: within 1e-4 of `b`'s largest magnitude.
+fn assert_gradients_agree(name: &str, a: &Tensor, b: &Tensor) {
+    let zero = b.zeros_like().expect("zeros");
+    let scale = max_abs_diff(b, &zero);
+    let d = max_abs_diff(a, b);
+    assert!(
+        d <= 1e-4 * scale.max(1e-3),
+        "{name}: fused and composed gradients differ by {d} (largest {scale})"
+    );
+}
+
 fn ids(cfg: &LmConfig) -> Tensor {
     let data: Vec<u32> = (0..2 * 9)
         .map(|i| (i * 7 + 3) as u32 % cfg.vocab_size as u32)
@@ -112,6 +124,54 @@ fn both_paths_match_candle_transformers_qwen2() {
         let other = Decoder::new(&cfg, &other, Path::new("mem")).expect("decoder");
         let o = other.forward(&ids, None, Fwd::Fast).expect("fast");
         assert!(max_abs_diff(&o, &fast) > 1e-3);
+    }
+}
+
+/// `last_hidden` over prompts of different lengths (packed on the fast path, padded with
+/// the last layer pruned on the training path) gives, per prompt, what the full forward of
+/// that prompt alone gives at its last token, on every path; and the training path's
+/// gradients through it equal the composed path's.
+#[test]
+fn last_hidden_of_mixed_lengths_matches_each_prompt_alone() {
+    let cfg = small_config(false);
+    let init = init_weights(&cfg, 11, &Device::Cpu).expect("init");
+    let (vars, weights) = trainable(&init);
+    let dec = Decoder::new(&cfg, &weights, Path::new("mem")).expect("decoder");
+    let prompts: Vec<Vec<u32>> = [9usize, 1, 17, 4, 17]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (0..n).map(|j| ((i * 13 + j * 7) % 61) as u32).collect())
+        .collect();
+    let alone: Vec<Tensor> = prompts
+        .iter()
+        .map(|p| {
+            let ids = Tensor::from_vec(p.clone(), (1, p.len()), &Device::Cpu).expect("ids");
+            let h = dec.hidden(&ids, None, Fwd::Composed).expect("hidden");
+            h.i((0, p.len() - 1)).expect("last")
+        })
+        .collect();
+    let alone = Tensor::stack(&alone, 0).expect("stack");
+    let mut grads = Vec::new();
+    for path in [Fwd::Fast, Fwd::Train, Fwd::Composed] {
+        let h = dec
+            .last_hidden(&prompts, 0, path, None)
+            .expect("last hidden");
+        let d = max_abs_diff(&h, &alone);
+        assert!(d < 1e-5, "{path:?}: {d}");
+        if path != Fwd::Fast {
+            let loss = (&h * &alone).and_then(|x| x.sum_all()).expect("loss");
+            grads.push(loss.backward().expect("backward"));
+        }
+    }
+    for (name, v) in &vars {
+        match (grads[0].get(v), grads[1].get(v)) {
+            (Some(a), Some(b)) => assert_gradients_agree(name, a, b),
+            (a, b) => assert_eq!(
+                a.is_some(),
+                b.is_some(),
+                "{name}: gradient on one path only"
+            ),
+        }
     }
 }
 
@@ -163,17 +223,7 @@ fn training_path_gives_every_tensor_a_gradient() {
             grads.get(v).expect("train gradient"),
             composed.get(v).expect("composed gradient"),
         );
-        let scale = b
-            .abs()
-            .and_then(|t| t.flatten_all())
-            .and_then(|t| t.max(0))
-            .and_then(|t| t.to_scalar::<f32>())
-            .expect("scale");
-        let d = max_abs_diff(a, b);
-        assert!(
-            d <= 1e-4 * scale.max(1e-3),
-            "{name}: fused and composed gradients differ by {d} (largest {scale})"
-        );
+        assert_gradients_agree(name, a, b);
     }
     // The fused path cuts the graph silently: that is why the training path exists.
     let fast = loss(Fwd::Fast).backward().expect("backward");

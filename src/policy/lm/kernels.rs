@@ -211,22 +211,65 @@ impl CustomOp2 for RmsNorm {
 /// Softmax of `s · scale` over the last dimension of `(..., t, t)` score blocks, keeping
 /// only `j ≤ i` in row `i` (causal attention): the rest is exactly 0.
 pub fn causal_softmax(s: &Tensor, scale: f32) -> Result<Tensor> {
-    s.contiguous()?.apply_op1(CausalSoftmax { scale })
+    s.contiguous()?.apply_op1(CausalSoftmax {
+        scale,
+        visible: Visible::Causal,
+    })
+}
+
+/// Softmax of `s · scale` over the last dimension of `(b, heads, 1, t)` scores, keeping the
+/// first `lens[i]` keys of sequence `i` (the query at each sequence's last token, over
+/// right-padded keys): the rest is exactly 0.
+pub fn prefix_softmax(s: &Tensor, scale: f32, lens: &[u32]) -> Result<Tensor> {
+    let (b, heads, one, t) = s.dims4()?;
+    if b != lens.len() || one != 1 || lens.iter().any(|&n| n == 0 || n as usize > t) {
+        bail!(
+            "prefix softmax: {:?} scores for lengths {lens:?}",
+            s.shape()
+        );
+    }
+    s.contiguous()?.apply_op1(CausalSoftmax {
+        scale,
+        visible: Visible::Prefix {
+            lens: lens.into(),
+            rows_per_seq: heads,
+        },
+    })
+}
+
+/// Which keys a score row sees.
+#[derive(Clone)]
+enum Visible {
+    /// Row `i` of each `t × t` block sees keys `0..=i`.
+    Causal,
+    /// Row `r` sees the first `lens[r / rows_per_seq]` keys.
+    Prefix {
+        lens: Arc<[u32]>,
+        rows_per_seq: usize,
+    },
 }
 
 struct CausalSoftmax {
     scale: f32,
+    visible: Visible,
 }
 
 impl CausalSoftmax {
-    fn square(&self, shape: &Shape) -> Result<usize> {
-        let d = shape.dims();
-        match d {
-            [.., a, b] if a == b && *b > 0 => Ok(*b),
-            _ => bail!(
-                "{}: expected (..., t, t) scores, got {shape:?}",
-                self.name()
-            ),
+    /// The row length, checked against the kind of mask.
+    fn row_len(&self, shape: &Shape) -> Result<usize> {
+        match (shape.dims(), &self.visible) {
+            ([.., a, b], Visible::Causal) if a == b && *b > 0 => Ok(*b),
+            ([.., b], Visible::Prefix { .. }) if *b > 0 => Ok(*b),
+            _ => bail!("{}: scores of shape {shape:?}", self.name()),
+        }
+    }
+
+    /// How many keys row `row` sees.
+    #[inline(always)]
+    fn seen(&self, row: usize, t: usize) -> usize {
+        match &self.visible {
+            Visible::Causal => row % t + 1,
+            Visible::Prefix { lens, rows_per_seq } => lens[row / rows_per_seq] as usize,
         }
     }
 }
@@ -238,7 +281,7 @@ impl CustomOp1 for CausalSoftmax {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let x = slice(s, l, self.name())?;
-        let t = self.square(l.shape())?;
+        let t = self.row_len(l.shape())?;
         let mut y = vec![0f32; x.len()];
         y.par_chunks_mut(t)
             .zip(x.par_chunks(t))
@@ -246,7 +289,7 @@ impl CustomOp1 for CausalSoftmax {
             .with_min_len(MIN_ROWS)
             .for_each(|(row, (yr, xr))| {
                 vectorised(|| {
-                    let n = row % t + 1;
+                    let n = self.seen(row, t);
                     let max = xr[..n]
                         .iter()
                         .fold(f32::NEG_INFINITY, |m, &v| m.max(v * self.scale));
@@ -264,7 +307,7 @@ impl CustomOp1 for CausalSoftmax {
     }
 
     fn bwd(&self, _s: &Tensor, p: &Tensor, dp: &Tensor) -> Result<Option<Tensor>> {
-        let t = self.square(p.shape())?;
+        let t = self.row_len(p.shape())?;
         let ds = with_data(p, self.name(), |p| {
             with_data(dp, self.name(), |dp| {
                 let mut ds = vec![0f32; p.len()];
@@ -274,7 +317,7 @@ impl CustomOp1 for CausalSoftmax {
                     .with_min_len(MIN_ROWS)
                     .for_each(|(row, (dr, (pr, gr)))| {
                         vectorised(|| {
-                            let n = row % t + 1;
+                            let n = self.seen(row, t);
                             let dot: f32 = pr[..n].iter().zip(&gr[..n]).map(|(a, b)| a * b).sum();
                             for ((o, &pv), &gv) in dr[..n].iter_mut().zip(&pr[..n]).zip(&gr[..n]) {
                                 *o = self.scale * pv * (gv - dot);
@@ -317,6 +360,17 @@ pub fn rope(x: &Tensor, tables: &RopeTables) -> Result<Tensor> {
     x.contiguous()?.apply_op1(Rope {
         tables: tables.clone(),
         inverse: false,
+        positions: None,
+    })
+}
+
+/// [`rope`] for rows `(n, heads, dim)` at the given positions, one per row (packed
+/// sequences, or each sequence's last token).
+pub fn rope_at(x: &Tensor, tables: &RopeTables, positions: &[u32]) -> Result<Tensor> {
+    x.contiguous()?.apply_op1(Rope {
+        tables: tables.clone(),
+        inverse: false,
+        positions: Some(positions.into()),
     })
 }
 
@@ -324,6 +378,9 @@ struct Rope {
     tables: RopeTables,
     /// Rotate by −θ (the backward pass).
     inverse: bool,
+    /// Each row's position, for `(n, heads, dim)`; `None`: the position along `t` of
+    /// `(b, t, heads, dim)`.
+    positions: Option<Arc<[u32]>>,
 }
 
 impl CustomOp1 for Rope {
@@ -333,20 +390,25 @@ impl CustomOp1 for Rope {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let x = slice(s, l, self.name())?;
-        let [_, t, heads, dim] = l.shape().dims() else {
-            bail!(
-                "{}: expected (b, t, heads, dim), got {:?}",
+        let (t, heads, dim) = match (l.shape().dims(), &self.positions) {
+            ([_, t, heads, dim], None) => (*t, *heads, *dim),
+            ([n, heads, dim], Some(p)) if p.len() == *n => (1, *heads, *dim),
+            _ => bail!(
+                "{}: expected (b, t, heads, dim), or (n, heads, dim) with n positions; got {:?}",
                 self.name(),
                 l.shape()
-            );
+            ),
         };
-        let (t, heads, dim) = (*t, *heads, *dim);
         let half = self.tables.half;
-        if dim != 2 * half || t * half > self.tables.cos.len() {
+        let max = self.tables.cos.len() / half.max(1);
+        let furthest = match &self.positions {
+            Some(p) => p.iter().map(|&p| p as usize + 1).max().unwrap_or(0),
+            None => t,
+        };
+        if dim != 2 * half || furthest > max {
             bail!(
-                "{}: head dim {dim} and {t} positions for tables of {} positions x {half}",
+                "{}: head dim {dim} and {furthest} positions for tables of {max} positions x {half}",
                 self.name(),
-                self.tables.cos.len() / half.max(1)
             );
         }
         let sign = if self.inverse { -1.0 } else { 1.0 };
@@ -358,7 +420,10 @@ impl CustomOp1 for Rope {
             .with_min_len(MIN_ROWS)
             .for_each(|(bt, (yr, xr))| {
                 vectorised(|| {
-                    let p = bt % t;
+                    let p = match &self.positions {
+                        Some(p) => p[bt] as usize,
+                        None => bt % t,
+                    };
                     let cos = &self.tables.cos[p * half..(p + 1) * half];
                     let sin = &self.tables.sin[p * half..(p + 1) * half];
                     for (yh, xh) in yr.chunks_mut(dim).zip(xr.chunks(dim)) {
@@ -379,6 +444,7 @@ impl CustomOp1 for Rope {
         let back = Rope {
             tables: self.tables.clone(),
             inverse: !self.inverse,
+            positions: self.positions.clone(),
         };
         Ok(Some(dy.contiguous()?.apply_op1_no_bwd(&back)?))
     }
@@ -590,6 +656,44 @@ mod tests {
                 candle_nn::rotary_emb::rope_slow(&bhtd, &c, &s)?.transpose(1, 2)
             },
             1e-5,
+        );
+    }
+
+    #[test]
+    fn prefix_softmax_matches_a_masked_softmax_and_its_gradient() {
+        let (b, h, t) = (3, 2, 7);
+        let lens = [7u32, 1, 4];
+        let s = random(&[b, h, 1, t], 12);
+        let mask: Vec<f32> = (0..b * t)
+            .map(|k| {
+                if k % t >= lens[k / t] as usize {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let mask = Tensor::from_vec(mask, (b, 1, 1, t), &Device::Cpu).unwrap();
+        agree(
+            &[s],
+            &|x| prefix_softmax(&x[0], 0.5, &lens),
+            &|x| candle_nn::ops::softmax(&(&x[0] * 0.5)?.broadcast_add(&mask)?, D::Minus1),
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn rope_at_positions_matches_rope_along_t() {
+        let (b, t, h, d) = (2, 5, 3, 8);
+        let x = random(&[b, t, h, d], 13);
+        let tables = RopeTables::new(&random(&[16, d / 2], 14), &random(&[16, d / 2], 15)).unwrap();
+        let positions: Vec<u32> = (0..b * t).map(|r| (r % t) as u32).collect();
+        let rows = x.reshape((b * t, h, d)).unwrap();
+        agree(
+            &[rows],
+            &|x| rope_at(&x[0], &tables, &positions),
+            &|x| rope(&x[0].reshape((b, t, h, d))?, &tables)?.reshape((b * t, h, d)),
+            1e-6,
         );
     }
 

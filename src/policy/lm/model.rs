@@ -249,9 +249,10 @@ impl Decoder {
         Ok(self.value.as_ref().map(|v| v.forward(hidden)).transpose()?)
     }
 
-    /// The final hidden state at each prompt's last token, `(prompts, hidden)`: the prompts
-    /// right-padded with `pad` into one batch (causal attention, so padding never reaches a
-    /// real token and each row gives what it would alone).
+    /// The final hidden state at each prompt's last token, `(prompts, hidden)`, each row what
+    /// that prompt gives alone. On the CPU the fast path packs the prompts without padding
+    /// and the training path right-pads them with `pad` (causal attention, so padding never
+    /// reaches a real token); both compute the last layer for the last tokens only.
     pub fn last_hidden<P: AsRef<[u32]>>(
         &self,
         prompts: &[P],
@@ -260,28 +261,132 @@ impl Decoder {
         adapter: Option<&Adapter>,
     ) -> Result<Tensor, LmError> {
         let device = self.embed.device();
-        let b = prompts.len();
-        let t = prompts
+        let path = match path {
+            Path::Train if !device.is_cpu() => Path::Composed,
+            p => p,
+        };
+        // An empty prompt reads one padding token.
+        let prompts: Vec<&[u32]> = prompts
             .iter()
-            .map(|p| p.as_ref().len())
-            .max()
-            .unwrap_or(1)
-            .max(1);
-        let mut flat = Vec::with_capacity(b * t);
-        for p in prompts {
-            let p = p.as_ref();
-            flat.extend_from_slice(p);
-            flat.extend(std::iter::repeat_n(pad, t - p.len()));
-        }
-        let ids = Tensor::from_vec(flat, (b, t), device)?;
-        let hidden = self.hidden_rows(&ids, None, path, adapter)?;
-        let last: Vec<u32> = prompts
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (i * t + p.as_ref().len().max(1) - 1) as u32)
+            .map(|p| match p.as_ref() {
+                [] => std::slice::from_ref(&pad),
+                p => p,
+            })
             .collect();
-        let last = Tensor::from_vec(last, b, device)?;
-        Ok(hidden.index_select(&last, 0)?)
+        let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(1).max(1);
+        if longest > self.cfg.max_position_embeddings {
+            return Err(LmError::TooLong {
+                tokens: longest,
+                max: self.cfg.max_position_embeddings,
+            });
+        }
+        match path {
+            Path::Fast if device.is_cpu() => self.last_hidden_packed(&prompts, adapter),
+            Path::Train => self.last_hidden_train(&prompts, pad, longest, adapter),
+            _ => {
+                let (ids, last) = padded(&prompts, pad, longest, device)?;
+                let hidden = self.hidden_rows(&ids, None, path, adapter)?;
+                Ok(hidden.index_select(&last, 0)?)
+            }
+        }
+    }
+
+    /// [`Decoder::last_hidden`] on the fast path (CPU): the prompts packed end to end with
+    /// no padding, each attending to itself only (candle's variable-length attention), and
+    /// the last layer computed for each prompt's last token alone (its keys and values still
+    /// cover every token).
+    fn last_hidden_packed(
+        &self,
+        prompts: &[&[u32]],
+        adapter: Option<&Adapter>,
+    ) -> Result<Tensor, LmError> {
+        let device = self.embed.device();
+        let b = prompts.len();
+        let lens: Vec<u32> = prompts.iter().map(|p| p.len() as u32).collect();
+        let total: usize = prompts.iter().map(|p| p.len()).sum();
+        let ids: Vec<u32> = prompts.iter().flat_map(|p| p.iter().copied()).collect();
+        let pos: Vec<u32> = lens.iter().flat_map(|&n| 0..n).collect();
+        let last_pos: Vec<u32> = lens.iter().map(|&n| n - 1).collect();
+        let last_rows: Vec<u32> = lens
+            .iter()
+            .scan(0u32, |end, &n| {
+                *end += n;
+                Some(*end - 1)
+            })
+            .collect();
+        let longest = lens.iter().copied().max().unwrap_or(1) as usize;
+        let lens_k = Tensor::from_vec(lens.clone(), b, device)?;
+        let ones = Tensor::from_vec(vec![1u32; b], b, device)?;
+        let last_idx = Tensor::from_vec(last_rows, b, device)?;
+        let (nh, nkv, hd) = self.heads();
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut x = self
+            .embed
+            .index_select(&Tensor::from_vec(ids, total, device)?, 0)?;
+        for (i, l) in self.layers.iter().enumerate() {
+            let n = self.rms(&x, &l.ln1, Path::Fast)?;
+            let k = proj(&l.k, &l.names[1], &n, adapter)?.reshape((total, nkv, hd))?;
+            let k = kernels::rope_at(&k, &self.rope, &pos)?;
+            let v = proj(&l.v, &l.names[2], &n, adapter)?.reshape((total, nkv, hd))?;
+            let last = i + 1 == self.layers.len();
+            let (n, q_pos, lens_q, longest_q) = if last {
+                x = x.index_select(&last_idx, 0)?;
+                (n.index_select(&last_idx, 0)?, &last_pos[..], &ones, 1)
+            } else {
+                (n, &pos[..], &lens_k, longest)
+            };
+            let rows = n.dim(0)?;
+            let q = proj(&l.q, &l.names[0], &n, adapter)?.reshape((rows, nh, hd))?;
+            let q = kernels::rope_at(&q, &self.rope, q_pos)?;
+            let out = candle_nn::attention::flash_attn_varlen_cpu(
+                &q, &k, &v, None, lens_q, &lens_k, longest_q, longest, scale, true, None, None,
+            )?;
+            let a = proj(&l.o, &l.names[3], &out.reshape((rows, nh * hd))?, adapter)?;
+            x = self.mlp(l, &(x + a)?, Path::Fast, adapter)?;
+        }
+        self.rms(&x, &self.norm, Path::Fast)
+    }
+
+    /// [`Decoder::last_hidden`] on the training path (CPU): right-padded prompts, the last
+    /// layer's queries at each prompt's last token only, attending to that prompt's tokens.
+    fn last_hidden_train(
+        &self,
+        prompts: &[&[u32]],
+        pad: u32,
+        t: usize,
+        adapter: Option<&Adapter>,
+    ) -> Result<Tensor, LmError> {
+        let device = self.embed.device();
+        let b = prompts.len();
+        let (ids, last_idx) = padded(prompts, pad, t, device)?;
+        let lens: Vec<u32> = prompts.iter().map(|p| p.len() as u32).collect();
+        let last_pos: Vec<u32> = lens.iter().map(|&n| n - 1).collect();
+        let (nh, _, hd) = self.heads();
+        let mut x = self.embed.index_select(&ids.flatten_all()?, 0)?;
+        let (body, last) = self.layers.split_at(self.layers.len() - 1);
+        for l in body {
+            let n = self.rms(&x, &l.ln1, Path::Train)?;
+            let a = self.attention_train(l, &n, (b, t), adapter)?;
+            x = self.mlp(l, &(x + a)?, Path::Train, adapter)?;
+        }
+        for l in last {
+            let n = self.rms(&x, &l.ln1, Path::Train)?;
+            let (k, v) = self.keys_values_train(l, &n, (b, t), adapter)?;
+            let n = n.index_select(&last_idx, 0)?;
+            let q = proj(&l.q, &l.names[0], &n, adapter)?.reshape((b, nh, hd))?;
+            let q = kernels::rope_at(&q, &self.rope, &last_pos)?.reshape((b, nh, 1, hd))?;
+            let scale = 1.0 / (hd as f32).sqrt();
+            let p = kernels::prefix_softmax(&q.matmul(&k.transpose(2, 3)?)?, scale, &lens)?;
+            let out = p.matmul(&v)?.reshape((b, nh * hd))?;
+            let a = proj(&l.o, &l.names[3], &out, adapter)?;
+            x = self.mlp(
+                l,
+                &(x.index_select(&last_idx, 0)? + a)?,
+                Path::Train,
+                adapter,
+            )?;
+        }
+        self.rms(&x, &self.norm, Path::Train)
     }
 
     /// The final normed hidden states `(b, t, hidden)`.
@@ -327,16 +432,17 @@ impl Decoder {
                 max: self.cfg.max_position_embeddings,
             });
         }
-        // The fused training kernels run on the CPU and attend causally.
+        // The fused kernels run on the CPU, and the training ones attend causally only.
+        let cpu = ids.device().is_cpu();
         let path = match path {
-            Path::Train if !ids.device().is_cpu() || bias.is_some() => Path::Composed,
+            Path::Train if !cpu || bias.is_some() => Path::Composed,
             p => p,
         };
         let mut x = self.embed.index_select(&ids.flatten_all()?, 0)?;
-        // Causal attention on the fast path is fused and needs no mask tensor; otherwise the
+        // Causal attention by the fused CPU kernels needs no mask tensor; otherwise the
         // causal mask is built once for all layers.
         let causal = bias.is_none();
-        let built = if causal && path == Path::Composed {
+        let built = if causal && (path == Path::Composed || !cpu) {
             Some(causal_bias(t, x.device())?)
         } else {
             None
@@ -346,19 +452,29 @@ impl Decoder {
         for layer in &self.layers {
             let n = self.rms(&x, &layer.ln1, path)?;
             let a = self.attention(layer, &n, (b, t), bias, causal, &cos, &sin, path, adapter)?;
-            x = (x + a)?;
-            let n = self.rms(&x, &layer.ln2, path)?;
-            let g = proj(&layer.gate, &layer.names[4], &n, adapter)?;
-            let u = proj(&layer.up, &layer.names[5], &n, adapter)?;
-            let a = match path {
-                Path::Composed => (g.silu()? * u)?,
-                _ if !g.device().is_cpu() => (g.silu()? * u)?,
-                _ => kernels::swiglu(&g, &u)?,
-            };
-            let m = proj(&layer.down, &layer.names[6], &a, adapter)?;
-            x = (x + m)?;
+            x = self.mlp(layer, &(x + a)?, path, adapter)?;
         }
         self.rms(&x, &self.norm, path)
+    }
+
+    /// The second half of a layer: `x + down(silu(gate(n)) · up(n))` with `n` the normed `x`.
+    fn mlp(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        path: Path,
+        adapter: Option<&Adapter>,
+    ) -> Result<Tensor, LmError> {
+        let n = self.rms(x, &layer.ln2, path)?;
+        let g = proj(&layer.gate, &layer.names[4], &n, adapter)?;
+        let u = proj(&layer.up, &layer.names[5], &n, adapter)?;
+        let a = match path {
+            Path::Composed => (g.silu()? * u)?,
+            _ if !g.device().is_cpu() => (g.silu()? * u)?,
+            _ => kernels::swiglu(&g, &u)?,
+        };
+        let m = proj(&layer.down, &layer.names[6], &a, adapter)?;
+        Ok((x + m)?)
     }
 
     /// (query heads, key/value heads, head dimension).
@@ -433,6 +549,27 @@ impl Decoder {
         proj(&l.o, &l.names[3], &out, adapter)
     }
 
+    /// Keys (rotated) and values on the training path, `(b, heads, t, dim)` each, the
+    /// key/value heads repeated to the query heads.
+    fn keys_values_train(
+        &self,
+        l: &Layer,
+        x: &Tensor,
+        (b, t): (usize, usize),
+        adapter: Option<&Adapter>,
+    ) -> Result<(Tensor, Tensor), LmError> {
+        let (nh, nkv, hd) = self.heads();
+        let k = proj(&l.k, &l.names[1], x, adapter)?.reshape((b, t, nkv, hd))?;
+        let v = proj(&l.v, &l.names[2], x, adapter)?.reshape((b, t, nkv, hd))?;
+        let k = kernels::rope(&k, &self.rope)?.transpose(1, 2)?;
+        let v = v.transpose(1, 2)?;
+        let rep = nh / nkv;
+        Ok((
+            candle_transformers::utils::repeat_kv(k, rep)?.contiguous()?,
+            candle_transformers::utils::repeat_kv(v, rep)?.contiguous()?,
+        ))
+    }
+
     fn attention(
         &self,
         l: &Layer,
@@ -446,7 +583,7 @@ impl Decoder {
         adapter: Option<&Adapter>,
     ) -> Result<Tensor, LmError> {
         let (nh, nkv, hd) = self.heads();
-        if path == Path::Fast && causal {
+        if path == Path::Fast && causal && x.device().is_cpu() {
             return self.attention_fused(l, x, (b, t), cos, sin, adapter);
         }
         if path == Path::Train {
@@ -501,6 +638,31 @@ fn proj(
             None => y,
         },
     )
+}
+
+/// Prompts right-padded with `pad` to `t` tokens, `(b, t)`, and the row of each prompt's
+/// last token among the `b · t` rows.
+fn padded(
+    prompts: &[&[u32]],
+    pad: u32,
+    t: usize,
+    device: &Device,
+) -> Result<(Tensor, Tensor), LmError> {
+    let b = prompts.len();
+    let mut flat = Vec::with_capacity(b * t);
+    for p in prompts {
+        flat.extend_from_slice(p);
+        flat.extend(std::iter::repeat_n(pad, t - p.len()));
+    }
+    let last: Vec<u32> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (i * t + p.len().max(1) - 1) as u32)
+        .collect();
+    Ok((
+        Tensor::from_vec(flat, (b, t), device)?,
+        Tensor::from_vec(last, b, device)?,
+    ))
 }
 
 /// Rotary tables `(max_positions, head_dim / 2)`, as candle-transformers' qwen2 builds them.
