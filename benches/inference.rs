@@ -42,18 +42,20 @@ fn forward(c: &mut Criterion) {
         ("tiny", Preset::Tiny, &[1usize, 16, 64, 256][..]),
         ("small", Preset::Small, &[1usize, 16, 64, 256][..]),
     ] {
-        let (cfg, dec) = decoder(preset);
+        // Made by the first benchmark that runs, so a filter skips the other model's setup.
+        let mut model = None;
         let mut group = c.benchmark_group(format!("forward/{name}"));
         group
             .sample_size(10)
             .measurement_time(Duration::from_secs(5));
         for &b in batches {
-            let ids: Vec<u32> = (0..b * PROMPT)
-                .map(|i| (i * 31 % cfg.vocab_size) as u32)
-                .collect();
-            let ids = Tensor::from_vec(ids, (b, PROMPT), &Device::Cpu).expect("ids");
             group.throughput(Throughput::Elements((b * PROMPT) as u64));
             group.bench_function(format!("batch{b}"), |bench| {
+                let (cfg, dec) = model.get_or_insert_with(|| decoder(preset));
+                let ids: Vec<u32> = (0..b * PROMPT)
+                    .map(|i| (i * 31 % cfg.vocab_size) as u32)
+                    .collect();
+                let ids = Tensor::from_vec(ids, (b, PROMPT), &Device::Cpu).expect("ids");
                 bench.iter(|| dec.forward(&ids, None, Fwd::Fast).expect("forward"))
             });
         }
@@ -157,12 +159,13 @@ fn scene_step(c: &mut Criterion) {
         cfg.arenas = 256;
         cfg.episodes = u32::MAX;
         cfg.record_arenas = vec![];
-        let mut app = build_app(&cfg).expect("app");
-        app.update();
         let mut group = c.benchmark_group("scene_step");
         group.sample_size(10);
         group.throughput(Throughput::Elements(agents * 256));
+        // Built inside, so that a filter that skips this benchmark skips its setup too.
         group.bench_function(file.trim_end_matches(".scene.ron"), |b| {
+            let mut app = build_app(&cfg).expect("app");
+            app.update();
             b.iter(|| app.update())
         });
         group.finish();
