@@ -450,6 +450,153 @@ impl CustomOp1 for Rope {
     }
 }
 
+// ---------------------------------------------------------------- attention (inference)
+
+/// Attention for inference over packed rows, no backward: query row `r` of `q`
+/// (`(rows, heads, dim)`) attends to the key/value rows `spans[r].0 .. spans[r].0 +
+/// spans[r].1` of `k` and `v` (`(rows_k, kv_heads, dim)`, query head `h` reading key/value
+/// head `h / (heads / kv_heads)`). Causal attention over packed prompts gives each row the
+/// span from its prompt's first token to itself; a prompt's last token alone sees its whole
+/// prompt. Scores, softmax (with [`exp`]) and the weighted sum stay in registers and a
+/// `span`-long buffer, one thread per block of query rows.
+pub fn span_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    spans: &[(u32, u32)],
+    scale: f32,
+) -> Result<Tensor> {
+    const OP: &str = "span-attention";
+    let (rows, heads, dim) = q.dims3()?;
+    let (rows_k, kv_heads, dim_k) = k.dims3()?;
+    if v.dims() != k.dims() || dim_k != dim || kv_heads == 0 || heads % kv_heads != 0 {
+        bail!(
+            "{OP}: q {:?}, k {:?}, v {:?}",
+            q.shape(),
+            k.shape(),
+            v.shape()
+        );
+    }
+    if spans.len() != rows
+        || spans
+            .iter()
+            .any(|&(o, n)| n == 0 || (o + n) as usize > rows_k)
+    {
+        bail!(
+            "{OP}: {} spans for {rows} rows over {rows_k} keys",
+            spans.len()
+        );
+    }
+    let group = heads / kv_heads;
+    let out = with_data(q, OP, |q| {
+        with_data(k, OP, |k| {
+            with_data(v, OP, |v| {
+                // Keys transposed to `(kv_heads, dim, rows_k)`: a query's scores are then
+                // `dim` multiply-adds over contiguous runs of keys, no sums across lanes.
+                let mut kt = vec![0f32; k.len()];
+                kt.par_chunks_mut(rows_k).enumerate().for_each(|(hd, col)| {
+                    let (kvh, d) = (hd / dim, hd % dim);
+                    for (r, c) in col.iter_mut().enumerate() {
+                        *c = k[(r * kv_heads + kvh) * dim + d];
+                    }
+                });
+                let k = &kt[..];
+                let mut out = vec![0f32; rows * heads * dim];
+                out.par_chunks_mut(heads * dim)
+                    .zip(q.par_chunks(heads * dim))
+                    .zip(spans.par_iter())
+                    .with_min_len(4)
+                    .for_each(|((out, q), &(first, len))| {
+                        pulp::Arch::new().dispatch(AttendRow {
+                            out,
+                            q,
+                            k,
+                            v,
+                            first: first as usize,
+                            len: len as usize,
+                            rows_k,
+                            heads,
+                            group,
+                            kv_heads,
+                            dim,
+                            scale,
+                        })
+                    });
+                Ok(out)
+            })
+        })
+    })?;
+    Tensor::from_vec(out, (rows, heads, dim), q.device())
+}
+
+/// One query row of [`span_attention`], every head. A `pulp` operation rather than a
+/// closure, so that it is compiled inside the dispatcher's AVX-512/AVX2 function.
+struct AttendRow<'a> {
+    out: &'a mut [f32],
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    first: usize,
+    len: usize,
+    rows_k: usize,
+    heads: usize,
+    group: usize,
+    kv_heads: usize,
+    dim: usize,
+    scale: f32,
+}
+
+impl pulp::WithSimd for AttendRow<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let Self {
+            out,
+            q,
+            k,
+            v,
+            first,
+            len,
+            rows_k,
+            heads,
+            group,
+            kv_heads,
+            dim,
+            scale,
+        } = self;
+        let mut p = vec![0f32; len];
+        for h in 0..heads {
+            let kvh = h / group;
+            let qh = &q[h * dim..(h + 1) * dim];
+            // k is transposed: (kv_heads, dim, rows_k).
+            p.fill(0.0);
+            for (d, &qd) in qh.iter().enumerate() {
+                let at = (kvh * dim + d) * rows_k + first;
+                let qd = qd * scale;
+                for (pj, &kj) in p.iter_mut().zip(&k[at..at + len]) {
+                    *pj += qd * kj;
+                }
+            }
+            let max = p.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            // Exponentials in one loop, the sum in another: a running sum in the same loop
+            // would keep the exponentials from vectorising.
+            for pj in p.iter_mut() {
+                *pj = exp(*pj - max);
+            }
+            let inv = 1.0 / p.iter().sum::<f32>();
+            let oh = &mut out[h * dim..(h + 1) * dim];
+            for (j, &pj) in p.iter().enumerate() {
+                let at = ((first + j) * kv_heads + kvh) * dim;
+                let w = pj * inv;
+                for (o, &x) in oh.iter_mut().zip(&v[at..at + dim]) {
+                    *o += w * x;
+                }
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------- SwiGLU
 
 /// `silu(g) · u`, the gated MLP's activation, with a backward pass for both inputs.
@@ -694,6 +841,34 @@ mod tests {
             &|x| rope_at(&x[0], &tables, &positions),
             &|x| rope(&x[0].reshape((b, t, h, d))?, &tables)?.reshape((b * t, h, d)),
             1e-6,
+        );
+    }
+
+    #[test]
+    fn span_attention_matches_candle_varlen_flash_attention() {
+        // Three packed prompts, 4 query heads over 2 key/value heads.
+        let lens = [5u32, 1, 9];
+        let total: u32 = lens.iter().sum();
+        let (heads, kv, dim) = (4, 2, 40);
+        let q = random(&[total as usize, heads, dim], 16);
+        let k = random(&[total as usize, kv, dim], 17);
+        let v = random(&[total as usize, kv, dim], 18);
+        let mut spans = Vec::new();
+        let mut first = 0;
+        for &n in &lens {
+            spans.extend((1..=n).map(|i| (first, i)));
+            first += n;
+        }
+        let ours = span_attention(&q, &k, &v, &spans, 0.3).unwrap();
+        let l = Tensor::new(&lens[..], &Device::Cpu).unwrap();
+        let theirs = candle_nn::attention::flash_attn_varlen_cpu(
+            &q, &k, &v, None, &l, &l, 9, 9, 0.3, true, None, None,
+        )
+        .unwrap();
+        assert!(
+            max_diff(&ours, &theirs) < 1e-5,
+            "{}",
+            max_diff(&ours, &theirs)
         );
     }
 

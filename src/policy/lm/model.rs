@@ -292,7 +292,7 @@ impl Decoder {
     }
 
     /// [`Decoder::last_hidden`] on the fast path (CPU): the prompts packed end to end with
-    /// no padding, each attending to itself only (candle's variable-length attention), and
+    /// no padding, each attending to itself only ([`kernels::span_attention`]), and
     /// the last layer computed for each prompt's last token alone (its keys and values still
     /// cover every token).
     fn last_hidden_packed(
@@ -307,16 +307,23 @@ impl Decoder {
         let ids: Vec<u32> = prompts.iter().flat_map(|p| p.iter().copied()).collect();
         let pos: Vec<u32> = lens.iter().flat_map(|&n| 0..n).collect();
         let last_pos: Vec<u32> = lens.iter().map(|&n| n - 1).collect();
-        let last_rows: Vec<u32> = lens
+        let firsts: Vec<u32> = lens
             .iter()
-            .scan(0u32, |end, &n| {
-                *end += n;
-                Some(*end - 1)
+            .scan(0u32, |start, &n| {
+                *start += n;
+                Some(*start - n)
             })
             .collect();
-        let longest = lens.iter().copied().max().unwrap_or(1) as usize;
-        let lens_k = Tensor::from_vec(lens.clone(), b, device)?;
-        let ones = Tensor::from_vec(vec![1u32; b], b, device)?;
+        // Every token sees its prompt up to itself; in the last layer only each prompt's
+        // last token is computed, and it sees its whole prompt.
+        let spans_all: Vec<(u32, u32)> = firsts
+            .iter()
+            .zip(&lens)
+            .flat_map(|(&f, &n)| (1..=n).map(move |i| (f, i)))
+            .collect();
+        let spans_last: Vec<(u32, u32)> =
+            firsts.iter().copied().zip(lens.iter().copied()).collect();
+        let last_rows: Vec<u32> = spans_last.iter().map(|&(f, n)| f + n - 1).collect();
         let last_idx = Tensor::from_vec(last_rows, b, device)?;
         let (nh, nkv, hd) = self.heads();
         let scale = 1.0 / (hd as f32).sqrt();
@@ -329,18 +336,16 @@ impl Decoder {
             let k = kernels::rope_at(&k, &self.rope, &pos)?;
             let v = proj(&l.v, &l.names[2], &n, adapter)?.reshape((total, nkv, hd))?;
             let last = i + 1 == self.layers.len();
-            let (n, q_pos, lens_q, longest_q) = if last {
+            let (n, q_pos, spans) = if last {
                 x = x.index_select(&last_idx, 0)?;
-                (n.index_select(&last_idx, 0)?, &last_pos[..], &ones, 1)
+                (n.index_select(&last_idx, 0)?, &last_pos[..], &spans_last)
             } else {
-                (n, &pos[..], &lens_k, longest)
+                (n, &pos[..], &spans_all)
             };
             let rows = n.dim(0)?;
             let q = proj(&l.q, &l.names[0], &n, adapter)?.reshape((rows, nh, hd))?;
             let q = kernels::rope_at(&q, &self.rope, q_pos)?;
-            let out = candle_nn::attention::flash_attn_varlen_cpu(
-                &q, &k, &v, None, lens_q, &lens_k, longest_q, longest, scale, true, None, None,
-            )?;
+            let out = kernels::span_attention(&q, &k, &v, spans, scale)?;
             let a = proj(&l.o, &l.names[3], &out.reshape((rows, nh * hd))?, adapter)?;
             x = self.mlp(l, &(x + a)?, Path::Fast, adapter)?;
         }
@@ -513,11 +518,11 @@ impl Decoder {
         let v = proj(&l.v, &l.names[2], x, adapter)?.reshape((b * t, nkv, hd))?;
         let q = candle_nn::rotary_emb::rope_thd(&q, cos, sin)?.reshape((b * t, nh, hd))?;
         let k = candle_nn::rotary_emb::rope_thd(&k, cos, sin)?.reshape((b * t, nkv, hd))?;
-        let lens = Tensor::from_vec(vec![t as u32; b], b, x.device())?;
+        let spans: Vec<(u32, u32)> = (0..b * t)
+            .map(|r| ((r - r % t) as u32, (r % t + 1) as u32))
+            .collect();
         let scale = 1.0 / (hd as f32).sqrt();
-        let out = candle_nn::attention::flash_attn_varlen_cpu(
-            &q, &k, &v, None, &lens, &lens, t, t, scale, true, None, None,
-        )?;
+        let out = kernels::span_attention(&q, &k, &v, &spans, scale)?;
         proj(&l.o, &l.names[3], &out.reshape((b * t, nh * hd))?, adapter)
     }
 
