@@ -551,22 +551,12 @@ impl pulp::WithSimd for AttendRow<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
-        let Self {
-            out,
-            q,
-            k,
-            v,
-            first,
-            len,
-            rows_k,
-            heads,
-            group,
-            kv_heads,
-            dim,
-            scale,
-        } = self;
+        let (first, len, rows_k, dim, scale) =
+            (self.first, self.len, self.rows_k, self.dim, self.scale);
+        let (group, kv_heads) = (self.group, self.kv_heads);
+        let Self { out, q, k, v, .. } = self;
         let mut p = vec![0f32; len];
-        for h in 0..heads {
+        for h in 0..self.heads {
             let kvh = h / group;
             let qh = &q[h * dim..(h + 1) * dim];
             // k is transposed: (kv_heads, dim, rows_k).
