@@ -1,8 +1,9 @@
 //! A Qwen2-style decoder whose weights carry the Hugging Face names, with two forward
 //! paths over the same tensors:
 //!
-//! - [`Path::Fast`] for inference: candle's fused kernels (`rms_norm`, `softmax_last_dim`,
-//!   `rope`), which record no backward pass;
+//! - [`Path::Fast`] for inference: fused kernels that record no backward pass (candle's
+//!   `rms_norm`; on the CPU our packed [`kernels::span_attention`] and rotary embedding,
+//!   elsewhere candle's `rope` and `softmax_last_dim`);
 //! - [`Path::Train`] for training: on the CPU, the fused kernels of [`super::kernels`]
 //!   (RMS norm, causal softmax, rotary embedding, SwiGLU), each with a hand-written backward
 //!   pass, so that every weight receives a gradient; elsewhere [`Path::Composed`];
@@ -500,9 +501,10 @@ impl Decoder {
         })
     }
 
-    /// Causal attention on the fast path: rotary embeddings in the `(b, t, heads, dim)`
-    /// layout the projections produce, then candle's fused CPU attention over the rows as
-    /// packed sequences (no score matrix, no transposes, no repeated key/value heads).
+    /// Causal attention on the fast path (CPU): rotary embeddings in the `(b, t, heads, dim)`
+    /// layout the projections produce, then [`kernels::span_attention`] over the rows, each
+    /// seeing its sequence up to itself (no score matrix, no transposes, no repeated
+    /// key/value heads).
     fn attention_fused(
         &self,
         l: &Layer,
