@@ -1,4 +1,5 @@
-//! Fused CPU kernels with hand-written backward passes, for the training path.
+//! Fused CPU kernels: with hand-written backward passes for the training path, and the
+//! fast path's attention.
 //!
 //! candle's fused `rms_norm`, `softmax_last_dim` and `rope` record no backward pass, and the
 //! differentiable compositions (`rms_norm_slow`, `softmax` after a mask, `rope_slow`, `silu`
@@ -10,13 +11,17 @@
 //! |---|---|---|
 //! | [`rms_norm`] | `y = x / sqrt(mean(x²) + eps) · w` | `dx = r (w·dy − x̂ mean(x̂ · w·dy))`, `dw = Σ dy · x̂` |
 //! | [`causal_softmax`] | `p = softmax_{j ≤ i}(s · scale)`, 0 above the diagonal | `ds = scale · p (dp − Σ p·dp)` |
-//! | [`rope`] | rotate-half rotary embedding in `(b, t, heads, dim)` layout | the inverse rotation |
+//! | [`prefix_softmax`] | the same for one query per sequence over its first `len` keys | the same |
+//! | [`rope`], [`rope_at`] | rotate-half rotary embedding, positions along `t` or given | the inverse rotation |
 //! | [`swiglu`] | `silu(g) · u` | `dg = dy · u · σ(g)(1 + g(1 − σ(g)))`, `du = dy · silu(g)` |
+//! | [`span_attention`] | each query row over a span of packed key rows (inference) | none |
 //!
 //! Work is split over rows with rayon; every output element is computed by one thread in a
 //! fixed order, and the one cross-row sum (`dw`) adds fixed blocks of rows in order, so the
-//! results are the same bits on any thread count. The kernels take f32 tensors on the CPU;
-//! the model uses the differentiable compositions elsewhere.
+//! results are the same bits on any thread count. Inner loops run under `pulp`'s run-time
+//! dispatch, so they compile for AVX-512 or AVX2 where the CPU has them, with [`exp`] in
+//! place of libm's. The kernels take f32 tensors on the CPU; the model uses candle's
+//! operations elsewhere.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Storage, Tensor, bail};
 use rayon::prelude::*;
