@@ -87,6 +87,17 @@ fn with_data<R>(t: &Tensor, op: &str, f: impl FnOnce(&[f32]) -> Result<R>) -> Re
     }
 }
 
+/// [`with_data`] on three tensors at once.
+fn with_data3<R>(
+    (a, b, c): (&Tensor, &Tensor, &Tensor),
+    op: &str,
+    f: impl FnOnce(&[f32], &[f32], &[f32]) -> Result<R>,
+) -> Result<R> {
+    with_data(a, op, |a| {
+        with_data(b, op, |b| with_data(c, op, |c| f(a, b, c)))
+    })
+}
+
 fn last_dim(shape: &Shape, op: &str) -> Result<usize> {
     match shape.dims().last() {
         Some(&n) if n > 0 => Ok(n),
@@ -156,52 +167,48 @@ impl CustomOp2 for RmsNorm {
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let h = x.dim(candle_core::D::Minus1)?;
         let rows = x.elem_count() / h;
-        let (dx, dw) = with_data(x, self.name(), |x| {
-            with_data(w, self.name(), |w| {
-                with_data(dy, self.name(), |dy| {
-                    let mut dx = vec![0f32; x.len()];
-                    // dw: one partial sum per block of rows, added in block order.
-                    let block = MIN_ROWS * h;
-                    let partial: Vec<Vec<f32>> = dx
-                        .par_chunks_mut(block)
-                        .zip(x.par_chunks(block).zip(dy.par_chunks(block)))
-                        .map(|(dxb, (xb, dyb))| {
-                            vectorised(|| {
-                                let mut dw = vec![0f32; h];
-                                for ((dxr, xr), dyr) in
-                                    dxb.chunks_mut(h).zip(xb.chunks(h)).zip(dyb.chunks(h))
-                                {
-                                    let r = self.inv_rms(xr);
-                                    // mean(x̂ · w · dy)
-                                    let mut dot = 0f32;
-                                    for ((&v, &g), &d) in xr.iter().zip(w).zip(dyr) {
-                                        dot += v * r * g * d;
-                                    }
-                                    let c = dot / h as f32;
-                                    for (((o, &v), &g), (&d, acc)) in dxr
-                                        .iter_mut()
-                                        .zip(xr)
-                                        .zip(w)
-                                        .zip(dyr.iter().zip(dw.iter_mut()))
-                                    {
-                                        let xh = v * r;
-                                        *o = r * (g * d - xh * c);
-                                        *acc += d * xh;
-                                    }
-                                }
-                                dw
-                            })
-                        })
-                        .collect();
-                    let mut dw = vec![0f32; h];
-                    for p in partial {
-                        for (a, b) in dw.iter_mut().zip(p) {
-                            *a += b;
+        let (dx, dw) = with_data3((x, w, dy), self.name(), |x, w, dy| {
+            let mut dx = vec![0f32; x.len()];
+            // dw: one partial sum per block of rows, added in block order.
+            let block = MIN_ROWS * h;
+            let partial: Vec<Vec<f32>> = dx
+                .par_chunks_mut(block)
+                .zip(x.par_chunks(block).zip(dy.par_chunks(block)))
+                .map(|(dxb, (xb, dyb))| {
+                    vectorised(|| {
+                        let mut dw = vec![0f32; h];
+                        for ((dxr, xr), dyr) in
+                            dxb.chunks_mut(h).zip(xb.chunks(h)).zip(dyb.chunks(h))
+                        {
+                            let r = self.inv_rms(xr);
+                            // mean(x̂ · w · dy)
+                            let mut dot = 0f32;
+                            for ((&v, &g), &d) in xr.iter().zip(w).zip(dyr) {
+                                dot += v * r * g * d;
+                            }
+                            let c = dot / h as f32;
+                            for (((o, &v), &g), (&d, acc)) in dxr
+                                .iter_mut()
+                                .zip(xr)
+                                .zip(w)
+                                .zip(dyr.iter().zip(dw.iter_mut()))
+                            {
+                                let xh = v * r;
+                                *o = r * (g * d - xh * c);
+                                *acc += d * xh;
+                            }
                         }
-                    }
-                    Ok((dx, dw))
+                        dw
+                    })
                 })
-            })
+                .collect();
+            let mut dw = vec![0f32; h];
+            for p in partial {
+                for (a, b) in dw.iter_mut().zip(p) {
+                    *a += b;
+                }
+            }
+            Ok((dx, dw))
         })?;
         debug_assert_eq!(dx.len(), rows * h);
         Ok((
@@ -493,43 +500,39 @@ pub fn span_attention(
         );
     }
     let group = heads / kv_heads;
-    let out = with_data(q, OP, |q| {
-        with_data(k, OP, |k| {
-            with_data(v, OP, |v| {
-                // Keys transposed to `(kv_heads, dim, rows_k)`: a query's scores are then
-                // `dim` multiply-adds over contiguous runs of keys, no sums across lanes.
-                let mut kt = vec![0f32; k.len()];
-                kt.par_chunks_mut(rows_k).enumerate().for_each(|(hd, col)| {
-                    let (kvh, d) = (hd / dim, hd % dim);
-                    for (r, c) in col.iter_mut().enumerate() {
-                        *c = k[(r * kv_heads + kvh) * dim + d];
-                    }
-                });
-                let k = &kt[..];
-                let mut out = vec![0f32; rows * heads * dim];
-                out.par_chunks_mut(heads * dim)
-                    .zip(q.par_chunks(heads * dim))
-                    .zip(spans.par_iter())
-                    .with_min_len(4)
-                    .for_each(|((out, q), &(first, len))| {
-                        pulp::Arch::new().dispatch(AttendRow {
-                            out,
-                            q,
-                            k,
-                            v,
-                            first: first as usize,
-                            len: len as usize,
-                            rows_k,
-                            heads,
-                            group,
-                            kv_heads,
-                            dim,
-                            scale,
-                        })
-                    });
-                Ok(out)
-            })
-        })
+    let out = with_data3((q, k, v), OP, |q, k, v| {
+        // Keys transposed to `(kv_heads, dim, rows_k)`: a query's scores are then
+        // `dim` multiply-adds over contiguous runs of keys, no sums across lanes.
+        let mut kt = vec![0f32; k.len()];
+        kt.par_chunks_mut(rows_k).enumerate().for_each(|(hd, col)| {
+            let (kvh, d) = (hd / dim, hd % dim);
+            for (r, c) in col.iter_mut().enumerate() {
+                *c = k[(r * kv_heads + kvh) * dim + d];
+            }
+        });
+        let k = &kt[..];
+        let mut out = vec![0f32; rows * heads * dim];
+        out.par_chunks_mut(heads * dim)
+            .zip(q.par_chunks(heads * dim))
+            .zip(spans.par_iter())
+            .with_min_len(4)
+            .for_each(|((out, q), &(first, len))| {
+                pulp::Arch::new().dispatch(AttendRow {
+                    out,
+                    q,
+                    k,
+                    v,
+                    first: first as usize,
+                    len: len as usize,
+                    rows_k,
+                    heads,
+                    group,
+                    kv_heads,
+                    dim,
+                    scale,
+                })
+            });
+        Ok(out)
     })?;
     Tensor::from_vec(out, (rows, heads, dim), q.device())
 }
@@ -646,30 +649,26 @@ impl CustomOp2 for SwiGlu {
         _y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let (dg, du) = with_data(g, self.name(), |g| {
-            with_data(u, self.name(), |u| {
-                with_data(dy, self.name(), |dy| {
-                    let mut dg = vec![0f32; g.len()];
-                    let mut du = vec![0f32; g.len()];
-                    dg.par_chunks_mut(MIN_ELEMS)
-                        .zip(du.par_chunks_mut(MIN_ELEMS))
-                        .zip(
-                            g.par_chunks(MIN_ELEMS)
-                                .zip(u.par_chunks(MIN_ELEMS).zip(dy.par_chunks(MIN_ELEMS))),
-                        )
-                        .for_each(|((dgc, duc), (gc, (uc, dyc)))| {
-                            vectorised(|| {
-                                for i in 0..gc.len() {
-                                    let a = gc[i];
-                                    let s = 1.0 / (1.0 + exp(-a));
-                                    dgc[i] = dyc[i] * uc[i] * s * (1.0 + a * (1.0 - s));
-                                    duc[i] = dyc[i] * a * s;
-                                }
-                            })
-                        });
-                    Ok((dg, du))
-                })
-            })
+        let (dg, du) = with_data3((g, u, dy), self.name(), |g, u, dy| {
+            let mut dg = vec![0f32; g.len()];
+            let mut du = vec![0f32; g.len()];
+            dg.par_chunks_mut(MIN_ELEMS)
+                .zip(du.par_chunks_mut(MIN_ELEMS))
+                .zip(
+                    g.par_chunks(MIN_ELEMS)
+                        .zip(u.par_chunks(MIN_ELEMS).zip(dy.par_chunks(MIN_ELEMS))),
+                )
+                .for_each(|((dgc, duc), (gc, (uc, dyc)))| {
+                    vectorised(|| {
+                        for i in 0..gc.len() {
+                            let a = gc[i];
+                            let s = 1.0 / (1.0 + exp(-a));
+                            dgc[i] = dyc[i] * uc[i] * s * (1.0 + a * (1.0 - s));
+                            duc[i] = dyc[i] * a * s;
+                        }
+                    })
+                });
+            Ok((dg, du))
         })?;
         Ok((
             Some(Tensor::from_vec(dg, g.shape(), g.device())?),
