@@ -14,7 +14,7 @@
 use candle_core::{D, Device, Tensor, Var};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use emergence::policy::lm::model::{Path as Fwd, init_weights};
-use emergence::policy::lm::{Decoder, LmConfig, Preset, Weights};
+use emergence::policy::lm::{Decoder, LmConfig, Lora, Preset, Weights};
 use emergence::train::optim::{AdamParams, AdamW};
 use std::path::Path;
 use std::time::Duration;
@@ -89,7 +89,7 @@ impl Step {
         let dec = &self.dec;
         // As the trainer reads it: the final hidden state at each prompt's last token.
         let h = dec
-            .last_hidden(&self.prompts, 0, Fwd::Train, None)
+            .last_hidden(&self.prompts, 0, Fwd::Train, Lora::Base)
             .expect("hidden");
         let lp = candle_nn::ops::log_softmax(&dec.head(&h).expect("head"), D::Minus1)
             .and_then(|lp| lp.index_select(&self.action, 1))

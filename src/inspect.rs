@@ -200,7 +200,7 @@ impl Frame {
                     _ => String::new(),
                 },
                 adapter: match (registry, handle) {
-                    (Some(r), Some(&h)) => r.adapter(h, role),
+                    (Some(r), Some(&h)) => r.adapter(h, role, agent.slot),
                     _ => None,
                 },
                 text,

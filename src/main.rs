@@ -219,11 +219,11 @@ struct TrainArgs {
     /// Advantage Alignment's beta [default: 0.5].
     #[arg(long)]
     aa_beta: Option<f32>,
-    /// One model for every learning agent, a LoRA adapter per role over a frozen base, or a
-    /// model per learning team [default: shared].
+    /// One model for every learning agent, a LoRA adapter per role or per agent over a
+    /// frozen base, or a model per learning team [default: shared].
     #[arg(long, value_enum)]
     sharing: Option<emergence::train::Sharing>,
-    /// Rank of the per-role LoRA adapters (`--sharing role-lora`) [default: 8].
+    /// Rank of the LoRA adapters (`--sharing role-lora` or `agent-lora`) [default: 8].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     lora_rank: Option<u32>,
     /// CORY: updates between pioneer/observer role swaps [default: 2].

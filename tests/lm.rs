@@ -6,7 +6,7 @@ use candle_core::{DType, Device, IndexOp, Tensor, Var};
 use candle_nn::{Linear, Module, VarBuilder};
 use emergence::policy::lm::model::{Path as Fwd, Weights, init_weights, weight_shapes};
 use emergence::policy::lm::tokenizer::{build_tokenizer, default_vocabulary, encode};
-use emergence::policy::lm::{Decoder, LmConfig, LmError, ModelFolder, Preset};
+use emergence::policy::lm::{Decoder, LmConfig, LmError, Lora, ModelFolder, Preset};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -154,7 +154,7 @@ fn last_hidden_of_mixed_lengths_matches_each_prompt_alone() {
     let mut grads = Vec::new();
     for path in [Fwd::Fast, Fwd::Train, Fwd::Composed] {
         let h = dec
-            .last_hidden(&prompts, 0, path, None)
+            .last_hidden(&prompts, 0, path, Lora::Base)
             .expect("last hidden");
         let d = max_abs_diff(&h, &alone);
         assert!(d < 1e-5, "{path:?}: {d}");
@@ -485,7 +485,7 @@ fn lora_adapters_start_neutral_train_and_round_trip() {
     assert_eq!(fresh.weights.len(), 7 * cfg.num_hidden_layers);
     // B = 0: the adapter changes nothing.
     let same = dec
-        .forward_with(&ids, None, Fwd::Fast, Some(&fresh))
+        .forward_with(&ids, None, Fwd::Fast, Lora::All(&fresh))
         .expect("lora");
     assert_eq!(max_abs_diff(&plain, &same), 0.0);
     // Gradients reach every A and B through the training path (B first, A once B moved).
@@ -509,7 +509,7 @@ fn lora_adapters_start_neutral_train_and_round_trip() {
             .collect(),
     };
     let logits = dec
-        .forward_with(&ids, None, Fwd::Train, Some(&trained))
+        .forward_with(&ids, None, Fwd::Train, Lora::All(&trained))
         .expect("train");
     let lp = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1).expect("lsm");
     let loss = lp.i((.., .., 7)).expect("pick").mean_all().expect("mean");
@@ -532,7 +532,7 @@ fn lora_adapters_start_neutral_train_and_round_trip() {
         "no gradient reached the adapter of {missing:?}"
     );
     let moved = dec
-        .forward_with(&ids, None, Fwd::Fast, Some(&trained))
+        .forward_with(&ids, None, Fwd::Fast, Lora::All(&trained))
         .expect("lora");
     assert!(max_abs_diff(&plain, &moved) > 1e-4);
     // Saved and loaded in the PEFT layout, the same logits.
@@ -541,7 +541,7 @@ fn lora_adapters_start_neutral_train_and_round_trip() {
     trained.save(&dir).expect("save");
     let back = Adapter::load(&dir, &cfg, &Device::Cpu).expect("load");
     let again = dec
-        .forward_with(&ids, None, Fwd::Fast, Some(&back))
+        .forward_with(&ids, None, Fwd::Fast, Lora::All(&back))
         .expect("lora");
     assert_eq!(max_abs_diff(&moved, &again), 0.0);
     // A missing tensor names the file and the tensor.
@@ -591,4 +591,118 @@ fn the_value_head_trains_and_hugging_face_folders_do_without_it() {
     let dec = Decoder::new(&small_config(true), &plain, Path::new("mem")).expect("decoder");
     let h = dec.hidden(&ids(&cfg), None, Fwd::Fast).expect("hidden");
     assert!(dec.value(&h).expect("value").is_none());
+}
+
+/// LoRA per prompt in one forward (`Lora::Each`: per role or per agent): every prompt's final
+/// hidden state equals what its own adapter (or the base model) gives it alone, on every path,
+/// with the prompts' adapters interleaved; the training path's gradient reaches both
+/// adapters' `A` and `B` in every module; and a wrong count of adapters is an error.
+#[test]
+fn one_forward_with_an_adapter_per_prompt_matches_each_adapter_alone() {
+    use emergence::policy::lm::{Adapter, LoraConfig};
+    let cfg = small_config(false);
+    let base = init_weights(&cfg, 5, &Device::Cpu).expect("init");
+    let dec = Decoder::new(&cfg, &base, Path::new("mem")).expect("decoder");
+    // Two adapters with B moved off zero (a fresh one changes nothing), as variables.
+    let adapter = |seed: u64| {
+        let fresh = Adapter::init(&cfg, LoraConfig::all(4), seed, &Device::Cpu).expect("init");
+        let vars: Vec<(String, Var, Var)> = fresh
+            .weights
+            .iter()
+            .map(|(k, (a, b))| {
+                let b = (b + 0.02 * seed as f64).expect("nudge");
+                (
+                    k.clone(),
+                    Var::from_tensor(a).expect("a"),
+                    Var::from_tensor(&b).expect("b"),
+                )
+            })
+            .collect();
+        let adapter = Adapter {
+            config: fresh.config.clone(),
+            weights: vars
+                .iter()
+                .map(|(k, a, b)| (k.clone(), (a.as_tensor().clone(), b.as_tensor().clone())))
+                .collect(),
+        };
+        (vars, adapter)
+    };
+    let (va, a) = adapter(1);
+    let (vb, b) = adapter(2);
+    let prompts: Vec<Vec<u32>> = [9usize, 3, 17, 4, 12, 6]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (0..n).map(|j| ((i * 11 + j * 5) % 61) as u32).collect())
+        .collect();
+    let each = [Some(&a), Some(&b), None, Some(&a), Some(&b), Some(&b)];
+    let alone: Vec<Tensor> = prompts
+        .iter()
+        .zip(each)
+        .map(|(p, ad)| {
+            let ids = Tensor::from_vec(p.clone(), (1, p.len()), &Device::Cpu).expect("ids");
+            let h = dec
+                .hidden_with(&ids, None, Fwd::Composed, ad.into())
+                .expect("hidden");
+            h.i((0, p.len() - 1)).expect("last")
+        })
+        .collect();
+    let alone = Tensor::stack(&alone, 0).expect("stack");
+    // Not trivially equal: the adapters change the result.
+    let plain = dec
+        .last_hidden(&prompts, 0, Fwd::Fast, Lora::Base)
+        .expect("base");
+    assert!(max_abs_diff(&plain, &alone) > 1e-4);
+    for path in [Fwd::Fast, Fwd::Train, Fwd::Composed] {
+        let h = dec
+            .last_hidden(&prompts, 0, path, Lora::Each(&each))
+            .expect("mixed");
+        let d = max_abs_diff(&h, &alone);
+        assert!(d < 1e-5, "{path:?}: {d}");
+    }
+    // The full forward over padded rows reads the same per-row adapters.
+    let t = 17;
+    let flat: Vec<u32> = prompts
+        .iter()
+        .flat_map(|p| p.iter().copied().chain(std::iter::repeat_n(0, t - p.len())))
+        .collect();
+    let ids = Tensor::from_vec(flat, (prompts.len(), t), &Device::Cpu).expect("ids");
+    let full = dec
+        .hidden_with(&ids, None, Fwd::Fast, Lora::Each(&each))
+        .expect("forward");
+    let lasts: Vec<Tensor> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| full.i((i, p.len() - 1)).expect("last"))
+        .collect();
+    let d = max_abs_diff(&Tensor::stack(&lasts, 0).expect("stack"), &alone);
+    assert!(d < 1e-5, "padded forward: {d}");
+    // Gradients reach every A and B of both adapters through one training forward.
+    let h = dec
+        .last_hidden(&prompts, 0, Fwd::Train, Lora::Each(&each))
+        .expect("train");
+    let loss = (&h * &alone).and_then(|x| x.sum_all()).expect("loss");
+    let grads = loss.backward().expect("backward");
+    let nonzero = |v: &Var| {
+        grads.get(v).is_some_and(|g| {
+            g.abs()
+                .and_then(|a| a.sum_all())
+                .and_then(|s| s.to_scalar::<f32>())
+                .is_ok_and(|s| s > 0.0)
+        })
+    };
+    for (who, vars) in [("a", &va), ("b", &vb)] {
+        let missing: Vec<&str> = vars
+            .iter()
+            .filter(|(_, a, b)| !nonzero(a) || !nonzero(b))
+            .map(|(k, _, _)| k.as_str())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "adapter {who}: no gradient for {missing:?}"
+        );
+    }
+    let e = dec
+        .last_hidden(&prompts, 0, Fwd::Fast, Lora::Each(&each[..2]))
+        .expect_err("two adapters for six prompts");
+    assert!(e.to_string().contains("2 adapters for 6 prompts"), "{e}");
 }

@@ -287,7 +287,35 @@ fn roles_with_adapters_decide_with_them() {
     let reg = app.world().resource::<emergence::policy::PolicyRegistry>();
     let stats = reg.stats();
     assert_eq!(
-        stats[0].1.forwards, 2,
-        "one forward per adapter group: {stats:?}"
+        stats[0].1.forwards, 1,
+        "one forward for every adapter group: {stats:?}"
     );
+    // Per agent: an adapter for slot 1 alone (`adapters/agent_1/`) replaces the roles'.
+    std::fs::remove_dir_all(dir.join("adapters/a")).expect("rm");
+    for (_, (_, b)) in ad.weights.iter_mut() {
+        *b = (&*b * -2.0).expect("flip");
+    }
+    ad.save(&dir.join("adapters/agent_1"))
+        .expect("save adapter");
+    // Agent 0 has no adapter of its own; a folder `agent_0` marks per-agent adapters.
+    Adapter::init(
+        &folder.config,
+        LoraConfig::all(2),
+        2,
+        &candle_core::Device::Cpu,
+    )
+    .expect("adapter")
+    .save(&dir.join("adapters/agent_0"))
+    .expect("save neutral adapter");
+    let mut app = test_app(&src, 2, 1, 0);
+    step(&mut app, 1);
+    let per_agent = probs(&app);
+    assert_eq!(
+        before[0], per_agent[0],
+        "agent 0's adapter is neutral (B = 0)"
+    );
+    assert_ne!(before[1], per_agent[1], "agent 1 decides with its adapter");
+    assert_ne!(after[1], per_agent[1]);
+    let reg = app.world().resource::<emergence::policy::PolicyRegistry>();
+    assert_eq!(reg.stats()[0].1.forwards, 1);
 }

@@ -202,7 +202,7 @@ fn losses(run: &Path) -> Vec<String> {
 /// 4 iterations in one go and 2 + resume + 2 give the same bytes: with MAPPO (its critic
 /// and both optimizers in the checkpoint), with CORY (two models, roles swapping every
 /// update, so the resumed run must pick up the right pioneer), with a separate model per
-/// team, and with a LoRA adapter per role over a frozen base.
+/// team, and with a LoRA adapter per role and per agent over a frozen base.
 #[test]
 fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
     for (algo, sharing) in [
@@ -210,6 +210,7 @@ fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
         (Algo::Cory, Sharing::Shared),
         (Algo::Ippo, Sharing::Separate),
         (Algo::Reinforce, Sharing::RoleLora),
+        (Algo::Reinforce, Sharing::AgentLora),
     ] {
         let dir = tempfile::tempdir().expect("tmp");
         let base = |name: &str, threads: usize| {
@@ -257,6 +258,12 @@ fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
                 "adapters/player_b/adapter_model.safetensors",
                 "model.safetensors",
             ],
+            (_, Sharing::AgentLora) => &[
+                "adapters/agent_0/adapter_model.safetensors",
+                "optimizer.safetensors",
+                "adapters/agent_1/adapter_model.safetensors",
+                "model.safetensors",
+            ],
             (_, Sharing::Separate) => &[
                 "team_player_a/model.safetensors",
                 "team_player_a/optimizer.safetensors",
@@ -276,8 +283,8 @@ fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
         }
         assert_eq!(losses(&whole.out), losses(&split), "{algo:?}");
         assert!(split.join("plots/returns.png").is_file());
-        if sharing == Sharing::RoleLora {
-            // The base stayed frozen (only the value head, shared by the roles, learned).
+        if matches!(sharing, Sharing::RoleLora | Sharing::AgentLora) {
+            // The base stayed frozen (only the value head, shared by the adapters, learned).
             let trained = ModelFolder::load(&split.join("checkpoints/iter_4"), &Device::Cpu)
                 .expect("checkpoint");
             let sc = load_scene(&scene("coordination.scene.ron")).expect("scene");

@@ -66,9 +66,9 @@ pub trait Policy: Send + Sync + 'static {
     fn stats(&self) -> Option<PolicyStats> {
         None
     }
-    /// The adapter this policy runs for agents of `role`, described for the viewer (`None`:
-    /// no adapter).
-    fn adapter(&self, _role: u8) -> Option<String> {
+    /// The adapter this policy runs for the agent in `slot`, whose role is `role`, described
+    /// for the viewer (`None`: no adapter).
+    fn adapter(&self, _role: u8, _slot: u16) -> Option<String> {
         None
     }
 }
@@ -331,9 +331,10 @@ impl PolicyRegistry {
         }
         Ok(())
     }
-    /// The adapter the policy behind `h` runs for `role` ([`Policy::adapter`]).
-    pub fn adapter(&self, h: PolicyHandle, role: u8) -> Option<String> {
-        self.entries.get(h.0 as usize)?.1.adapter(role)
+    /// The adapter the policy behind `h` runs for the agent in `slot` of role `role`
+    /// ([`Policy::adapter`]).
+    pub fn adapter(&self, h: PolicyHandle, role: u8, slot: u16) -> Option<String> {
+        self.entries.get(h.0 as usize)?.1.adapter(role, slot)
     }
     /// The name behind a handle.
     pub fn name(&self, h: PolicyHandle) -> Option<&str> {

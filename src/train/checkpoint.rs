@@ -176,7 +176,7 @@ pub(super) fn save_checkpoint(
             .with(|t| {
                 t.adapters
                     .iter()
-                    .map(|ra| (ra.role.clone(), ra.detached()))
+                    .map(|ra| (ra.name.clone(), ra.detached()))
                     .collect::<Vec<_>>()
             })
             .unwrap_or_default();

@@ -313,18 +313,22 @@ pub fn train(
                 Box::new(sharing::RoutedPolicy::new(models, of.clone()))
             })),
         ));
-    } else if cfg.sharing == Sharing::RoleLora {
+    } else if matches!(cfg.sharing, Sharing::RoleLora | Sharing::AgentLora) {
         if cfg.hyper.lora_rank == 0 {
             return Err(TrainError::Config("--lora-rank must be at least 1".into()));
         }
         let (s, h) = (sources[0].clone(), handles[0].clone());
         let lora = crate::policy::lm::LoraConfig::all(cfg.hyper.lora_rank);
+        let owner = match cfg.sharing {
+            Sharing::AgentLora => crate::policy::lm::AdapterOwner::Agent,
+            _ => crate::policy::lm::AdapterOwner::Role,
+        };
         run.policies.push((
             "lm".into(),
             PolicyFactory(Arc::new(move || {
                 Box::new(
                     LmPolicy::with_handle(s.clone(), candle_core::Device::Cpu, h.clone())
-                        .with_lora(lora.clone()),
+                        .with_lora(lora.clone(), owner),
                 )
             })),
         ));

@@ -1,6 +1,6 @@
 //! Parameter sharing across the learning agents: one model for all of them (the default), a
-//! LoRA adapter per role over one frozen base, or a separate model per learning team, each
-//! trained on its own team's decisions only.
+//! LoRA adapter per role or per agent over one frozen base, or a separate model per learning
+//! team, each trained on its own team's decisions only.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +20,13 @@ pub enum Sharing {
     #[value(name = "role-lora")]
     #[serde(rename = "role_lora")]
     RoleLora,
+    /// A LoRA adapter per agent slot (rank `--lora-rank`) over one frozen base model, the
+    /// agent in that slot of every arena reading it; the value head is shared and learns
+    /// too. Still one forward per step for all agents. Checkpoints hold
+    /// `adapters/agent_<slot>/` in the PEFT layout.
+    #[value(name = "agent-lora")]
+    #[serde(rename = "agent_lora")]
+    AgentLora,
     /// A model per learning team (all start from the same weights).
     Separate,
 }

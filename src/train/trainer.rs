@@ -21,7 +21,7 @@ use super::loss::{
 use super::optim::{AdamParams, AdamW};
 use super::rollout::Batch;
 use crate::policy::lm::model::Path;
-use crate::policy::lm::{Decoder, TrainHandle, Weights};
+use crate::policy::lm::{Decoder, Lora, TrainHandle, Weights};
 
 /// The algorithms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -94,7 +94,7 @@ pub struct Hyper {
     pub aa_beta: f32,
     /// CORY: updates between role swaps.
     pub swap_every: u32,
-    /// LoRA rank of the per-role adapters (`--sharing role-lora`).
+    /// LoRA rank of the adapters (`--sharing role-lora` or `agent-lora`).
     pub lora_rank: usize,
 }
 
@@ -180,8 +180,8 @@ impl UpdateStats {
 struct Sample {
     /// MAPPO: the critic's input (global state and the agent's one-hot slot).
     global: Vec<f32>,
-    /// The agent's role (its adapter under LoRA per role).
-    role: u8,
+    /// The owner of the agent's adapter under LoRA (its role or slot index).
+    owner: usize,
     tokens: Vec<u32>,
     legal: Vec<bool>,
     action: u8,
@@ -206,8 +206,11 @@ pub struct Trainer {
     critic: Option<Critic>,
     /// Seeds the centralised critic's weights (set to the run seed).
     pub seed: u64,
-    /// LoRA per role: each role's adapter over the variables (empty: no adapters).
-    role_adapters: Vec<crate::policy::lm::Adapter>,
+    /// LoRA per role or per agent: each owner's adapter over the variables (empty: no
+    /// adapters).
+    adapters: Vec<crate::policy::lm::Adapter>,
+    /// What the adapters belong to.
+    owner: crate::policy::lm::AdapterOwner,
 }
 
 impl Trainer {
@@ -226,7 +229,7 @@ impl Trainer {
                     ids.len()
                 )));
             }
-            // LoRA per role: the adapters and the value head learn, the base is frozen (read
+            // LoRA: the adapters and the value head learn, the base is frozen (read
             // through detached views, so no gradient is computed for it).
             let lora = !t.adapters.is_empty();
             let learns = |name: &str| !lora || name.starts_with("value_head");
@@ -251,11 +254,12 @@ impl Trainer {
                 .collect();
             for ra in &t.adapters {
                 for (module, a, b) in &ra.vars {
-                    named.push((format!("adapters.{}.{module}.lora_A", ra.role), a.clone()));
-                    named.push((format!("adapters.{}.{module}.lora_B", ra.role), b.clone()));
+                    named.push((format!("adapters.{}.{module}.lora_A", ra.name), a.clone()));
+                    named.push((format!("adapters.{}.{module}.lora_B", ra.name), b.clone()));
                 }
             }
-            let role_adapters = t.adapters.iter().map(|ra| ra.adapter()).collect();
+            let adapters = t.adapters.iter().map(|ra| ra.adapter()).collect();
+            let owner = t.owner;
             let reference = if hyper.kl_coef > 0.0 {
                 let frozen: Weights = t
                     .vars
@@ -293,7 +297,8 @@ impl Trainer {
                 device: device.clone(),
                 critic: None,
                 seed: 0,
-                role_adapters,
+                adapters,
+                owner,
             })
         });
         built.unwrap_or_else(|| {
@@ -463,7 +468,7 @@ impl Trainer {
                         .as_ref()
                         .map(|g| g[i][t].clone())
                         .unwrap_or_default(),
-                    role: traj.role,
+                    owner: self.owner.index(traj.role, traj.slot),
                     tokens: s.tokens.clone(),
                     legal: s.legal.clone(),
                     action: s.action,
@@ -520,8 +525,8 @@ impl Trainer {
             order.shuffle(rng);
             for chunk in order.chunks(self.hyper.minibatch.max(1)) {
                 let mut mb: Vec<&Sample> = chunk.iter().map(|&i| &samples[i]).collect();
-                if !self.role_adapters.is_empty() {
-                    mb.sort_by_key(|s| s.role);
+                if !self.adapters.is_empty() {
+                    mb.sort_by_key(|s| s.owner);
                 }
                 let critic_loss = match &mut self.critic {
                     Some(c) if self.algo == Algo::Mappo => c.step(
@@ -574,24 +579,20 @@ impl Trainer {
         bias: &Tensor,
         with_adapters: bool,
     ) -> Result<(Tensor, Option<Tensor>), TrainError> {
-        // Under LoRA per role the minibatch is sorted by role: one forward per role's run of
-        // rows, with its adapter (the reference model reads the base alone).
-        let h = if self.role_adapters.is_empty() || !with_adapters {
-            let prompts: Vec<&[u32]> = mb.iter().map(|s| s.tokens.as_slice()).collect();
-            decoder.last_hidden(&prompts, self.pad, path, None)?
+        // Under LoRA the minibatch is sorted by owner: one forward, each owner's run of rows
+        // with its adapter (the reference model reads the base alone).
+        let prompts: Vec<&[u32]> = mb.iter().map(|s| s.tokens.as_slice()).collect();
+        let each: Vec<Option<&crate::policy::lm::Adapter>> = if with_adapters {
+            mb.iter().map(|s| self.adapters.get(s.owner)).collect()
         } else {
-            let mut parts = Vec::new();
-            let mut rest = mb;
-            while let Some(first) = rest.first() {
-                let n = rest.iter().take_while(|s| s.role == first.role).count();
-                let (group, tail) = rest.split_at(n);
-                let prompts: Vec<&[u32]> = group.iter().map(|s| s.tokens.as_slice()).collect();
-                let adapter = self.role_adapters.get(usize::from(first.role));
-                parts.push(decoder.last_hidden(&prompts, self.pad, path, adapter)?);
-                rest = tail;
-            }
-            Tensor::cat(&parts, 0)?
+            Vec::new()
         };
+        let lora = if self.adapters.is_empty() || !with_adapters {
+            Lora::Base
+        } else {
+            Lora::Each(&each)
+        };
+        let h = decoder.last_hidden(&prompts, self.pad, path, lora)?;
         let tlp = candle_nn::ops::log_softmax(&decoder.head(&h)?, 1)?;
         let alp = masked_action_logprobs(&tlp, &self.action_tokens, bias)?;
         let v = decoder.value(&h)?.map(|v| v.squeeze(1)).transpose()?;

@@ -12,6 +12,48 @@ use std::path::Path;
 
 use super::LmError;
 use super::config::LmConfig;
+use crate::scene::Scene;
+
+/// What each LoRA adapter of a model belongs to: a role (every agent of the role reads it)
+/// or an agent (the agent in that slot of every arena).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AdapterOwner {
+    /// One adapter per role, in the scene's role order, in `adapters/<role>/`.
+    #[default]
+    Role,
+    /// One adapter per agent slot, in `adapters/agent_<slot>/`.
+    Agent,
+}
+
+impl AdapterOwner {
+    /// The adapters' folder names under `adapters/`, by owner index.
+    pub fn names(self, scene: &Scene) -> Vec<String> {
+        match self {
+            Self::Role => scene.roles.clone(),
+            Self::Agent => (0..scene.agent_count())
+                .map(|s| format!("agent_{s}"))
+                .collect(),
+        }
+    }
+
+    /// The owner index of the agent in `slot`, whose role is `role`.
+    pub fn index(self, role: u8, slot: u16) -> usize {
+        match self {
+            Self::Role => usize::from(role),
+            Self::Agent => usize::from(slot),
+        }
+    }
+
+    /// What a folder holds: per-agent adapters when `adapters/agent_0/` exists, else
+    /// per-role ones.
+    pub fn of_folder(dir: &Path) -> Self {
+        if dir.join("adapters").join("agent_0").is_dir() {
+            Self::Agent
+        } else {
+            Self::Role
+        }
+    }
+}
 
 /// The projections an adapter may target.
 pub const TARGETS: [&str; 7] = [

@@ -15,9 +15,9 @@ use thiserror::Error;
 
 pub use config::{LmConfig, Preset};
 pub use folder::ModelFolder;
-pub use lora::{Adapter, LoraConfig};
-pub use model::{Decoder, Path, Weights};
-pub use policy::{LmPolicy, ModelSource, RoleAdapter, TrainHandle, Trainable};
+pub use lora::{Adapter, AdapterOwner, LoraConfig};
+pub use model::{Decoder, Lora, Path, Weights};
+pub use policy::{LmPolicy, ModelSource, NamedAdapter, TrainHandle, Trainable};
 
 /// What can go wrong with a model, its folder or its tokenizer.
 #[derive(Debug, Error)]

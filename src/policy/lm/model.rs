@@ -224,18 +224,19 @@ impl Decoder {
         bias: Option<&Tensor>,
         path: Path,
     ) -> Result<Tensor, LmError> {
-        self.forward_with(ids, bias, path, None)
+        self.forward_with(ids, bias, path, Lora::Base)
     }
 
-    /// [`Decoder::forward`] with a LoRA adapter over the base weights.
+    /// [`Decoder::forward`] with LoRA adapters over the base weights (per prompt: the rows
+    /// of `ids`).
     pub fn forward_with(
         &self,
         ids: &Tensor,
         bias: Option<&Tensor>,
         path: Path,
-        adapter: Option<&Adapter>,
+        lora: Lora<'_>,
     ) -> Result<Tensor, LmError> {
-        let hidden = self.hidden_with(ids, bias, path, adapter)?;
+        let hidden = self.hidden_with(ids, bias, path, lora)?;
         Ok(self.head.forward(&hidden)?)
     }
 
@@ -259,9 +260,18 @@ impl Decoder {
         prompts: &[P],
         pad: u32,
         path: Path,
-        adapter: Option<&Adapter>,
+        lora: Lora<'_>,
     ) -> Result<Tensor, LmError> {
         let device = self.embed.device();
+        if let Lora::Each(each) = lora
+            && each.len() != prompts.len()
+        {
+            return Err(LmError::Candle(candle_core::Error::Msg(format!(
+                "{} adapters for {} prompts",
+                each.len(),
+                prompts.len()
+            ))));
+        }
         let path = match path {
             Path::Train if !device.is_cpu() => Path::Composed,
             p => p,
@@ -282,11 +292,11 @@ impl Decoder {
             });
         }
         match path {
-            Path::Fast if device.is_cpu() => self.last_hidden_packed(&prompts, adapter),
-            Path::Train => self.last_hidden_train(&prompts, pad, longest, adapter),
+            Path::Fast if device.is_cpu() => self.last_hidden_packed(&prompts, lora),
+            Path::Train => self.last_hidden_train(&prompts, pad, longest, lora),
             _ => {
                 let (ids, last) = padded(&prompts, pad, longest, device)?;
-                let hidden = self.hidden_rows(&ids, None, path, adapter)?;
+                let hidden = self.hidden_rows(&ids, None, path, lora)?;
                 Ok(hidden.index_select(&last, 0)?)
             }
         }
@@ -296,13 +306,11 @@ impl Decoder {
     /// no padding, each attending to itself only ([`kernels::span_attention`]), and
     /// the last layer computed for each prompt's last token alone (its keys and values still
     /// cover every token).
-    fn last_hidden_packed(
-        &self,
-        prompts: &[&[u32]],
-        adapter: Option<&Adapter>,
-    ) -> Result<Tensor, LmError> {
+    fn last_hidden_packed(&self, prompts: &[&[u32]], lora: Lora<'_>) -> Result<Tensor, LmError> {
         let device = self.embed.device();
         let b = prompts.len();
+        let tokens = Runs::new(lora, b, |i| prompts[i].len());
+        let lasts = Runs::new(lora, b, |_| 1);
         let lens: Vec<u32> = prompts.iter().map(|p| p.len() as u32).collect();
         let total: usize = prompts.iter().map(|p| p.len()).sum();
         let ids: Vec<u32> = prompts.iter().flat_map(|p| p.iter().copied()).collect();
@@ -333,22 +341,27 @@ impl Decoder {
             .index_select(&Tensor::from_vec(ids, total, device)?, 0)?;
         for (i, l) in self.layers.iter().enumerate() {
             let n = self.rms(&x, &l.ln1, Path::Fast)?;
-            let k = proj(&l.k, &l.names[1], &n, adapter)?.reshape((total, nkv, hd))?;
+            let k = proj(&l.k, &l.names[1], &n, &tokens)?.reshape((total, nkv, hd))?;
             let k = kernels::rope_at(&k, &self.rope, &pos)?;
-            let v = proj(&l.v, &l.names[2], &n, adapter)?.reshape((total, nkv, hd))?;
+            let v = proj(&l.v, &l.names[2], &n, &tokens)?.reshape((total, nkv, hd))?;
             let last = i + 1 == self.layers.len();
-            let (n, q_pos, spans) = if last {
+            let (n, q_pos, spans, runs) = if last {
                 x = x.index_select(&last_idx, 0)?;
-                (n.index_select(&last_idx, 0)?, &last_pos[..], &spans_last)
+                (
+                    n.index_select(&last_idx, 0)?,
+                    &last_pos[..],
+                    &spans_last,
+                    &lasts,
+                )
             } else {
-                (n, &pos[..], &spans_all)
+                (n, &pos[..], &spans_all, &tokens)
             };
             let rows = n.dim(0)?;
-            let q = proj(&l.q, &l.names[0], &n, adapter)?.reshape((rows, nh, hd))?;
+            let q = proj(&l.q, &l.names[0], &n, runs)?.reshape((rows, nh, hd))?;
             let q = kernels::rope_at(&q, &self.rope, q_pos)?;
             let out = kernels::span_attention(&q, &k, &v, spans, scale)?;
-            let a = proj(&l.o, &l.names[3], &out.reshape((rows, nh * hd))?, adapter)?;
-            x = self.mlp(l, &(x + a)?, Path::Fast, adapter)?;
+            let a = proj(&l.o, &l.names[3], &out.reshape((rows, nh * hd))?, runs)?;
+            x = self.mlp(l, &(x + a)?, Path::Fast, runs)?;
         }
         self.rms(&x, &self.norm, Path::Fast)
     }
@@ -360,10 +373,12 @@ impl Decoder {
         prompts: &[&[u32]],
         pad: u32,
         t: usize,
-        adapter: Option<&Adapter>,
+        lora: Lora<'_>,
     ) -> Result<Tensor, LmError> {
         let device = self.embed.device();
         let b = prompts.len();
+        let tokens = Runs::new(lora, b, |_| t);
+        let lasts = Runs::new(lora, b, |_| 1);
         let (ids, last_idx) = padded(prompts, pad, t, device)?;
         let lens: Vec<u32> = prompts.iter().map(|p| p.len() as u32).collect();
         let last_pos: Vec<u32> = lens.iter().map(|&n| n - 1).collect();
@@ -372,24 +387,24 @@ impl Decoder {
         let (body, last) = self.layers.split_at(self.layers.len() - 1);
         for l in body {
             let n = self.rms(&x, &l.ln1, Path::Train)?;
-            let a = self.attention_train(l, &n, (b, t), adapter)?;
-            x = self.mlp(l, &(x + a)?, Path::Train, adapter)?;
+            let a = self.attention_train(l, &n, (b, t), &tokens)?;
+            x = self.mlp(l, &(x + a)?, Path::Train, &tokens)?;
         }
         for l in last {
             let n = self.rms(&x, &l.ln1, Path::Train)?;
-            let (k, v) = self.keys_values_train(l, &n, (b, t), adapter)?;
+            let (k, v) = self.keys_values_train(l, &n, (b, t), &tokens)?;
             let n = n.index_select(&last_idx, 0)?;
-            let q = proj(&l.q, &l.names[0], &n, adapter)?.reshape((b, nh, hd))?;
+            let q = proj(&l.q, &l.names[0], &n, &lasts)?.reshape((b, nh, hd))?;
             let q = kernels::rope_at(&q, &self.rope, &last_pos)?.reshape((b, nh, 1, hd))?;
             let scale = 1.0 / (hd as f32).sqrt();
             let p = kernels::prefix_softmax(&q.matmul(&k.transpose(2, 3)?)?, scale, &lens)?;
             let out = p.matmul(&v)?.reshape((b, nh * hd))?;
-            let a = proj(&l.o, &l.names[3], &out, adapter)?;
+            let a = proj(&l.o, &l.names[3], &out, &lasts)?;
             x = self.mlp(
                 l,
                 &(x.index_select(&last_idx, 0)? + a)?,
                 Path::Train,
-                adapter,
+                &lasts,
             )?;
         }
         self.rms(&x, &self.norm, Path::Train)
@@ -402,21 +417,22 @@ impl Decoder {
         bias: Option<&Tensor>,
         path: Path,
     ) -> Result<Tensor, LmError> {
-        self.hidden_with(ids, bias, path, None)
+        self.hidden_with(ids, bias, path, Lora::Base)
     }
 
-    /// [`Decoder::hidden`] with a LoRA adapter over the base weights.
+    /// [`Decoder::hidden`] with LoRA adapters over the base weights (per prompt: the rows
+    /// of `ids`).
     pub fn hidden_with(
         &self,
         ids: &Tensor,
         bias: Option<&Tensor>,
         path: Path,
-        adapter: Option<&Adapter>,
+        lora: Lora<'_>,
     ) -> Result<Tensor, LmError> {
         let (b, t) = ids.dims2()?;
         let h = self.cfg.hidden_size;
         Ok(self
-            .hidden_rows(ids, bias, path, adapter)?
+            .hidden_rows(ids, bias, path, lora)?
             .reshape((b, t, h))?)
     }
 
@@ -429,9 +445,18 @@ impl Decoder {
         ids: &Tensor,
         bias: Option<&Tensor>,
         path: Path,
-        adapter: Option<&Adapter>,
+        lora: Lora<'_>,
     ) -> Result<Tensor, LmError> {
         let (b, t) = ids.dims2()?;
+        if let Lora::Each(each) = lora
+            && each.len() != b
+        {
+            return Err(LmError::Candle(candle_core::Error::Msg(format!(
+                "{} adapters for {b} prompts",
+                each.len()
+            ))));
+        }
+        let runs = &Runs::new(lora, b, |_| t);
         if t > self.cfg.max_position_embeddings {
             return Err(LmError::TooLong {
                 tokens: t,
@@ -457,8 +482,8 @@ impl Decoder {
         let (cos, sin) = (self.cos.narrow(0, 0, t)?, self.sin.narrow(0, 0, t)?);
         for layer in &self.layers {
             let n = self.rms(&x, &layer.ln1, path)?;
-            let a = self.attention(layer, &n, (b, t), bias, causal, &cos, &sin, path, adapter)?;
-            x = self.mlp(layer, &(x + a)?, path, adapter)?;
+            let a = self.attention(layer, &n, (b, t), bias, causal, &cos, &sin, path, runs)?;
+            x = self.mlp(layer, &(x + a)?, path, runs)?;
         }
         self.rms(&x, &self.norm, path)
     }
@@ -469,17 +494,17 @@ impl Decoder {
         layer: &Layer,
         x: &Tensor,
         path: Path,
-        adapter: Option<&Adapter>,
+        runs: &Runs<'_>,
     ) -> Result<Tensor, LmError> {
         let n = self.rms(x, &layer.ln2, path)?;
-        let g = proj(&layer.gate, &layer.names[4], &n, adapter)?;
-        let u = proj(&layer.up, &layer.names[5], &n, adapter)?;
+        let g = proj(&layer.gate, &layer.names[4], &n, runs)?;
+        let u = proj(&layer.up, &layer.names[5], &n, runs)?;
         let a = match path {
             Path::Composed => (g.silu()? * u)?,
             _ if !g.device().is_cpu() => (g.silu()? * u)?,
             _ => kernels::swiglu(&g, &u)?,
         };
-        let m = proj(&layer.down, &layer.names[6], &a, adapter)?;
+        let m = proj(&layer.down, &layer.names[6], &a, runs)?;
         Ok((x + m)?)
     }
 
@@ -512,12 +537,12 @@ impl Decoder {
         (b, t): (usize, usize),
         cos: &Tensor,
         sin: &Tensor,
-        adapter: Option<&Adapter>,
+        runs: &Runs<'_>,
     ) -> Result<Tensor, LmError> {
         let (nh, nkv, hd) = self.heads();
-        let q = proj(&l.q, &l.names[0], x, adapter)?.reshape((b, t, nh, hd))?;
-        let k = proj(&l.k, &l.names[1], x, adapter)?.reshape((b, t, nkv, hd))?;
-        let v = proj(&l.v, &l.names[2], x, adapter)?.reshape((b * t, nkv, hd))?;
+        let q = proj(&l.q, &l.names[0], x, runs)?.reshape((b, t, nh, hd))?;
+        let k = proj(&l.k, &l.names[1], x, runs)?.reshape((b, t, nkv, hd))?;
+        let v = proj(&l.v, &l.names[2], x, runs)?.reshape((b * t, nkv, hd))?;
         let q = candle_nn::rotary_emb::rope_thd(&q, cos, sin)?.reshape((b * t, nh, hd))?;
         let k = candle_nn::rotary_emb::rope_thd(&k, cos, sin)?.reshape((b * t, nkv, hd))?;
         let spans: Vec<(u32, u32)> = (0..b * t)
@@ -525,7 +550,7 @@ impl Decoder {
             .collect();
         let scale = 1.0 / (hd as f32).sqrt();
         let out = kernels::span_attention(&q, &k, &v, &spans, scale)?;
-        proj(&l.o, &l.names[3], &out.reshape((b * t, nh * hd))?, adapter)
+        proj(&l.o, &l.names[3], &out.reshape((b * t, nh * hd))?, runs)
     }
 
     /// Causal attention on the training path (CPU): rotary embeddings in the projections'
@@ -536,12 +561,12 @@ impl Decoder {
         l: &Layer,
         x: &Tensor,
         (b, t): (usize, usize),
-        adapter: Option<&Adapter>,
+        runs: &Runs<'_>,
     ) -> Result<Tensor, LmError> {
         let (nh, nkv, hd) = self.heads();
-        let q = proj(&l.q, &l.names[0], x, adapter)?.reshape((b, t, nh, hd))?;
-        let k = proj(&l.k, &l.names[1], x, adapter)?.reshape((b, t, nkv, hd))?;
-        let v = proj(&l.v, &l.names[2], x, adapter)?.reshape((b, t, nkv, hd))?;
+        let q = proj(&l.q, &l.names[0], x, runs)?.reshape((b, t, nh, hd))?;
+        let k = proj(&l.k, &l.names[1], x, runs)?.reshape((b, t, nkv, hd))?;
+        let v = proj(&l.v, &l.names[2], x, runs)?.reshape((b, t, nkv, hd))?;
         let q = kernels::rope(&q, &self.rope)?
             .transpose(1, 2)?
             .contiguous()?;
@@ -553,7 +578,7 @@ impl Decoder {
         let scale = 1.0 / (hd as f32).sqrt();
         let p = kernels::causal_softmax(&q.matmul(&k.transpose(2, 3)?)?, scale)?;
         let out = p.matmul(&v)?.transpose(1, 2)?.reshape((b * t, nh * hd))?;
-        proj(&l.o, &l.names[3], &out, adapter)
+        proj(&l.o, &l.names[3], &out, runs)
     }
 
     /// Keys (rotated) and values on the training path, `(b, heads, t, dim)` each, the
@@ -563,11 +588,11 @@ impl Decoder {
         l: &Layer,
         x: &Tensor,
         (b, t): (usize, usize),
-        adapter: Option<&Adapter>,
+        runs: &Runs<'_>,
     ) -> Result<(Tensor, Tensor), LmError> {
         let (nh, nkv, hd) = self.heads();
-        let k = proj(&l.k, &l.names[1], x, adapter)?.reshape((b, t, nkv, hd))?;
-        let v = proj(&l.v, &l.names[2], x, adapter)?.reshape((b, t, nkv, hd))?;
+        let k = proj(&l.k, &l.names[1], x, runs)?.reshape((b, t, nkv, hd))?;
+        let v = proj(&l.v, &l.names[2], x, runs)?.reshape((b, t, nkv, hd))?;
         let k = kernels::rope(&k, &self.rope)?.transpose(1, 2)?;
         let v = v.transpose(1, 2)?;
         let rep = nh / nkv;
@@ -587,19 +612,19 @@ impl Decoder {
         cos: &Tensor,
         sin: &Tensor,
         path: Path,
-        adapter: Option<&Adapter>,
+        runs: &Runs<'_>,
     ) -> Result<Tensor, LmError> {
         let (nh, nkv, hd) = self.heads();
         if path == Path::Fast && causal && x.device().is_cpu() {
-            return self.attention_fused(l, x, (b, t), cos, sin, adapter);
+            return self.attention_fused(l, x, (b, t), cos, sin, runs);
         }
         if path == Path::Train {
-            return self.attention_train(l, x, (b, t), adapter);
+            return self.attention_train(l, x, (b, t), runs);
         }
         let heads = |y: Tensor, n: usize| y.reshape((b, t, n, hd))?.transpose(1, 2);
-        let q = heads(proj(&l.q, &l.names[0], x, adapter)?, nh)?;
-        let k = heads(proj(&l.k, &l.names[1], x, adapter)?, nkv)?;
-        let v = heads(proj(&l.v, &l.names[2], x, adapter)?, nkv)?;
+        let q = heads(proj(&l.q, &l.names[0], x, runs)?, nh)?;
+        let k = heads(proj(&l.k, &l.names[1], x, runs)?, nkv)?;
+        let v = heads(proj(&l.v, &l.names[2], x, runs)?, nkv)?;
         let (q, k) = match path {
             Path::Fast => (
                 candle_nn::rotary_emb::rope(&q.contiguous()?, cos, sin)?,
@@ -624,27 +649,107 @@ impl Decoder {
             Path::Train | Path::Composed => candle_nn::ops::softmax(&w, D::Minus1)?,
         };
         let out = w.matmul(&v)?.transpose(1, 2)?.reshape((b * t, nh * hd))?;
-        proj(&l.o, &l.names[3], &out, adapter)
+        proj(&l.o, &l.names[3], &out, runs)
     }
 }
 
-/// A projection of rows `(n, in)`, plus the adapter's low-rank update when it adapts
-/// `name`: one 2-d matmul over every row (candle's `Linear` would broadcast its weight over a
-/// 3-d input as a batch of small matmuls, and on the training path its backward would then
-/// materialise one weight gradient per batch row before summing them).
-fn proj(
-    lin: &Linear,
-    name: &str,
-    x: &Tensor,
-    adapter: Option<&Adapter>,
-) -> Result<Tensor, LmError> {
+/// A projection of rows `(n, in)`, plus the adapters' low-rank updates where they adapt
+/// `name`: one 2-d matmul of the base weight over every row (candle's `Linear` would
+/// broadcast its weight over a 3-d input as a batch of small matmuls, and on the training
+/// path its backward would then materialise one weight gradient per batch row before summing
+/// them), and one small pair per run of rows that share an adapter.
+fn proj(lin: &Linear, name: &str, x: &Tensor, runs: &Runs<'_>) -> Result<Tensor, LmError> {
     let y = lin.forward(x)?;
-    Ok(
-        match adapter.map(|a| a.delta(name, x)).transpose()?.flatten() {
-            Some(d) => (y + d)?,
-            None => y,
-        },
-    )
+    Ok(match runs.delta(name, x, lin.weight().dim(0)?)? {
+        Some(d) => (y + d)?,
+        None => y,
+    })
+}
+
+/// The LoRA adapters a forward pass reads.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum Lora<'a> {
+    /// The base model alone.
+    #[default]
+    Base,
+    /// One adapter for every prompt.
+    All(&'a Adapter),
+    /// An adapter (or none) per prompt, all in the same forward pass: the base projections
+    /// run once over every row, and each adapter's low-rank update over its prompts' rows.
+    /// Prompts that share an adapter are best kept next to each other (one update per
+    /// run of prompts).
+    Each(&'a [Option<&'a Adapter>]),
+}
+
+impl<'a> From<Option<&'a Adapter>> for Lora<'a> {
+    fn from(a: Option<&'a Adapter>) -> Self {
+        a.map_or(Lora::Base, Lora::All)
+    }
+}
+
+/// Runs of consecutive rows that read the same adapter (or none), as `(adapter, rows)`.
+struct Runs<'a>(Vec<(Option<&'a Adapter>, usize)>);
+
+impl<'a> Runs<'a> {
+    /// The runs of `lora` over `prompts` prompts, prompt `i` taking `rows(i)` rows.
+    fn new(lora: Lora<'a>, prompts: usize, rows: impl Fn(usize) -> usize) -> Self {
+        let total = || (0..prompts).map(&rows).sum();
+        match lora {
+            Lora::Base => Self(vec![(None, total())]),
+            Lora::All(a) => Self(vec![(Some(a), total())]),
+            Lora::Each(each) => {
+                let same = |a: Option<&Adapter>, b: Option<&Adapter>| match (a, b) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => std::ptr::eq(a, b),
+                    _ => false,
+                };
+                let mut runs: Vec<(Option<&'a Adapter>, usize)> = Vec::new();
+                for (i, &a) in each.iter().enumerate().take(prompts) {
+                    match runs.last_mut() {
+                        Some((b, n)) if same(a, *b) => *n += rows(i),
+                        _ => runs.push((a, rows(i))),
+                    }
+                }
+                Self(runs)
+            }
+        }
+    }
+
+    /// The adapters' update of module `name` (output width `out`) over rows `x`, if any
+    /// adapter adapts it.
+    fn delta(&self, name: &str, x: &Tensor, out: usize) -> Result<Option<Tensor>, LmError> {
+        if let [(a, _)] = self.0.as_slice() {
+            return Ok(a.map(|a| a.delta(name, x)).transpose()?.flatten());
+        }
+        if !self
+            .0
+            .iter()
+            .any(|(a, _)| a.is_some_and(|a| a.weights.contains_key(name)))
+        {
+            return Ok(None);
+        }
+        let rows: usize = self.0.iter().map(|&(_, n)| n).sum();
+        if rows != x.dim(0)? {
+            return Err(LmError::Candle(candle_core::Error::Msg(format!(
+                "adapter runs cover {rows} rows of {}",
+                x.dim(0)?
+            ))));
+        }
+        let mut parts = Vec::with_capacity(self.0.len());
+        let mut at = 0;
+        for &(a, n) in &self.0 {
+            let d = match a {
+                Some(a) => a.delta(name, &x.narrow(0, at, n)?)?,
+                None => None,
+            };
+            parts.push(match d {
+                Some(d) => d,
+                None => Tensor::zeros((n, out), x.dtype(), x.device())?,
+            });
+            at += n;
+        }
+        Ok(Some(Tensor::cat(&parts, 0)?))
+    }
 }
 
 /// Prompts right-padded with `pad` to `t` tokens, `(b, t)`, and the row of each prompt's

@@ -7,8 +7,10 @@
 //! The trace keeps the prompt tokens, the log-probability of the choice, the entropy of the
 //! masked distribution, the probabilities and the value-head estimate. In the maze a word to
 //! say is then chosen the same way, after the prompt, the chosen action and `say`. When the
-//! model folder holds LoRA adapters for roles (`adapters/<role>/`), each role's agents run
-//! with their adapter: one batched forward per adapter group.
+//! model folder holds LoRA adapters for roles (`adapters/<role>/`) or for agents
+//! (`adapters/agent_<slot>/`), each agent runs with its adapter, still in one batched
+//! forward: the base projections run once over every prompt, each adapter's low-rank update
+//! over its own prompts.
 
 use candle_core::{D, Device, Tensor, Var};
 use std::path::PathBuf;
@@ -17,8 +19,8 @@ use std::time::Instant;
 use tokenizers::Tokenizer;
 
 use super::folder::ModelFolder;
-use super::lora::Adapter;
-use super::model::{Decoder, Path};
+use super::lora::{Adapter, AdapterOwner};
+use super::model::{Decoder, Lora, Path};
 use super::tokenizer::encode;
 use super::{LmConfig, LmError, Preset};
 use crate::policy::sampling::sample;
@@ -54,23 +56,25 @@ pub struct Trainable {
     pub actions: Vec<Vec<u32>>,
     /// The padding token.
     pub pad: u32,
-    /// LoRA adapters being trained, one per role in the scene's role order (empty when the
-    /// whole model is trained).
-    pub adapters: Vec<RoleAdapter>,
+    /// LoRA adapters being trained, one per owner (role or agent slot) in index order (empty
+    /// when the whole model is trained).
+    pub adapters: Vec<NamedAdapter>,
+    /// What the adapters belong to.
+    pub owner: AdapterOwner,
 }
 
-/// A role's LoRA adapter opened for training: `A` and `B` of every adapted module as
-/// variables that the policy reads in place.
-pub struct RoleAdapter {
-    /// The role's name (its folder is `adapters/<role>/`).
-    pub role: String,
+/// A LoRA adapter opened for training: `A` and `B` of every adapted module as variables that
+/// the policy reads in place.
+pub struct NamedAdapter {
+    /// Its folder name under `adapters/`: the role's name, or `agent_<slot>`.
+    pub name: String,
     /// The adapter's configuration.
     pub config: super::LoraConfig,
     /// `(module, A, B)`.
     pub vars: Vec<(String, Var, Var)>,
 }
 
-impl RoleAdapter {
+impl NamedAdapter {
     /// The adapter over the variables themselves (for the differentiable path).
     pub fn adapter(&self) -> Adapter {
         self.view(|v| v.as_tensor().clone())
@@ -121,9 +125,11 @@ struct Ready {
     /// Token ids of each word agents may say, and of `say` (families with talk).
     words: Option<(Vec<Vec<u32>>, Vec<u32>)>,
     pad: u32,
-    /// A LoRA adapter per role (by the scene's role index), from `adapters/<role>/` of the
-    /// model folder.
+    /// A LoRA adapter per owner index (role or slot), from `adapters/<name>/` of the model
+    /// folder or being trained.
     adapters: Vec<Option<Adapter>>,
+    /// What the adapters belong to.
+    owner: AdapterOwner,
 }
 
 /// A language-model policy.
@@ -133,7 +139,7 @@ pub struct LmPolicy {
     ready: Option<Ready>,
     stats: PolicyStats,
     train: Option<TrainHandle>,
-    lora: Option<super::LoraConfig>,
+    lora: Option<(super::LoraConfig, AdapterOwner)>,
 }
 
 impl LmPolicy {
@@ -149,10 +155,11 @@ impl LmPolicy {
         }
     }
 
-    /// With a trainer: train a LoRA adapter of this shape per role over the frozen base
-    /// (a role whose `adapters/<role>/` exists in the model folder continues from it).
-    pub fn with_lora(mut self, lora: super::LoraConfig) -> Self {
-        self.lora = Some(lora);
+    /// With a trainer: train a LoRA adapter of this shape per role or per agent over the
+    /// frozen base (one whose `adapters/<name>/` exists in the model folder continues from
+    /// it).
+    pub fn with_lora(mut self, lora: super::LoraConfig, owner: AdapterOwner) -> Self {
+        self.lora = Some((lora, owner));
         self
     }
 
@@ -205,12 +212,17 @@ impl LmPolicy {
             .token_to_id("<pad>")
             .or_else(|| folder.tokenizer.token_to_id("<|endoftext|>"))
             .unwrap_or(0);
+        let owner = match (&self.lora, &self.source) {
+            (Some((_, owner)), _) => *owner,
+            (None, ModelSource::Folder(dir)) => AdapterOwner::of_folder(dir),
+            (None, ModelSource::Embedded { .. }) => AdapterOwner::Role,
+        };
+        let names = owner.names(scene);
         let adapters = match &self.source {
-            ModelSource::Folder(dir) => scene
-                .roles
+            ModelSource::Folder(dir) => names
                 .iter()
-                .map(|role| {
-                    let a = dir.join("adapters").join(role);
+                .map(|name| {
+                    let a = dir.join("adapters").join(name);
                     a.exists()
                         .then(|| Adapter::load(&a, &folder.config, &self.device))
                         .transpose()
@@ -219,10 +231,10 @@ impl LmPolicy {
             ModelSource::Embedded { .. } => Vec::new(),
         };
         let mut adapters = adapters;
-        let mut role_adapters = Vec::new();
-        if let (Some(lora), Some(_)) = (&self.lora, &self.train) {
-            adapters.resize(scene.roles.len(), None);
-            for (i, role) in scene.roles.iter().enumerate() {
+        let mut trained = Vec::new();
+        if let (Some((lora, _)), Some(_)) = (&self.lora, &self.train) {
+            adapters.resize(names.len(), None);
+            for (i, name) in names.iter().enumerate() {
                 let a = match adapters[i].take() {
                     Some(a) => a,
                     None => Adapter::init(
@@ -236,13 +248,13 @@ impl LmPolicy {
                 for (name, (wa, wb)) in &a.weights {
                     vars.push((name.clone(), Var::from_tensor(wa)?, Var::from_tensor(wb)?));
                 }
-                let ra = RoleAdapter {
-                    role: role.clone(),
+                let ra = NamedAdapter {
+                    name: name.clone(),
                     config: a.config.clone(),
                     vars,
                 };
                 adapters[i] = Some(ra.detached());
-                role_adapters.push(ra);
+                trained.push(ra);
             }
         }
         let decoder = match &self.train {
@@ -268,13 +280,15 @@ impl LmPolicy {
                     tokenizer: folder.tokenizer.clone(),
                     actions: action_ids.clone(),
                     pad,
-                    adapters: role_adapters,
+                    adapters: trained,
+                    owner,
                 });
                 decoder
             }
         };
         Ok(Ready {
             adapters,
+            owner,
             decoder,
             tokenizer: folder.tokenizer,
             format: TextFormat::new(scene, actions),
@@ -290,9 +304,9 @@ impl LmPolicy {
 fn next_logprobs(
     r: &Ready,
     prompts: &[Vec<u32>],
-    adapter: Option<&Adapter>,
+    lora: Lora<'_>,
 ) -> Result<(Tensor, Option<Vec<f32>>), LmError> {
-    let h = r.decoder.last_hidden(prompts, r.pad, Path::Fast, adapter)?;
+    let h = r.decoder.last_hidden(prompts, r.pad, Path::Fast, lora)?;
     let logits = r.decoder.head(&h)?;
     let values = match r.decoder.value(&h)? {
         Some(v) => Some(v.flatten_all()?.to_vec1::<f32>()?),
@@ -309,10 +323,10 @@ fn score(
     device: &Device,
     prompts: &[Vec<u32>],
     choices: &[Vec<u32>],
-    adapter: Option<&Adapter>,
+    lora: Lora<'_>,
     tokens: &mut u64,
 ) -> Result<(Vec<Vec<f32>>, Option<Vec<f32>>), LmError> {
-    let (lp, values) = next_logprobs(r, prompts, adapter)?;
+    let (lp, values) = next_logprobs(r, prompts, lora)?;
     let lp = lp.to_vec2::<f32>()?;
     *tokens += prompts.iter().map(|p| p.len() as u64).sum::<u64>();
     let mut out: Vec<Vec<f32>> = lp
@@ -343,8 +357,20 @@ fn score(
         }
         *tokens += rows.iter().map(|p| p.len() as u64).sum::<u64>();
         let ids = Tensor::from_vec(flat, (rows.len(), t), device)?;
+        // Each continuation reads its prompt's adapter.
+        let each: Vec<Option<&Adapter>> = match lora {
+            Lora::Each(each) => each
+                .iter()
+                .flat_map(|&a| std::iter::repeat_n(a, multi.len()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let row_lora = match lora {
+            Lora::Each(_) => Lora::Each(&each),
+            other => other,
+        };
         let lp = candle_nn::ops::log_softmax(
-            &r.decoder.forward_with(&ids, None, Path::Fast, adapter)?,
+            &r.decoder.forward_with(&ids, None, Path::Fast, row_lora)?,
             D::Minus1,
         )?;
         let lp = lp.to_vec3::<f32>()?;
@@ -363,47 +389,48 @@ fn score(
     Ok((out, values))
 }
 
-/// [`score`] for every row, one batched forward per adapter group: rows whose role has an
-/// adapter run with it, the others on the base model. Also returns the forwards run.
-fn score_grouped(
+/// [`score`] for every row in one batched forward, each row with the adapter of its owner
+/// (`owners[i]`, a role or slot index; rows whose owner has none read the base model alone).
+/// Rows are grouped by adapter for the forward (one low-rank update per group) and the
+/// results put back in order. Also returns the forwards run.
+fn score_owned(
     r: &Ready,
     device: &Device,
     prompts: &[Vec<u32>],
-    roles: &[u8],
+    owners: &[usize],
     choices: &[Vec<u32>],
     tokens: &mut u64,
 ) -> Result<(Vec<Vec<f32>>, Vec<Option<f32>>, u64), LmError> {
-    let mut groups: std::collections::BTreeMap<Option<u8>, Vec<usize>> = Default::default();
-    for (i, &role) in roles.iter().enumerate() {
-        let key = r
-            .adapters
-            .get(usize::from(role))
-            .and_then(|a| a.as_ref())
-            .map(|_| role);
-        groups.entry(key).or_default().push(i);
-    }
-    let adapter_of = |key: Option<u8>| key.and_then(|k| r.adapters[usize::from(k)].as_ref());
-    // The usual case, one group: score the prompts as they are, without regrouping copies.
-    if groups.len() == 1
-        && let Some((&key, _)) = groups.first_key_value()
-    {
-        let (s, v) = score(r, device, prompts, choices, adapter_of(key), tokens)?;
-        let values = (0..prompts.len())
+    let adapter_of = |i: usize| r.adapters.get(owners[i]).and_then(Option::as_ref);
+    let values_of = |v: Option<Vec<f32>>, n: usize| -> Vec<Option<f32>> {
+        (0..n)
             .map(|i| v.as_ref().and_then(|v| v.get(i).copied()))
-            .collect();
-        return Ok((s, values, 1));
+            .collect()
+    };
+    // The usual case, one adapter (or none) for every row: score the prompts as they are.
+    let first = (!prompts.is_empty()).then(|| adapter_of(0)).flatten();
+    let same = |a: Option<&Adapter>| match (a, first) {
+        (None, None) => true,
+        (Some(a), Some(b)) => std::ptr::eq(a, b),
+        _ => false,
+    };
+    if (0..prompts.len()).all(|i| same(adapter_of(i))) {
+        let (s, v) = score(r, device, prompts, choices, first.into(), tokens)?;
+        return Ok((s, values_of(v, prompts.len()), 1));
     }
+    let mut order: Vec<usize> = (0..prompts.len()).collect();
+    order.sort_by_key(|&i| adapter_of(i).map(|_| owners[i]));
+    let sorted: Vec<Vec<u32>> = order.iter().map(|&i| prompts[i].clone()).collect();
+    let each: Vec<Option<&Adapter>> = order.iter().map(|&i| adapter_of(i)).collect();
+    let (s, v) = score(r, device, &sorted, choices, Lora::Each(&each), tokens)?;
+    let v = values_of(v, prompts.len());
     let mut scores = vec![Vec::new(); prompts.len()];
     let mut values = vec![None; prompts.len()];
-    for (&key, rows) in &groups {
-        let sub: Vec<Vec<u32>> = rows.iter().map(|&i| prompts[i].clone()).collect();
-        let (s, v) = score(r, device, &sub, choices, adapter_of(key), tokens)?;
-        for ((j, &i), row) in rows.iter().enumerate().zip(s) {
-            scores[i] = row;
-            values[i] = v.as_ref().and_then(|v| v.get(j).copied());
-        }
+    for ((&i, row), value) in order.iter().zip(s).zip(v) {
+        scores[i] = row;
+        values[i] = value;
     }
-    Ok((scores, values, groups.len() as u64))
+    Ok((scores, values, 1))
 }
 
 impl Policy for LmPolicy {
@@ -419,15 +446,15 @@ impl Policy for LmPolicy {
     fn stats(&self) -> Option<PolicyStats> {
         Some(self.stats)
     }
-    fn adapter(&self, role: u8) -> Option<String> {
-        let a = self
-            .ready
-            .as_ref()?
-            .adapters
-            .get(usize::from(role))?
-            .as_ref()?;
+    fn adapter(&self, role: u8, slot: u16) -> Option<String> {
+        let r = self.ready.as_ref()?;
+        let a = r.adapters.get(r.owner.index(role, slot))?.as_ref()?;
+        let per = match r.owner {
+            AdapterOwner::Role => "role",
+            AdapterOwner::Agent => "agent",
+        };
         Some(format!(
-            "LoRA rank {} on {}",
+            "LoRA rank {} per {per} on {}",
             a.config.r,
             a.config.target_modules.join(", ")
         ))
@@ -469,9 +496,12 @@ impl LmPolicy {
             .collect();
         self.stats.errors += unencodable;
         let mut tokens = 0u64;
-        let roles: Vec<u8> = batch.iter().map(|d| d.role).collect();
+        let owners: Vec<usize> = batch
+            .iter()
+            .map(|d| r.owner.index(d.role, d.agent.slot))
+            .collect();
         let Ok((scores, values, mut forwards)) =
-            score_grouped(r, &self.device, &prompts, &roles, &r.actions, &mut tokens)
+            score_owned(r, &self.device, &prompts, &owners, &r.actions, &mut tokens)
         else {
             self.stats.errors += 1;
             return;
@@ -498,7 +528,7 @@ impl LmPolicy {
                     q
                 })
                 .collect();
-            let talked = score_grouped(r, &self.device, &talk, &roles, words, &mut tokens);
+            let talked = score_owned(r, &self.device, &talk, &owners, words, &mut tokens);
             if talked.is_err() {
                 self.stats.errors += 1;
             }
