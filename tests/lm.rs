@@ -489,25 +489,7 @@ fn lora_adapters_start_neutral_train_and_round_trip() {
         .expect("lora");
     assert_eq!(max_abs_diff(&plain, &same), 0.0);
     // Gradients reach every A and B through the training path (B first, A once B moved).
-    let vars: Vec<(String, Var, Var)> = fresh
-        .weights
-        .iter()
-        .map(|(k, (a, b))| {
-            let b = (b + 0.01).expect("nudge");
-            (
-                k.clone(),
-                Var::from_tensor(a).expect("a"),
-                Var::from_tensor(&b).expect("b"),
-            )
-        })
-        .collect();
-    let trained = Adapter {
-        config: fresh.config.clone(),
-        weights: vars
-            .iter()
-            .map(|(k, a, b)| (k.clone(), (a.as_tensor().clone(), b.as_tensor().clone())))
-            .collect(),
-    };
+    let (vars, trained) = as_variables(&fresh, 0.01);
     let logits = dec
         .forward_with(&ids, None, Fwd::Train, Lora::All(&trained))
         .expect("train");
@@ -606,26 +588,7 @@ fn one_forward_with_an_adapter_per_prompt_matches_each_adapter_alone() {
     // Two adapters with B moved off zero (a fresh one changes nothing), as variables.
     let adapter = |seed: u64| {
         let fresh = Adapter::init(&cfg, LoraConfig::all(4), seed, &Device::Cpu).expect("init");
-        let vars: Vec<(String, Var, Var)> = fresh
-            .weights
-            .iter()
-            .map(|(k, (a, b))| {
-                let b = (b + 0.02 * seed as f64).expect("nudge");
-                (
-                    k.clone(),
-                    Var::from_tensor(a).expect("a"),
-                    Var::from_tensor(&b).expect("b"),
-                )
-            })
-            .collect();
-        let adapter = Adapter {
-            config: fresh.config.clone(),
-            weights: vars
-                .iter()
-                .map(|(k, a, b)| (k.clone(), (a.as_tensor().clone(), b.as_tensor().clone())))
-                .collect(),
-        };
-        (vars, adapter)
+        as_variables(&fresh, 0.02 * seed as f64)
     };
     let (va, a) = adapter(1);
     let (vb, b) = adapter(2);
@@ -705,4 +668,32 @@ fn one_forward_with_an_adapter_per_prompt_matches_each_adapter_alone() {
         .last_hidden(&prompts, 0, Fwd::Fast, Lora::Each(&each[..2]))
         .expect_err("two adapters for six prompts");
     assert!(e.to_string().contains("2 adapters for 6 prompts"), "{e}");
+}
+
+/// `adapter` with `nudge` added to every `B` (a fresh adapter's `B` is zero, which would
+/// leave `A` without a gradient), as variables and the adapter that reads them.
+fn as_variables(
+    adapter: &emergence::policy::lm::Adapter,
+    nudge: f64,
+) -> (Vec<(String, Var, Var)>, emergence::policy::lm::Adapter) {
+    let vars: Vec<(String, Var, Var)> = adapter
+        .weights
+        .iter()
+        .map(|(k, (a, b))| {
+            let b = (b + nudge).expect("nudge");
+            (
+                k.clone(),
+                Var::from_tensor(a).expect("a"),
+                Var::from_tensor(&b).expect("b"),
+            )
+        })
+        .collect();
+    let read = emergence::policy::lm::Adapter {
+        config: adapter.config.clone(),
+        weights: vars
+            .iter()
+            .map(|(k, a, b)| (k.clone(), (a.as_tensor().clone(), b.as_tensor().clone())))
+            .collect(),
+    };
+    (vars, read)
 }
