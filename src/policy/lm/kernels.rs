@@ -501,12 +501,14 @@ pub fn span_attention(
     }
     let group = heads / kv_heads;
     let out = with_data3((q, k, v), OP, |q, k, v| {
-        // Keys transposed to `(kv_heads, dim, rows_k)`: a query's scores are then
-        // `dim` multiply-adds over contiguous runs of keys, no sums across lanes.
-        let mut kt = vec![0f32; k.len()];
-        kt.par_chunks_mut(rows_k).enumerate().for_each(|(hd, col)| {
+        // Keys transposed to `(kv_heads, dim, stride)`: a query's scores are then `dim`
+        // multiply-adds over contiguous runs of keys, no sums across lanes. Each run is
+        // padded with zeros to whole blocks of `KEYS`, so the score loop has no remainder.
+        let stride = rows_k + KEYS;
+        let mut kt = vec![0f32; kv_heads * dim * stride];
+        kt.par_chunks_mut(stride).enumerate().for_each(|(hd, col)| {
             let (kvh, d) = (hd / dim, hd % dim);
-            for (r, c) in col.iter_mut().enumerate() {
+            for (r, c) in col[..rows_k].iter_mut().enumerate() {
                 *c = k[(r * kv_heads + kvh) * dim + d];
             }
         });
@@ -517,36 +519,47 @@ pub fn span_attention(
             .zip(spans.par_iter())
             .with_min_len(4)
             .for_each(|((out, q), &(first, len))| {
-                pulp::Arch::new().dispatch(AttendRow {
+                let row = AttendRow {
                     out,
                     q,
                     k,
                     v,
                     first: first as usize,
                     len: len as usize,
-                    rows_k,
+                    stride,
                     heads,
                     group,
                     kv_heads,
                     dim,
                     scale,
-                })
+                };
+                let arch = pulp::Arch::new();
+                match dim {
+                    32 => arch.dispatch(Attend::<32>(row)),
+                    64 => arch.dispatch(Attend::<64>(row)),
+                    128 => arch.dispatch(Attend::<128>(row)),
+                    _ => arch.dispatch(row),
+                }
             });
         Ok(out)
     })?;
     Tensor::from_vec(out, (rows, heads, dim), q.device())
 }
 
+/// Keys per block of [`span_attention`]'s score loop (one AVX-512 register).
+const KEYS: usize = 16;
+
 /// One query row of [`span_attention`], every head. A `pulp` operation rather than a
 /// closure, so that it is compiled inside the dispatcher's AVX-512/AVX2 function.
 struct AttendRow<'a> {
     out: &'a mut [f32],
     q: &'a [f32],
+    /// Keys transposed, `(kv_heads, dim, stride)`, zero past the last key row.
     k: &'a [f32],
     v: &'a [f32],
     first: usize,
     len: usize,
-    rows_k: usize,
+    stride: usize,
     heads: usize,
     group: usize,
     kv_heads: usize,
@@ -554,35 +567,45 @@ struct AttendRow<'a> {
     scale: f32,
 }
 
+impl AttendRow<'_> {
+    /// Softmax of the first `len` scores in place (the rest are padding), returning
+    /// `1 / Σ e^(s - max)`.
+    #[inline(always)]
+    fn softmax(p: &mut [f32], len: usize) -> f32 {
+        let p = &mut p[..len];
+        let max = p.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+        // Exponentials in one loop, the sum in another: a running sum in the same loop
+        // would keep the exponentials from vectorising.
+        for pj in p.iter_mut() {
+            *pj = exp(*pj - max);
+        }
+        1.0 / p.iter().sum::<f32>()
+    }
+}
+
+/// Any head size.
 impl pulp::WithSimd for AttendRow<'_> {
     type Output = ();
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
-        let (first, len, rows_k, dim, scale) =
-            (self.first, self.len, self.rows_k, self.dim, self.scale);
+        let (first, len, stride, dim, scale) =
+            (self.first, self.len, self.stride, self.dim, self.scale);
         let (group, kv_heads) = (self.group, self.kv_heads);
         let Self { out, q, k, v, .. } = self;
         let mut p = vec![0f32; len];
         for h in 0..self.heads {
             let kvh = h / group;
             let qh = &q[h * dim..(h + 1) * dim];
-            // k is transposed: (kv_heads, dim, rows_k).
             p.fill(0.0);
             for (d, &qd) in qh.iter().enumerate() {
-                let at = (kvh * dim + d) * rows_k + first;
+                let at = (kvh * dim + d) * stride + first;
                 let qd = qd * scale;
                 for (pj, &kj) in p.iter_mut().zip(&k[at..at + len]) {
                     *pj += qd * kj;
                 }
             }
-            let max = p.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            // Exponentials in one loop, the sum in another: a running sum in the same loop
-            // would keep the exponentials from vectorising.
-            for pj in p.iter_mut() {
-                *pj = exp(*pj - max);
-            }
-            let inv = 1.0 / p.iter().sum::<f32>();
+            let inv = AttendRow::softmax(&mut p, len);
             let oh = &mut out[h * dim..(h + 1) * dim];
             for (j, &pj) in p.iter().enumerate() {
                 let at = ((first + j) * kv_heads + kvh) * dim;
@@ -590,6 +613,119 @@ impl pulp::WithSimd for AttendRow<'_> {
                 for (o, &x) in oh.iter_mut().zip(&v[at..at + dim]) {
                     *o += w * x;
                 }
+            }
+        }
+    }
+}
+
+/// Softmax in place of the first `len` scores of `p` (whole blocks of [`KEYS`]; the rest are
+/// padding, left at zero), returning `1 / Σ e^(s - max)`. The maximum and the sum are taken
+/// lane by lane over the blocks, then across the lanes, so both vectorise (a running scalar
+/// maximum or sum does not).
+#[inline(always)]
+fn softmax_blocks(p: &mut [f32], len: usize) -> f32 {
+    p[len..].fill(f32::NEG_INFINITY);
+    let mut lanes = [f32::NEG_INFINITY; KEYS];
+    for block in p.chunks_exact(KEYS) {
+        for (m, &x) in lanes.iter_mut().zip(block) {
+            *m = if x > *m { x } else { *m };
+        }
+    }
+    let max = lanes.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    for x in p.iter_mut() {
+        *x = exp(*x - max);
+    }
+    p[len..].fill(0.0);
+    let mut sums = [0f32; KEYS];
+    for block in p.chunks_exact(KEYS) {
+        for (s, &x) in sums.iter_mut().zip(block) {
+            *s += x;
+        }
+    }
+    1.0 / sums.iter().sum::<f32>()
+}
+
+/// [`AttendRow`] for a head size known at compile time: scores a block of [`KEYS`] keys at a
+/// time with four independent sums over the head dimension, and the weighted sum of values
+/// in two register-held accumulators (even and odd keys), so neither loop waits on one
+/// chain of multiply-adds.
+struct Attend<'a, const D: usize>(AttendRow<'a>);
+
+impl<const D: usize> pulp::WithSimd for Attend<'_, D> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let AttendRow {
+            out,
+            q,
+            k,
+            v,
+            first,
+            len,
+            stride,
+            heads,
+            group,
+            kv_heads,
+            scale,
+            ..
+        } = self.0;
+        let blocks = len.div_ceil(KEYS);
+        let mut p = vec![0f32; blocks * KEYS];
+        // Fixed-size views, so that the loops unroll and the sums stay in registers.
+        let block = |s: &[f32], at: usize| -> [f32; KEYS] {
+            let mut b = [0f32; KEYS];
+            b.copy_from_slice(&s[at..at + KEYS]);
+            b
+        };
+        for h in 0..heads {
+            let kvh = h / group;
+            let mut qh = [0f32; D];
+            qh.copy_from_slice(&q[h * D..(h + 1) * D]);
+            let kh = &k[kvh * D * stride..(kvh + 1) * D * stride];
+            for (b, pb) in p.chunks_exact_mut(KEYS).enumerate() {
+                let at = first + b * KEYS;
+                let mut acc = [[0f32; KEYS]; 4];
+                for d in (0..D).step_by(4) {
+                    for (u, a) in acc.iter_mut().enumerate() {
+                        let qd = qh[d + u];
+                        let row = block(kh, (d + u) * stride + at);
+                        for l in 0..KEYS {
+                            a[l] = qd.mul_add(row[l], a[l]);
+                        }
+                    }
+                }
+                for (l, x) in pb.iter_mut().enumerate() {
+                    *x = ((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l])) * scale;
+                }
+            }
+            let inv = softmax_blocks(&mut p, len);
+            let mut even = [0f32; D];
+            let mut odd = [0f32; D];
+            let vrow = |j: usize| -> [f32; D] {
+                let at = ((first + j) * kv_heads + kvh) * D;
+                let mut r = [0f32; D];
+                r.copy_from_slice(&v[at..at + D]);
+                r
+            };
+            let mut j = 0;
+            while j + 1 < len {
+                let (w0, w1) = (p[j], p[j + 1]);
+                let (x0, x1) = (vrow(j), vrow(j + 1));
+                for i in 0..D {
+                    even[i] = w0.mul_add(x0[i], even[i]);
+                    odd[i] = w1.mul_add(x1[i], odd[i]);
+                }
+                j += 2;
+            }
+            if j < len {
+                let (w, x) = (p[j], vrow(j));
+                for i in 0..D {
+                    even[i] = w.mul_add(x[i], even[i]);
+                }
+            }
+            for ((o, &e), &d) in out[h * D..(h + 1) * D].iter_mut().zip(&even).zip(&odd) {
+                *o = (e + d) * inv;
             }
         }
     }
@@ -840,30 +976,31 @@ mod tests {
 
     #[test]
     fn span_attention_matches_candle_varlen_flash_attention() {
-        // Three packed prompts, 4 query heads over 2 key/value heads.
-        let lens = [5u32, 1, 9];
+        // Packed prompts (spans of one key, several key blocks, odd and even lengths), 4
+        // query heads over 2 key/value heads; head sizes with their own compiled kernel (32,
+        // 64) and without (40).
+        let lens = [5u32, 1, 37, 9, 16];
         let total: u32 = lens.iter().sum();
-        let (heads, kv, dim) = (4, 2, 40);
-        let q = random(&[total as usize, heads, dim], 16);
-        let k = random(&[total as usize, kv, dim], 17);
-        let v = random(&[total as usize, kv, dim], 18);
-        let mut spans = Vec::new();
-        let mut first = 0;
-        for &n in &lens {
-            spans.extend((1..=n).map(|i| (first, i)));
-            first += n;
+        for dim in [40, 32, 64] {
+            let heads = 4;
+            let q = random(&[total as usize, heads, dim], 16);
+            let k = random(&[total as usize, 2, dim], 17);
+            let v = random(&[total as usize, 2, dim], 18);
+            let mut spans = Vec::new();
+            let mut first = 0;
+            for &n in &lens {
+                spans.extend((1..=n).map(|i| (first, i)));
+                first += n;
+            }
+            let ours = span_attention(&q, &k, &v, &spans, 0.3).unwrap();
+            let l = Tensor::new(&lens[..], &Device::Cpu).unwrap();
+            let theirs = candle_nn::attention::flash_attn_varlen_cpu(
+                &q, &k, &v, None, &l, &l, 37, 37, 0.3, true, None, None,
+            )
+            .unwrap();
+            let d = max_diff(&ours, &theirs);
+            assert!(d < 1e-5, "dim {dim}: {d}");
         }
-        let ours = span_attention(&q, &k, &v, &spans, 0.3).unwrap();
-        let l = Tensor::new(&lens[..], &Device::Cpu).unwrap();
-        let theirs = candle_nn::attention::flash_attn_varlen_cpu(
-            &q, &k, &v, None, &l, &l, 9, 9, 0.3, true, None, None,
-        )
-        .unwrap();
-        assert!(
-            max_diff(&ours, &theirs) < 1e-5,
-            "{}",
-            max_diff(&ours, &theirs)
-        );
     }
 
     #[test]
