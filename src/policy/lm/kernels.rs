@@ -120,9 +120,41 @@ struct RmsNorm {
 impl RmsNorm {
     #[inline(always)]
     fn inv_rms(&self, row: &[f32]) -> f32 {
-        let ss: f32 = row.iter().map(|v| v * v).sum();
-        1.0 / (ss / row.len() as f32 + self.eps).sqrt()
+        inv_rms(row, self.eps)
     }
+}
+
+/// `1 / sqrt(mean(row²) + eps)`. The squares are summed in 16 lanes, then across them (a
+/// single running sum would not vectorise).
+#[inline(always)]
+fn inv_rms(row: &[f32], eps: f32) -> f32 {
+    let mut lanes = [0f32; 16];
+    let blocks = row.chunks_exact(16);
+    let rest = blocks.remainder();
+    for block in blocks {
+        for (s, &v) in lanes.iter_mut().zip(block) {
+            *s += v * v;
+        }
+    }
+    let ss = lanes.iter().sum::<f32>() + rest.iter().map(|v| v * v).sum::<f32>();
+    1.0 / (ss / row.len() as f32 + eps).sqrt()
+}
+
+/// [`rms_norm`]'s forward over plain rows: each row of `x` (`w.len()` wide) normed and
+/// scaled into the same row of `y`.
+pub fn rms_rows(y: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
+    let h = w.len().max(1);
+    y.par_chunks_mut(h)
+        .zip(x.par_chunks(h))
+        .with_min_len(MIN_ROWS)
+        .for_each(|(yr, xr)| {
+            vectorised(|| {
+                let r = inv_rms(xr, eps);
+                for ((o, &v), &g) in yr.iter_mut().zip(xr).zip(w) {
+                    *o = v * r * g;
+                }
+            })
+        });
 }
 
 impl CustomOp2 for RmsNorm {
@@ -144,17 +176,7 @@ impl CustomOp2 for RmsNorm {
             bail!("{}: scale of {} for rows of {h}", self.name(), w.len());
         }
         let mut y = vec![0f32; x.len()];
-        y.par_chunks_mut(h)
-            .zip(x.par_chunks(h))
-            .with_min_len(MIN_ROWS)
-            .for_each(|(yr, xr)| {
-                vectorised(|| {
-                    let r = self.inv_rms(xr);
-                    for ((o, &v), &g) in yr.iter_mut().zip(xr).zip(w) {
-                        *o = v * r * g;
-                    }
-                })
-            });
+        rms_rows(&mut y, x, w, self.eps);
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 
@@ -386,6 +408,49 @@ pub fn rope_at(x: &Tensor, tables: &RopeTables, positions: &[u32]) -> Result<Ten
     })
 }
 
+/// Rotates, in place, rows of `width` (heads of `2 · tables.half`), row `r` at position
+/// `at(r)` (which must be in the tables), by −θ when `sign` is −1. One task per row: its
+/// heads share the position's angles.
+pub fn rotate(
+    x: &mut [f32],
+    tables: &RopeTables,
+    width: usize,
+    at: impl Fn(usize) -> usize + Sync,
+    sign: f32,
+) {
+    let half = tables.half;
+    let dim = 2 * half;
+    if width == 0 || dim == 0 {
+        return;
+    }
+    x.par_chunks_mut(width)
+        .enumerate()
+        .with_min_len(MIN_ROWS)
+        .for_each(|(r, xr)| {
+            vectorised(|| {
+                let p = at(r);
+                let cos = &tables.cos[p * half..(p + 1) * half];
+                let sin = &tables.sin[p * half..(p + 1) * half];
+                for xh in xr.chunks_mut(dim) {
+                    let (x1, x2) = xh.split_at_mut(half);
+                    for i in 0..half {
+                        let (c, s) = (cos[i], sign * sin[i]);
+                        let (a, b) = (x1[i], x2[i]);
+                        x1[i] = a * c - b * s;
+                        x2[i] = b * c + a * s;
+                    }
+                }
+            })
+        });
+}
+
+impl RopeTables {
+    /// The number of positions the tables cover.
+    pub fn positions(&self) -> usize {
+        self.cos.len() / self.half.max(1)
+    }
+}
+
 struct Rope {
     tables: RopeTables,
     /// Rotate by −θ (the backward pass).
@@ -424,31 +489,12 @@ impl CustomOp1 for Rope {
             );
         }
         let sign = if self.inverse { -1.0 } else { 1.0 };
-        let mut y = vec![0f32; x.len()];
-        // One task per (batch row, position): its heads share the position's angles.
-        y.par_chunks_mut(heads * dim)
-            .zip(x.par_chunks(heads * dim))
-            .enumerate()
-            .with_min_len(MIN_ROWS)
-            .for_each(|(bt, (yr, xr))| {
-                vectorised(|| {
-                    let p = match &self.positions {
-                        Some(p) => p[bt] as usize,
-                        None => bt % t,
-                    };
-                    let cos = &self.tables.cos[p * half..(p + 1) * half];
-                    let sin = &self.tables.sin[p * half..(p + 1) * half];
-                    for (yh, xh) in yr.chunks_mut(dim).zip(xr.chunks(dim)) {
-                        let (x1, x2) = xh.split_at(half);
-                        let (y1, y2) = yh.split_at_mut(half);
-                        for i in 0..half {
-                            let (c, s) = (cos[i], sign * sin[i]);
-                            y1[i] = x1[i] * c - x2[i] * s;
-                            y2[i] = x2[i] * c + x1[i] * s;
-                        }
-                    }
-                })
-            });
+        let mut y = x.to_vec();
+        let at = |bt: usize| match &self.positions {
+            Some(p) => p[bt] as usize,
+            None => bt % t,
+        };
+        rotate(&mut y, &self.tables, heads * dim, at, sign);
         Ok((CpuStorage::F32(y), l.shape().clone()))
     }
 
@@ -499,8 +545,27 @@ pub fn span_attention(
             spans.len()
         );
     }
-    let group = heads / kv_heads;
     let out = with_data3((q, k, v), OP, |q, k, v| {
+        Ok(attend(q, k, v, spans, (heads, kv_heads, dim), scale))
+    })?;
+    Tensor::from_vec(out, (rows, heads, dim), q.device())
+}
+
+/// [`span_attention`] over plain rows: `q` `(spans.len(), heads, dim)`, `k` and `v`
+/// `(rows_k, kv_heads, dim)`, every span within the key rows and `heads` a multiple of
+/// `kv_heads` (the caller checks); returns `(spans.len(), heads, dim)`.
+pub fn attend(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    spans: &[(u32, u32)],
+    (heads, kv_heads, dim): (usize, usize, usize),
+    scale: f32,
+) -> Vec<f32> {
+    let rows = spans.len();
+    let rows_k = k.len() / (kv_heads * dim).max(1);
+    let group = heads / kv_heads.max(1);
+    {
         // Keys transposed to `(kv_heads, dim, stride)`: a query's scores are then `dim`
         // multiply-adds over contiguous runs of keys, no sums across lanes. Each run is
         // padded with zeros to whole blocks of `KEYS`, so the score loop has no remainder.
@@ -541,9 +606,8 @@ pub fn span_attention(
                     _ => arch.dispatch(row),
                 }
             });
-        Ok(out)
-    })?;
-    Tensor::from_vec(out, (rows, heads, dim), q.device())
+        out
+    }
 }
 
 /// Keys per block of [`span_attention`]'s score loop (one AVX-512 register).
@@ -740,6 +804,19 @@ pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
 
 struct SwiGlu;
 
+/// [`swiglu`]'s forward in place: `g ← silu(g) · u`.
+pub fn swiglu_rows(g: &mut [f32], u: &[f32]) {
+    g.par_chunks_mut(MIN_ELEMS)
+        .zip(u.par_chunks(MIN_ELEMS))
+        .for_each(|(gc, uc)| {
+            vectorised(|| {
+                for (a, &b) in gc.iter_mut().zip(uc) {
+                    *a = *a / (1.0 + exp(-*a)) * b;
+                }
+            })
+        });
+}
+
 /// Elements per rayon task.
 const MIN_ELEMS: usize = 4096;
 
@@ -765,16 +842,8 @@ impl CustomOp2 for SwiGlu {
                 l2.shape()
             );
         }
-        let mut y = vec![0f32; g.len()];
-        y.par_chunks_mut(MIN_ELEMS)
-            .zip(g.par_chunks(MIN_ELEMS).zip(u.par_chunks(MIN_ELEMS)))
-            .for_each(|(yc, (gc, uc))| {
-                vectorised(|| {
-                    for ((o, &a), &b) in yc.iter_mut().zip(gc).zip(uc) {
-                        *o = a / (1.0 + exp(-a)) * b;
-                    }
-                })
-            });
+        let mut y = g.to_vec();
+        swiglu_rows(&mut y, u);
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 

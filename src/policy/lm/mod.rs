@@ -3,6 +3,7 @@
 //! ([`tokenizer`]) and model folders on disk ([`folder`]).
 
 pub mod config;
+mod engine;
 pub mod folder;
 pub mod kernels;
 pub mod lora;

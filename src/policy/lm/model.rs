@@ -23,6 +23,7 @@ use std::path::Path as FsPath;
 
 use super::LmError;
 use super::config::LmConfig;
+use super::engine::{self, LayerData, ModelData};
 use super::kernels::{self, RopeTables};
 use super::lora::Adapter;
 
@@ -292,7 +293,13 @@ impl Decoder {
             });
         }
         match path {
-            Path::Fast if device.is_cpu() => self.last_hidden_packed(&prompts, lora),
+            Path::Fast if device.is_cpu() => match lora {
+                Lora::Base => match self.engine(&prompts, false)? {
+                    Some(h) => Ok(h),
+                    None => self.last_hidden_packed(&prompts, lora),
+                },
+                _ => self.last_hidden_packed(&prompts, lora),
+            },
             Path::Train => self.last_hidden_train(&prompts, pad, longest, lora),
             _ => {
                 let (ids, last) = padded(&prompts, pad, longest, device)?;
@@ -300,6 +307,94 @@ impl Decoder {
                 Ok(hidden.index_select(&last, 0)?)
             }
         }
+    }
+
+    /// The fast path's final hidden states from [`engine::packed_hidden`] over non-empty
+    /// prompts (every token's when `every_row`, else each prompt's last token's); `None` when
+    /// a weight is not a contiguous f32 tensor on the CPU (the caller then takes candle's
+    /// operations).
+    fn engine(&self, prompts: &[&[u32]], every_row: bool) -> Result<Option<Tensor>, LmError> {
+        let vocab = self.cfg.vocab_size;
+        if let Some(bad) = prompts
+            .iter()
+            .flat_map(|p| p.iter())
+            .find(|&&id| id as usize >= vocab)
+        {
+            return Err(LmError::Candle(candle_core::Error::Msg(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            ))));
+        }
+        if prompts
+            .iter()
+            .any(|p| p.is_empty() || p.len() > self.rope.positions())
+        {
+            return Ok(None);
+        }
+        let mut tensors: Vec<&Tensor> = vec![&self.embed, &self.norm];
+        for l in &self.layers {
+            tensors.extend([
+                l.q.weight(),
+                l.k.weight(),
+                l.v.weight(),
+                l.o.weight(),
+                l.gate.weight(),
+                l.up.weight(),
+                l.down.weight(),
+                &l.ln1,
+                &l.ln2,
+            ]);
+            tensors.extend([l.q.bias(), l.k.bias(), l.v.bias()].into_iter().flatten());
+            if l.o.bias().is_some() || l.gate.bias().is_some() {
+                return Ok(None);
+            }
+        }
+        let Some(locks) = tensors
+            .into_iter()
+            .map(engine::lock)
+            .collect::<Option<Vec<_>>>()
+        else {
+            return Ok(None);
+        };
+        let mut data = locks.iter().map(|l| l.data());
+        let mut next = || data.next().unwrap_or(&[]);
+        let (embed, norm) = (next(), next());
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for l in &self.layers {
+            let [q, k, v, o, gate, up, down, ln1, ln2] = [(); 9].map(|()| next());
+            layers.push(LayerData {
+                q,
+                k,
+                v,
+                o,
+                gate,
+                up,
+                down,
+                ln1,
+                ln2,
+                q_bias: l.q.bias().map(|_| next()),
+                k_bias: l.k.bias().map(|_| next()),
+                v_bias: l.v.bias().map(|_| next()),
+            });
+        }
+        let (nh, nkv, hd) = self.heads();
+        let model = ModelData {
+            hidden: self.cfg.hidden_size,
+            heads: nh,
+            kv_heads: nkv,
+            head_dim: hd,
+            intermediate: self.cfg.intermediate_size,
+            eps: self.cfg.rms_norm_eps as f32,
+            embed,
+            layers,
+            norm,
+        };
+        let out = engine::packed_hidden(&model, &self.rope, prompts, every_row);
+        let rows = out.len() / self.cfg.hidden_size.max(1);
+        Ok(Some(Tensor::from_vec(
+            out,
+            (rows, self.cfg.hidden_size),
+            self.embed.device(),
+        )?))
     }
 
     /// [`Decoder::last_hidden`] on the fast path (CPU): the prompts packed end to end with
@@ -465,6 +560,13 @@ impl Decoder {
         }
         // The fused kernels run on the CPU, and the training ones attend causally only.
         let cpu = ids.device().is_cpu();
+        if path == Path::Fast && cpu && bias.is_none() && matches!(lora, Lora::Base) && t > 0 {
+            let rows = ids.to_vec2::<u32>()?;
+            let prompts: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
+            if let Some(h) = self.engine(&prompts, true)? {
+                return Ok(h);
+            }
+        }
         let path = match path {
             Path::Train if !cpu || bias.is_some() => Path::Composed,
             p => p,
