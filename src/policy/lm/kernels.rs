@@ -41,7 +41,8 @@ pub fn exp(x: f32) -> f32 {
     // Adding and subtracting 1.5 · 2²³ rounds to the nearest integer in any SIMD width.
     const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
     let f = (x - n * LN2_HI) - n * LN2_LO;
     let mut p = 1.0 / 5040.0;
     for c in [
@@ -55,7 +56,11 @@ pub fn exp(x: f32) -> f32 {
     ] {
         p = p * f + c;
     }
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    // 2^n from n's bits in `t` (its low mantissa bits hold n once ROUND's are taken away):
+    // integer operations that vectorise, where `n as i32` (a saturating conversion) does
+    // not.
+    let n_bits = t.to_bits().wrapping_sub(ROUND.to_bits());
+    p * f32::from_bits(n_bits.wrapping_add(127) << 23)
 }
 
 /// Runs `f` compiled for the widest vector instructions this CPU has (AVX-512, AVX2+FMA,
