@@ -703,3 +703,56 @@ fn as_variables(
     };
     (vars, read)
 }
+
+/// The fast path reads weights in place when they are contiguous f32 tensors
+/// (`engine.rs`); strided ones (here transposed views of transposed copies, same values)
+/// take candle's operations instead. Both give the same hidden states and logits, with and
+/// without adapters.
+#[test]
+fn fast_path_with_strided_weights_matches_contiguous_ones() {
+    use emergence::policy::lm::{Adapter, LoraConfig};
+    let cfg = small_config(false);
+    let w = init_weights(&cfg, 9, &Device::Cpu).expect("init");
+    let strided: Weights = w
+        .iter()
+        .map(|(k, t)| {
+            // (candle's embedding lookup needs a contiguous table)
+            let t = if t.rank() == 2 && !k.contains("embed_tokens") {
+                t.t()
+                    .and_then(|x| x.contiguous())
+                    .and_then(|x| x.t())
+                    .expect("view")
+            } else {
+                t.clone()
+            };
+            (k.clone(), t)
+        })
+        .collect();
+    assert!(!strided["model.layers.0.mlp.up_proj.weight"].is_contiguous());
+    let a = Decoder::new(&cfg, &w, Path::new("mem")).expect("decoder");
+    let b = Decoder::new(&cfg, &strided, Path::new("mem")).expect("decoder");
+    let (_, adapter) = as_variables(
+        &Adapter::init(&cfg, LoraConfig::all(2), 4, &Device::Cpu).expect("adapter"),
+        0.03,
+    );
+    let prompts: Vec<Vec<u32>> = [7usize, 2, 12]
+        .iter()
+        .map(|&n| (0..n).map(|j| (j * 5 % 61) as u32).collect())
+        .collect();
+    let each = [Some(&adapter), None, Some(&adapter)];
+    for lora in [Lora::Base, Lora::Each(&each)] {
+        let ha = a.last_hidden(&prompts, 0, Fwd::Fast, lora).expect("a");
+        let hb = b.last_hidden(&prompts, 0, Fwd::Fast, lora).expect("b");
+        assert!(max_abs_diff(&ha, &hb) < 1e-5, "{}", max_abs_diff(&ha, &hb));
+        let ids = ids(&cfg);
+        let n = ids.dim(0).expect("rows");
+        let rows = vec![Some(&adapter); n];
+        let lora = match lora {
+            Lora::Base => Lora::Base,
+            _ => Lora::Each(&rows),
+        };
+        let la = a.forward_with(&ids, None, Fwd::Fast, lora).expect("a");
+        let lb = b.forward_with(&ids, None, Fwd::Fast, lora).expect("b");
+        assert!(max_abs_diff(&la, &lb) < 1e-5, "{}", max_abs_diff(&la, &lb));
+    }
+}

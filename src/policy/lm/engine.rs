@@ -53,6 +53,62 @@ pub(super) struct LayerData<'a> {
     pub ln2: &'a [f32],
 }
 
+/// A LoRA adapter's matrices: per layer, per projection (q, k, v, o, gate, up, down),
+/// `A` `(r, in)` and `B` `(out, r)` when adapted; the update is `scale · B (A x)`.
+pub(super) struct LoraData<'a> {
+    pub rank: usize,
+    pub scale: f32,
+    pub modules: Vec<[Option<(&'a [f32], &'a [f32])>; 7]>,
+}
+
+/// Runs of consecutive rows with the adapter they read: `(adapter index, rows)`.
+type Runs = Vec<(Option<usize>, usize)>;
+
+/// The runs of `per_prompt` (each prompt's adapter index) with prompt `i` taking `rows(i)`
+/// rows.
+fn runs(per_prompt: &[Option<usize>], rows: impl Fn(usize) -> usize) -> Runs {
+    let mut out: Runs = Vec::new();
+    for (i, &a) in per_prompt.iter().enumerate() {
+        match out.last_mut() {
+            Some((b, n)) if *b == a => *n += rows(i),
+            _ => out.push((a, rows(i))),
+        }
+    }
+    out
+}
+
+/// Adds the adapters' updates of projection `module` of layer `layer` to `y` (rows of
+/// `out`), the input rows `x` being `inp` wide.
+#[allow(clippy::too_many_arguments)]
+fn lora_delta(
+    y: &mut [f32],
+    x: &[f32],
+    (inp, out): (usize, usize),
+    adapters: &[LoraData<'_>],
+    runs: &Runs,
+    layer: usize,
+    module: usize,
+) {
+    let mut start = 0;
+    for &(a, n) in runs {
+        if let Some(l) = a.and_then(|a| adapters.get(a))
+            && let Some((wa, wb)) = l.modules.get(layer).and_then(|m| m[module])
+        {
+            let mut ax = vec![0f32; n * l.rank];
+            matmul_wt(&mut ax, &x[start * inp..], wa, (n, inp, l.rank), false);
+            matmul_wt_scaled(
+                &mut y[start * out..(start + n) * out],
+                &ax,
+                wb,
+                (n, l.rank, out),
+                true,
+                l.scale,
+            );
+        }
+        start += n;
+    }
+}
+
 /// The model's sizes and weights.
 pub(super) struct ModelData<'a> {
     pub hidden: usize,
@@ -67,8 +123,20 @@ pub(super) struct ModelData<'a> {
 }
 
 /// `dst (m × n) = [dst +] a (m × k) · wᵀ` with `w` an `(n, k)` weight, all row-major.
+fn matmul_wt(dst: &mut [f32], a: &[f32], w: &[f32], mkn: (usize, usize, usize), add: bool) {
+    matmul_wt_scaled(dst, a, w, mkn, add, 1.0);
+}
+
+/// `dst (m × n) = [dst +] scale · a (m × k) · wᵀ` with `w` an `(n, k)` weight, all row-major.
 #[allow(unsafe_code)]
-fn matmul_wt(dst: &mut [f32], a: &[f32], w: &[f32], (m, k, n): (usize, usize, usize), add: bool) {
+fn matmul_wt_scaled(
+    dst: &mut [f32],
+    a: &[f32],
+    w: &[f32],
+    (m, k, n): (usize, usize, usize),
+    add: bool,
+    scale: f32,
+) {
     assert!(
         dst.len() >= m * n && a.len() >= m * k && w.len() >= n * k,
         "matmul: {} x {} by {} x {} into {}",
@@ -107,7 +175,7 @@ fn matmul_wt(dst: &mut [f32], a: &[f32], w: &[f32], (m, k, n): (usize, usize, us
             k as isize,
             1,
             if add { 1.0 } else { 0.0 },
-            1.0,
+            scale,
             false,
             false,
             false,
@@ -146,7 +214,24 @@ pub(super) fn packed_hidden(
     rope: &RopeTables,
     prompts: &[&[u32]],
     every_row: bool,
+    (adapters, per_prompt): (&[LoraData<'_>], &[Option<usize>]),
 ) -> Vec<f32> {
+    let lora = !adapters.is_empty() && per_prompt.iter().any(Option::is_some);
+    let token_runs = runs(per_prompt, |i| prompts[i].len());
+    let last_runs = runs(per_prompt, |_| 1);
+    // A projection of `x` (rows of `inp`) by module `j` of layer `i` into `y`, plus the
+    // adapters' updates.
+    let project = |y: &mut [f32],
+                   x: &[f32],
+                   w: &[f32],
+                   (rows, inp, out): (usize, usize, usize),
+                   add: bool,
+                   (i, j, runs): (usize, usize, &Runs)| {
+        matmul_wt(y, x, w, (rows, inp, out), add);
+        if lora {
+            lora_delta(y, x, (inp, out), adapters, runs, i, j);
+        }
+    };
     let (h, nh, nkv, hd) = (m.hidden, m.heads, m.kv_heads, m.head_dim);
     let (qw, kvw, iw) = (nh * hd, nkv * hd, m.intermediate);
     let total: usize = prompts.iter().map(|p| p.len()).sum();
@@ -182,33 +267,35 @@ pub(super) fn packed_hidden(
     let layers = m.layers.len();
     for (i, l) in m.layers.iter().enumerate() {
         kernels::rms_rows(&mut n, &x, l.ln1, m.eps);
-        matmul_wt(&mut k, &n, l.k, (total, h, kvw), false);
+        let tr = &token_runs;
+        project(&mut k, &n, l.k, (total, h, kvw), false, (i, 1, tr));
         add_bias(&mut k, l.k_bias);
         kernels::rotate(&mut k, rope, kvw, |r| pos[r] as usize, 1.0);
-        matmul_wt(&mut v, &n, l.v, (total, h, kvw), false);
+        project(&mut v, &n, l.v, (total, h, kvw), false, (i, 2, tr));
         add_bias(&mut v, l.v_bias);
-        let (spans, q_pos): (&[(u32, u32)], &[u32]) = if i + 1 == layers && !every_row {
+        let (spans, q_pos, runs): (&[(u32, u32)], &[u32], &Runs) = if i + 1 == layers && !every_row
+        {
             // The last layer for each prompt's last token only.
             x = gather(&x, &last_rows, h);
             n = gather(&n, &last_rows, h);
-            (&spans_last, &last_pos)
+            (&spans_last, &last_pos, &last_runs)
         } else {
-            (&spans_all, &pos)
+            (&spans_all, &pos, tr)
         };
         let rows = spans.len();
         let q = &mut q[..rows * qw];
-        matmul_wt(q, &n, l.q, (rows, h, qw), false);
+        project(q, &n, l.q, (rows, h, qw), false, (i, 0, runs));
         add_bias(q, l.q_bias);
         kernels::rotate(q, rope, qw, |r| q_pos[r] as usize, 1.0);
         let att = kernels::attend(q, &k, &v, spans, (nh, nkv, hd), scale);
-        matmul_wt(&mut x, &att, l.o, (rows, qw, h), true);
+        project(&mut x, &att, l.o, (rows, qw, h), true, (i, 3, runs));
         let n = &mut n[..rows * h];
         kernels::rms_rows(n, &x, l.ln2, m.eps);
         let (g, u) = (&mut g[..rows * iw], &mut u[..rows * iw]);
-        matmul_wt(g, n, l.gate, (rows, h, iw), false);
-        matmul_wt(u, n, l.up, (rows, h, iw), false);
+        project(g, n, l.gate, (rows, h, iw), false, (i, 4, runs));
+        project(u, n, l.up, (rows, h, iw), false, (i, 5, runs));
         kernels::swiglu_rows(g, u);
-        matmul_wt(&mut x, g, l.down, (rows, iw, h), true);
+        project(&mut x, g, l.down, (rows, iw, h), true, (i, 6, runs));
     }
     let mut out = vec![0f32; x.len()];
     kernels::rms_rows(&mut out, &x, m.norm, m.eps);

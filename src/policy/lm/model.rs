@@ -23,7 +23,7 @@ use std::path::Path as FsPath;
 
 use super::LmError;
 use super::config::LmConfig;
-use super::engine::{self, LayerData, ModelData};
+use super::engine::{self, LayerData, LoraData, ModelData};
 use super::kernels::{self, RopeTables};
 use super::lora::Adapter;
 
@@ -293,12 +293,9 @@ impl Decoder {
             });
         }
         match path {
-            Path::Fast if device.is_cpu() => match lora {
-                Lora::Base => match self.engine(&prompts, false)? {
-                    Some(h) => Ok(h),
-                    None => self.last_hidden_packed(&prompts, lora),
-                },
-                _ => self.last_hidden_packed(&prompts, lora),
+            Path::Fast if device.is_cpu() => match self.engine(&prompts, false, lora)? {
+                Some(h) => Ok(h),
+                None => self.last_hidden_packed(&prompts, lora),
             },
             Path::Train => self.last_hidden_train(&prompts, pad, longest, lora),
             _ => {
@@ -310,10 +307,15 @@ impl Decoder {
     }
 
     /// The fast path's final hidden states from [`engine::packed_hidden`] over non-empty
-    /// prompts (every token's when `every_row`, else each prompt's last token's); `None` when
-    /// a weight is not a contiguous f32 tensor on the CPU (the caller then takes candle's
-    /// operations).
-    fn engine(&self, prompts: &[&[u32]], every_row: bool) -> Result<Option<Tensor>, LmError> {
+    /// prompts (every token's when `every_row`, else each prompt's last token's), with
+    /// `lora`'s adapters; `None` when a weight is not a contiguous f32 tensor on the CPU or
+    /// an adapter's matrix is misshapen (the caller then takes candle's operations).
+    fn engine(
+        &self,
+        prompts: &[&[u32]],
+        every_row: bool,
+        lora: Lora<'_>,
+    ) -> Result<Option<Tensor>, LmError> {
         let vocab = self.cfg.vocab_size;
         if let Some(bad) = prompts
             .iter()
@@ -348,6 +350,48 @@ impl Decoder {
                 return Ok(None);
             }
         }
+        // The distinct adapters, each prompt's index among them, and their matrices.
+        let mut distinct: Vec<&Adapter> = Vec::new();
+        let per_prompt: Vec<Option<usize>> = (0..prompts.len())
+            .map(|i| {
+                let a = match lora {
+                    Lora::Base => None,
+                    Lora::All(a) => Some(a),
+                    Lora::Each(each) => each.get(i).copied().flatten(),
+                }?;
+                Some(match distinct.iter().position(|&d| std::ptr::eq(d, a)) {
+                    Some(k) => k,
+                    None => {
+                        distinct.push(a);
+                        distinct.len() - 1
+                    }
+                })
+            })
+            .collect();
+        let (h, inter) = (self.cfg.hidden_size, self.cfg.intermediate_size);
+        let kvw = self.cfg.kv_heads() * self.cfg.head_dim();
+        let sizes = [
+            (h, h),
+            (h, kvw),
+            (h, kvw),
+            (h, h),
+            (h, inter),
+            (h, inter),
+            (inter, h),
+        ];
+        for a in &distinct {
+            let r = a.config.r;
+            for l in &self.layers {
+                for (name, &(inp, out)) in l.names.iter().zip(&sizes) {
+                    if let Some((wa, wb)) = a.weights.get(name) {
+                        if wa.dims() != [r, inp] || wb.dims() != [out, r] {
+                            return Ok(None);
+                        }
+                        tensors.extend([wa, wb]);
+                    }
+                }
+            }
+        }
         let Some(locks) = tensors
             .into_iter()
             .map(engine::lock)
@@ -376,6 +420,25 @@ impl Decoder {
                 v_bias: l.v.bias().map(|_| next()),
             });
         }
+        let adapters: Vec<LoraData<'_>> = distinct
+            .iter()
+            .map(|a| LoraData {
+                rank: a.config.r,
+                scale: a.config.lora_alpha / a.config.r.max(1) as f32,
+                modules: self
+                    .layers
+                    .iter()
+                    .map(|l| {
+                        l.names.clone().map(|name| {
+                            a.weights.get(&name).map(|_| {
+                                let wa = next();
+                                (wa, next())
+                            })
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
         let (nh, nkv, hd) = self.heads();
         let model = ModelData {
             hidden: self.cfg.hidden_size,
@@ -388,7 +451,13 @@ impl Decoder {
             layers,
             norm,
         };
-        let out = engine::packed_hidden(&model, &self.rope, prompts, every_row);
+        let out = engine::packed_hidden(
+            &model,
+            &self.rope,
+            prompts,
+            every_row,
+            (&adapters, &per_prompt),
+        );
         let rows = out.len() / self.cfg.hidden_size.max(1);
         Ok(Some(Tensor::from_vec(
             out,
@@ -560,10 +629,10 @@ impl Decoder {
         }
         // The fused kernels run on the CPU, and the training ones attend causally only.
         let cpu = ids.device().is_cpu();
-        if path == Path::Fast && cpu && bias.is_none() && matches!(lora, Lora::Base) && t > 0 {
+        if path == Path::Fast && cpu && bias.is_none() && t > 0 {
             let rows = ids.to_vec2::<u32>()?;
             let prompts: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
-            if let Some(h) = self.engine(&prompts, true)? {
+            if let Some(h) = self.engine(&prompts, true, lora)? {
                 return Ok(h);
             }
         }
