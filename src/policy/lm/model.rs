@@ -1,9 +1,11 @@
 //! A Qwen2-style decoder whose weights carry the Hugging Face names, with two forward
 //! paths over the same tensors:
 //!
-//! - [`Path::Fast`] for inference: fused kernels that record no backward pass (candle's
-//!   `rms_norm`; on the CPU our packed [`kernels::span_attention`] and rotary embedding,
-//!   elsewhere candle's `rope` and `softmax_last_dim`);
+//! - [`Path::Fast`] for inference, recording no backward pass: on the CPU the packed
+//!   decoder of `engine.rs` (plain buffers, `gemm` into them, the slice-level kernels of
+//!   [`super::kernels`], LoRA per run of rows), with candle's operations and our
+//!   [`kernels::span_attention`] as the fallback for weights it cannot read in place;
+//!   elsewhere candle's `rms_norm`, `rope` and `softmax_last_dim`;
 //! - [`Path::Train`] for training: on the CPU, the fused kernels of [`super::kernels`]
 //!   (RMS norm, causal softmax, rotary embedding, SwiGLU), each with a hand-written backward
 //!   pass, so that every weight receives a gradient; elsewhere [`Path::Composed`];
