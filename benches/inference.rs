@@ -81,7 +81,9 @@ fn matmul(c: &mut Criterion) {
 }
 
 /// The Decide step of the `lm` policy: 64 agents in one batch against 64 batches of one,
-/// on prisoner's dilemma observations.
+/// on prisoner's dilemma observations at one round, as a step of 32 arenas gives them: both
+/// teams, 64 different histories (so no two prompts are the same; prompts of a team share
+/// their first line, as in a real step).
 fn decide(c: &mut Criterion) {
     emergence::alloc::keep_freed_memory();
     let path =
@@ -95,11 +97,16 @@ fn decide(c: &mut Criterion) {
         Device::Cpu,
     );
     p.setup(&scene, &action_names(&scene)).expect("setup");
-    let obs: Vec<Observation> = (0..64)
+    let bit = |i: u8, b: u8| (i >> b) & 1;
+    let obs: Vec<Observation> = (0..64u8)
         .map(|i| Observation {
             step: 3,
-            history: vec![[i % 2, 1], [0, (i / 2) % 2], [1, 0]],
-            other_counts: [1, 2],
+            history: vec![
+                [bit(i, 0), bit(i, 1)],
+                [bit(i, 2), bit(i, 3)],
+                [bit(i, 4), bit(i, 5)],
+            ],
+            other_counts: [u32::from(bit(i, 1) + bit(i, 3) + bit(i, 5)), 0],
             ..Default::default()
         })
         .collect();
@@ -112,14 +119,18 @@ fn decide(c: &mut Criterion) {
             .zip(rngs.iter_mut())
             .zip(actions.iter_mut())
             .zip(traces.iter_mut())
-            .map(|(((o, rng), action), trace)| Decision {
-                agent: Agent { arena: 0, slot: 0 },
+            .enumerate()
+            .map(|(i, (((o, rng), action), trace))| Decision {
+                agent: Agent {
+                    arena: (i / 2) as u32,
+                    slot: (i % 2) as u16,
+                },
                 obs: o,
                 mask: ActionMask::all(2),
                 rng,
                 action,
                 say: None,
-                team: 0,
+                team: (i % 2) as u8,
                 role: 0,
                 last_reward: 0.0,
                 trace,

@@ -604,18 +604,7 @@ fn one_forward_with_an_adapter_per_prompt_matches_each_adapter_alone() {
         .map(|(i, &n)| (0..n).map(|j| ((i * 11 + j * 5) % 61) as u32).collect())
         .collect();
     let each = [Some(&a), Some(&b), None, Some(&a), Some(&b), Some(&b)];
-    let alone: Vec<Tensor> = prompts
-        .iter()
-        .zip(each)
-        .map(|(p, ad)| {
-            let ids = Tensor::from_vec(p.clone(), (1, p.len()), &Device::Cpu).expect("ids");
-            let h = dec
-                .hidden_with(&ids, None, Fwd::Composed, ad.into())
-                .expect("hidden");
-            h.i((0, p.len() - 1)).expect("last")
-        })
-        .collect();
-    let alone = Tensor::stack(&alone, 0).expect("stack");
+    let alone = each_alone(&dec, &prompts, &each);
     // Not trivially equal: the adapters change the result.
     let plain = dec
         .last_hidden(&prompts, 0, Fwd::Fast, Lora::Base)
@@ -755,4 +744,77 @@ fn fast_path_with_strided_weights_matches_contiguous_ones() {
         let lb = b.forward_with(&ids, None, Fwd::Fast, lora).expect("b");
         assert!(max_abs_diff(&la, &lb) < 1e-5, "{}", max_abs_diff(&la, &lb));
     }
+}
+
+/// Prompts that begin alike (the same header, as agents of one team at one step have) share
+/// those tokens' rows in the fast path's packed batch: identical prompts, one the beginning
+/// of another, prompts that part after a few tokens, and the same tokens under different
+/// adapters (which must not share). Each still gets what it gets alone.
+#[test]
+fn prompts_that_begin_alike_match_each_prompt_alone() {
+    use emergence::policy::lm::{Adapter, LoraConfig};
+    let cfg = small_config(false);
+    let w = init_weights(&cfg, 12, &Device::Cpu).expect("init");
+    let dec = Decoder::new(&cfg, &w, Path::new("mem")).expect("decoder");
+    let (_, adapter) = as_variables(
+        &Adapter::init(&cfg, LoraConfig::all(2), 6, &Device::Cpu).expect("adapter"),
+        0.05,
+    );
+    let header: Vec<u32> = (0..9).map(|j| (j * 7 % 61) as u32).collect();
+    let with = |tail: &[u32]| -> Vec<u32> { header.iter().chain(tail).copied().collect() };
+    let prompts: Vec<Vec<u32>> = vec![
+        with(&[
+            3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+        ]),
+        with(&[3, 4, 5]),
+        with(&[
+            3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+        ]),
+        header[..5].to_vec(),
+        with(&[30, 31]),
+        with(&[3, 4, 5, 40]),
+        with(&[30, 31]),
+        (0..6).map(|j| (50 + j) as u32).collect(),
+    ];
+    for each in [
+        vec![None; prompts.len()],
+        vec![
+            None,
+            Some(&adapter),
+            None,
+            Some(&adapter),
+            None,
+            None,
+            Some(&adapter),
+            None,
+        ],
+    ] {
+        let alone = each_alone(&dec, &prompts, &each);
+        let h = dec
+            .last_hidden(&prompts, 0, Fwd::Fast, Lora::Each(&each))
+            .expect("fast");
+        let d = max_abs_diff(&h, &alone);
+        assert!(d < 1e-5, "{d}");
+    }
+}
+
+/// The final hidden state at each prompt's last token, each prompt run alone on the composed
+/// path with its adapter.
+fn each_alone(
+    dec: &Decoder,
+    prompts: &[Vec<u32>],
+    adapters: &[Option<&emergence::policy::lm::Adapter>],
+) -> Tensor {
+    let alone: Vec<Tensor> = prompts
+        .iter()
+        .zip(adapters)
+        .map(|(p, &a)| {
+            let ids = Tensor::from_vec(p.clone(), (1, p.len()), &Device::Cpu).expect("ids");
+            let h = dec
+                .hidden_with(&ids, None, Fwd::Composed, a.into())
+                .expect("hidden");
+            h.i((0, p.len() - 1)).expect("last")
+        })
+        .collect();
+    Tensor::stack(&alone, 0).expect("stack")
 }

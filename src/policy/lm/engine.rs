@@ -12,7 +12,7 @@ use candle_core::{CpuStorage, Storage, Tensor};
 use rayon::prelude::*;
 use std::ops::Deref;
 
-use super::kernels::{self, RopeTables};
+use super::kernels::{self, RopeTables, Segments};
 
 /// A tensor's f32 data on the CPU, held for reading (`G`: candle's storage read guard).
 pub(super) struct Locked<G> {
@@ -184,6 +184,40 @@ fn matmul_wt_scaled(
     }
 }
 
+/// The fewest leading tokens worth sharing between prompts.
+const MIN_SHARED: usize = 4;
+
+/// For each prompt, `(leader, n)`: its first `n` tokens are those of prompt `leader` (which
+/// shares none itself), read from there; `n` is 0 when it shares none, and at most its
+/// length − 1 (its last token is always its own row). Prompts share only with prompts of
+/// the same adapter (`adapter_of`), whose keys and values are the same. Found by sorting the
+/// prompts, so that each run of prompts with a common beginning follows its first one.
+fn share_prefixes(
+    prompts: &[&[u32]],
+    adapter_of: impl Fn(usize) -> Option<usize>,
+) -> Vec<(usize, usize)> {
+    let mut order: Vec<usize> = (0..prompts.len()).collect();
+    order.sort_by(|&a, &b| (adapter_of(a), prompts[a]).cmp(&(adapter_of(b), prompts[b])));
+    let mut out = vec![(0, 0); prompts.len()];
+    let mut leader: Option<usize> = None;
+    for &i in &order {
+        if let Some(l) = leader.filter(|&l| adapter_of(l) == adapter_of(i)) {
+            let common = prompts[l]
+                .iter()
+                .zip(prompts[i])
+                .take_while(|(a, b)| a == b)
+                .count()
+                .min(prompts[i].len() - 1);
+            if common >= MIN_SHARED {
+                out[i] = (l, common);
+                continue;
+            }
+        }
+        leader = Some(i);
+    }
+    out
+}
+
 /// Adds `bias` to every row of `x`.
 fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
     if let Some(b) = bias.filter(|b| !b.is_empty()) {
@@ -217,7 +251,16 @@ pub(super) fn packed_hidden(
     (adapters, per_prompt): (&[LoraData<'_>], &[Option<usize>]),
 ) -> Vec<f32> {
     let lora = !adapters.is_empty() && per_prompt.iter().any(Option::is_some);
-    let token_runs = runs(per_prompt, |i| prompts[i].len());
+    let adapter_of = |i: usize| per_prompt.get(i).copied().flatten();
+    // A prompt that begins like another one (with the same adapter) reads that prompt's
+    // rows for those tokens and computes only the rest; not when every row is wanted.
+    let shared = if every_row {
+        vec![(0, 0); prompts.len()]
+    } else {
+        share_prefixes(prompts, adapter_of)
+    };
+    let own = |i: usize| prompts[i].len() - shared[i].1;
+    let token_runs = runs(per_prompt, own);
     let last_runs = runs(per_prompt, |_| 1);
     // A projection of `x` (rows of `inp`) by module `j` of layer `i` into `y`, plus the
     // adapters' updates.
@@ -234,26 +277,38 @@ pub(super) fn packed_hidden(
     };
     let (h, nh, nkv, hd) = (m.hidden, m.heads, m.kv_heads, m.head_dim);
     let (qw, kvw, iw) = (nh * hd, nkv * hd, m.intermediate);
-    let total: usize = prompts.iter().map(|p| p.len()).sum();
+    let total: usize = (0..prompts.len()).map(own).sum();
+    let firsts: Vec<u32> = (0..prompts.len())
+        .scan(0u32, |at, i| {
+            *at += own(i) as u32;
+            Some(*at - own(i) as u32)
+        })
+        .collect();
     let mut pos = Vec::with_capacity(total);
-    let mut spans_all = Vec::with_capacity(total);
-    let mut spans_last = Vec::with_capacity(prompts.len());
+    let mut spans_all: Vec<Segments> = Vec::with_capacity(total);
+    let mut spans_last: Vec<Segments> = Vec::with_capacity(prompts.len());
     let mut last_rows = Vec::with_capacity(prompts.len());
-    let mut first = 0u32;
-    for p in prompts {
-        let n = p.len() as u32;
-        pos.extend(0..n);
-        spans_all.extend((1..=n).map(|i| (first, i)));
-        spans_last.push((first, n));
+    for (i, &first) in firsts.iter().enumerate() {
+        let (leader, n_shared) = shared[i];
+        let pre = if n_shared > 0 {
+            (firsts[leader], n_shared as u32)
+        } else {
+            (0, 0)
+        };
+        let n = own(i) as u32;
+        pos.extend((0..n).map(|k| n_shared as u32 + k));
+        spans_all.extend((1..=n).map(|k| [pre, (first, k)]));
+        spans_last.push([pre, (first, n)]);
         last_rows.push((first + n - 1) as usize);
-        first += n;
     }
     let last_pos: Vec<u32> = prompts.iter().map(|p| p.len() as u32 - 1).collect();
     let mut x = vec![0f32; total * h];
-    for (row, &id) in x
-        .chunks_exact_mut(h)
-        .zip(prompts.iter().flat_map(|p| p.iter()))
-    {
+    for (row, &id) in x.chunks_exact_mut(h).zip(
+        prompts
+            .iter()
+            .zip(&shared)
+            .flat_map(|(p, &(_, n_shared))| p[n_shared..].iter()),
+    ) {
         let id = id as usize;
         row.copy_from_slice(&m.embed[id * h..(id + 1) * h]);
     }
@@ -273,8 +328,7 @@ pub(super) fn packed_hidden(
         kernels::rotate(&mut k, rope, kvw, |r| pos[r] as usize, 1.0);
         project(&mut v, &n, l.v, (total, h, kvw), false, (i, 2, tr));
         add_bias(&mut v, l.v_bias);
-        let (spans, q_pos, runs): (&[(u32, u32)], &[u32], &Runs) = if i + 1 == layers && !every_row
-        {
+        let (spans, q_pos, runs): (&[Segments], &[u32], &Runs) = if i + 1 == layers && !every_row {
             // The last layer for each prompt's last token only.
             x = gather(&x, &last_rows, h);
             n = gather(&n, &last_rows, h);

@@ -550,69 +550,73 @@ pub fn span_attention(
             spans.len()
         );
     }
+    let segments: Vec<Segments> = spans.iter().map(|&own| [(0, 0), own]).collect();
     let out = with_data3((q, k, v), OP, |q, k, v| {
-        Ok(attend(q, k, v, spans, (heads, kv_heads, dim), scale))
+        Ok(attend(q, k, v, &segments, (heads, kv_heads, dim), scale))
     })?;
     Tensor::from_vec(out, (rows, heads, dim), q.device())
 }
 
-/// [`span_attention`] over plain rows: `q` `(spans.len(), heads, dim)`, `k` and `v`
-/// `(rows_k, kv_heads, dim)`, every span within the key rows and `heads` a multiple of
-/// `kv_heads` (the caller checks); returns `(spans.len(), heads, dim)`.
+/// The key rows a query row attends to: two runs `(first, len)`, a shared prefix (possibly
+/// empty) and the row's own prompt up to itself, in that order.
+pub type Segments = [(u32, u32); 2];
+
+/// [`span_attention`] over plain rows, each query row attending to the key rows of its
+/// [`Segments`] (a prompt whose first tokens are another prompt's reads that prompt's rows
+/// for them): `q` `(segments.len(), heads, dim)`, `k` and `v` `(rows_k, kv_heads, dim)`,
+/// every segment within the key rows, at least one key per row, and `heads` a multiple of
+/// `kv_heads` (the caller checks); returns `(segments.len(), heads, dim)`.
 pub fn attend(
     q: &[f32],
     k: &[f32],
     v: &[f32],
-    spans: &[(u32, u32)],
+    segments: &[Segments],
     (heads, kv_heads, dim): (usize, usize, usize),
     scale: f32,
 ) -> Vec<f32> {
-    let rows = spans.len();
+    let rows = segments.len();
     let rows_k = k.len() / (kv_heads * dim).max(1);
     let group = heads / kv_heads.max(1);
-    {
-        // Keys transposed to `(kv_heads, dim, stride)`: a query's scores are then `dim`
-        // multiply-adds over contiguous runs of keys, no sums across lanes. Each run is
-        // padded with zeros to whole blocks of `KEYS`, so the score loop has no remainder.
-        let stride = rows_k + KEYS;
-        let mut kt = vec![0f32; kv_heads * dim * stride];
-        kt.par_chunks_mut(stride).enumerate().for_each(|(hd, col)| {
-            let (kvh, d) = (hd / dim, hd % dim);
-            for (r, c) in col[..rows_k].iter_mut().enumerate() {
-                *c = k[(r * kv_heads + kvh) * dim + d];
+    // Keys transposed to `(kv_heads, dim, stride)`: a query's scores are then `dim`
+    // multiply-adds over contiguous runs of keys, no sums across lanes. Each run is padded
+    // with zeros to whole blocks of `KEYS`, so the score loop has no remainder.
+    let stride = rows_k + KEYS;
+    let mut kt = vec![0f32; kv_heads * dim * stride];
+    kt.par_chunks_mut(stride).enumerate().for_each(|(hd, col)| {
+        let (kvh, d) = (hd / dim, hd % dim);
+        for (r, c) in col[..rows_k].iter_mut().enumerate() {
+            *c = k[(r * kv_heads + kvh) * dim + d];
+        }
+    });
+    let k = &kt[..];
+    let mut out = vec![0f32; rows * heads * dim];
+    out.par_chunks_mut(heads * dim)
+        .zip(q.par_chunks(heads * dim))
+        .zip(segments.par_iter())
+        .with_min_len(4)
+        .for_each(|((out, q), segs)| {
+            let row = AttendRow {
+                out,
+                q,
+                k,
+                v,
+                segs: segs.map(|(f, n)| (f as usize, n as usize)),
+                stride,
+                heads,
+                group,
+                kv_heads,
+                dim,
+                scale,
+            };
+            let arch = pulp::Arch::new();
+            match dim {
+                32 => arch.dispatch(Attend::<32>(row)),
+                64 => arch.dispatch(Attend::<64>(row)),
+                128 => arch.dispatch(Attend::<128>(row)),
+                _ => arch.dispatch(row),
             }
         });
-        let k = &kt[..];
-        let mut out = vec![0f32; rows * heads * dim];
-        out.par_chunks_mut(heads * dim)
-            .zip(q.par_chunks(heads * dim))
-            .zip(spans.par_iter())
-            .with_min_len(4)
-            .for_each(|((out, q), &(first, len))| {
-                let row = AttendRow {
-                    out,
-                    q,
-                    k,
-                    v,
-                    first: first as usize,
-                    len: len as usize,
-                    stride,
-                    heads,
-                    group,
-                    kv_heads,
-                    dim,
-                    scale,
-                };
-                let arch = pulp::Arch::new();
-                match dim {
-                    32 => arch.dispatch(Attend::<32>(row)),
-                    64 => arch.dispatch(Attend::<64>(row)),
-                    128 => arch.dispatch(Attend::<128>(row)),
-                    _ => arch.dispatch(row),
-                }
-            });
-        out
-    }
+    out
 }
 
 /// Keys per block of [`span_attention`]'s score loop (one AVX-512 register).
@@ -626,8 +630,8 @@ struct AttendRow<'a> {
     /// Keys transposed, `(kv_heads, dim, stride)`, zero past the last key row.
     k: &'a [f32],
     v: &'a [f32],
-    first: usize,
-    len: usize,
+    /// The key rows read, as `(first, len)` runs.
+    segs: [(usize, usize); 2],
     stride: usize,
     heads: usize,
     group: usize,
@@ -636,48 +640,42 @@ struct AttendRow<'a> {
     scale: f32,
 }
 
-impl AttendRow<'_> {
-    /// Softmax of the first `len` scores in place (the rest are padding), returning
-    /// `1 / Σ e^(s - max)`.
-    #[inline(always)]
-    fn softmax(p: &mut [f32], len: usize) -> f32 {
-        let p = &mut p[..len];
-        let max = p.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-        // Exponentials in one loop, the sum in another: a running sum in the same loop
-        // would keep the exponentials from vectorising.
-        for pj in p.iter_mut() {
-            *pj = exp(*pj - max);
-        }
-        1.0 / p.iter().sum::<f32>()
-    }
-}
-
 /// Any head size.
 impl pulp::WithSimd for AttendRow<'_> {
     type Output = ();
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
-        let (first, len, stride, dim, scale) =
-            (self.first, self.len, self.stride, self.dim, self.scale);
-        let (group, kv_heads) = (self.group, self.kv_heads);
+        let (stride, dim, scale) = (self.stride, self.dim, self.scale);
+        let (group, kv_heads, segs) = (self.group, self.kv_heads, self.segs);
         let Self { out, q, k, v, .. } = self;
-        let mut p = vec![0f32; len];
+        let total: usize = segs.iter().map(|s| s.1).sum();
+        let mut p = vec![0f32; total];
         for h in 0..self.heads {
             let kvh = h / group;
             let qh = &q[h * dim..(h + 1) * dim];
             p.fill(0.0);
-            for (d, &qd) in qh.iter().enumerate() {
-                let at = (kvh * dim + d) * stride + first;
-                let qd = qd * scale;
-                for (pj, &kj) in p.iter_mut().zip(&k[at..at + len]) {
-                    *pj += qd * kj;
+            let mut off = 0;
+            for &(first, len) in &segs {
+                let ps = &mut p[off..off + len];
+                for (d, &qd) in qh.iter().enumerate() {
+                    let at = (kvh * dim + d) * stride + first;
+                    let qd = qd * scale;
+                    for (pj, &kj) in ps.iter_mut().zip(&k[at..at + len]) {
+                        *pj += qd * kj;
+                    }
                 }
+                off += len;
             }
-            let inv = AttendRow::softmax(&mut p, len);
+            let max = p.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            for pj in p.iter_mut() {
+                *pj = exp(*pj - max);
+            }
+            let inv = 1.0 / p.iter().sum::<f32>();
             let oh = &mut out[h * dim..(h + 1) * dim];
-            for (j, &pj) in p.iter().enumerate() {
-                let at = ((first + j) * kv_heads + kvh) * dim;
+            let rows = segs.iter().flat_map(|&(first, len)| first..first + len);
+            for (r, &pj) in rows.zip(&p) {
+                let at = (r * kv_heads + kvh) * dim;
                 let w = pj * inv;
                 for (o, &x) in oh.iter_mut().zip(&v[at..at + dim]) {
                     *o += w * x;
@@ -687,13 +685,15 @@ impl pulp::WithSimd for AttendRow<'_> {
     }
 }
 
-/// Softmax in place of the first `len` scores of `p` (whole blocks of [`KEYS`]; the rest are
-/// padding, left at zero), returning `1 / Σ e^(s - max)`. The maximum and the sum are taken
-/// lane by lane over the blocks, then across the lanes, so both vectorise (a running scalar
-/// maximum or sum does not).
+/// Softmax in place of the scores `p` (whole blocks of [`KEYS`]) but its `pads` (left at
+/// zero), returning `1 / Σ e^(s - max)`. The maximum and the sum are taken lane by lane over
+/// the blocks, then across the lanes, so both vectorise (a running scalar maximum or sum
+/// does not).
 #[inline(always)]
-fn softmax_blocks(p: &mut [f32], len: usize) -> f32 {
-    p[len..].fill(f32::NEG_INFINITY);
+fn softmax_blocks(p: &mut [f32], pads: &[std::ops::Range<usize>]) -> f32 {
+    for r in pads {
+        p[r.clone()].fill(f32::NEG_INFINITY);
+    }
     let mut lanes = [f32::NEG_INFINITY; KEYS];
     for block in p.chunks_exact(KEYS) {
         for (m, &x) in lanes.iter_mut().zip(block) {
@@ -704,7 +704,9 @@ fn softmax_blocks(p: &mut [f32], len: usize) -> f32 {
     for x in p.iter_mut() {
         *x = exp(*x - max);
     }
-    p[len..].fill(0.0);
+    for r in pads {
+        p[r.clone()].fill(0.0);
+    }
     let mut sums = [0f32; KEYS];
     for block in p.chunks_exact(KEYS) {
         for (s, &x) in sums.iter_mut().zip(block) {
@@ -730,8 +732,7 @@ impl<const D: usize> pulp::WithSimd for Attend<'_, D> {
             q,
             k,
             v,
-            first,
-            len,
+            segs,
             stride,
             heads,
             group,
@@ -739,8 +740,14 @@ impl<const D: usize> pulp::WithSimd for Attend<'_, D> {
             scale,
             ..
         } = self.0;
-        let blocks = len.div_ceil(KEYS);
-        let mut p = vec![0f32; blocks * KEYS];
+        // Each segment's scores in whole blocks: [segment 0 | segment 1].
+        let blocks = segs.map(|(_, len)| len.div_ceil(KEYS));
+        let offs = [0, blocks[0] * KEYS];
+        let pads = [
+            segs[0].1..offs[1],
+            offs[1] + segs[1].1..(blocks[0] + blocks[1]) * KEYS,
+        ];
+        let mut p = vec![0f32; (blocks[0] + blocks[1]) * KEYS];
         // Fixed-size views, so that the loops unroll and the sums stay in registers.
         let block = |s: &[f32], at: usize| -> [f32; KEYS] {
             let mut b = [0f32; KEYS];
@@ -752,45 +759,51 @@ impl<const D: usize> pulp::WithSimd for Attend<'_, D> {
             let mut qh = [0f32; D];
             qh.copy_from_slice(&q[h * D..(h + 1) * D]);
             let kh = &k[kvh * D * stride..(kvh + 1) * D * stride];
-            for (b, pb) in p.chunks_exact_mut(KEYS).enumerate() {
-                let at = first + b * KEYS;
-                let mut acc = [[0f32; KEYS]; 4];
-                for d in (0..D).step_by(4) {
-                    for (u, a) in acc.iter_mut().enumerate() {
-                        let qd = qh[d + u];
-                        let row = block(kh, (d + u) * stride + at);
-                        for l in 0..KEYS {
-                            a[l] = qd.mul_add(row[l], a[l]);
+            for (s, &(first, _)) in segs.iter().enumerate() {
+                let ps = &mut p[offs[s]..offs[s] + blocks[s] * KEYS];
+                for (b, pb) in ps.chunks_exact_mut(KEYS).enumerate() {
+                    let at = first + b * KEYS;
+                    let mut acc = [[0f32; KEYS]; 4];
+                    for d in (0..D).step_by(4) {
+                        for (u, a) in acc.iter_mut().enumerate() {
+                            let qd = qh[d + u];
+                            let row = block(kh, (d + u) * stride + at);
+                            for l in 0..KEYS {
+                                a[l] = qd.mul_add(row[l], a[l]);
+                            }
                         }
                     }
-                }
-                for (l, x) in pb.iter_mut().enumerate() {
-                    *x = ((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l])) * scale;
+                    for (l, x) in pb.iter_mut().enumerate() {
+                        *x = ((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l])) * scale;
+                    }
                 }
             }
-            let inv = softmax_blocks(&mut p, len);
+            let inv = softmax_blocks(&mut p, &pads);
             let mut even = [0f32; D];
             let mut odd = [0f32; D];
-            let vrow = |j: usize| -> [f32; D] {
-                let at = ((first + j) * kv_heads + kvh) * D;
-                let mut r = [0f32; D];
-                r.copy_from_slice(&v[at..at + D]);
-                r
+            let vrow = |r: usize| -> [f32; D] {
+                let at = (r * kv_heads + kvh) * D;
+                let mut x = [0f32; D];
+                x.copy_from_slice(&v[at..at + D]);
+                x
             };
-            let mut j = 0;
-            while j + 1 < len {
-                let (w0, w1) = (p[j], p[j + 1]);
-                let (x0, x1) = (vrow(j), vrow(j + 1));
-                for i in 0..D {
-                    even[i] = w0.mul_add(x0[i], even[i]);
-                    odd[i] = w1.mul_add(x1[i], odd[i]);
+            for (s, &(first, len)) in segs.iter().enumerate() {
+                let ps = &p[offs[s]..offs[s] + len];
+                let mut j = 0;
+                while j + 1 < len {
+                    let (w0, w1) = (ps[j], ps[j + 1]);
+                    let (x0, x1) = (vrow(first + j), vrow(first + j + 1));
+                    for i in 0..D {
+                        even[i] = w0.mul_add(x0[i], even[i]);
+                        odd[i] = w1.mul_add(x1[i], odd[i]);
+                    }
+                    j += 2;
                 }
-                j += 2;
-            }
-            if j < len {
-                let (w, x) = (p[j], vrow(j));
-                for i in 0..D {
-                    even[i] = w.mul_add(x[i], even[i]);
+                if j < len {
+                    let (w, x) = (ps[j], vrow(first + j));
+                    for i in 0..D {
+                        even[i] = w.mul_add(x[i], even[i]);
+                    }
                 }
             }
             for ((o, &e), &d) in out[h * D..(h + 1) * D].iter_mut().zip(&even).zip(&odd) {
