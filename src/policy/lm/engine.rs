@@ -221,7 +221,7 @@ fn share_prefixes(
 /// Adds `bias` to every row of `x`.
 fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
     if let Some(b) = bias.filter(|b| !b.is_empty()) {
-        x.par_chunks_mut(b.len()).for_each(|row| {
+        x.par_chunks_mut(b.len()).with_min_len(64).for_each(|row| {
             for (v, &c) in row.iter_mut().zip(b) {
                 *v += c;
             }
