@@ -589,7 +589,58 @@ pub fn attend(
         }
     });
     let k = &kt[..];
-    let mut out = vec![0f32; rows * heads * dim];
+    let width = heads * dim;
+    let mut out = vec![0f32; rows * width];
+    if matches!(dim, 32 | 64) {
+        // Runs of up to GROUP consecutive rows of one prompt (the same shared prefix, the
+        // same first own row, one more key each) are computed together: each key and value
+        // row is loaded once for all of them.
+        let mut groups: Vec<(usize, usize)> = Vec::new();
+        let mut r = 0;
+        while r < rows {
+            let [pre, (first, len)] = segments[r];
+            let mut n = 1;
+            while n < GROUP && r + n < rows && segments[r + n] == [pre, (first, len + n as u32)] {
+                n += 1;
+            }
+            groups.push((r, n));
+            r += n;
+        }
+        let mut parts: Vec<&mut [f32]> = Vec::with_capacity(groups.len());
+        let mut rest = &mut out[..];
+        for &(_, n) in &groups {
+            let (part, tail) = rest.split_at_mut(n * width);
+            parts.push(part);
+            rest = tail;
+        }
+        parts
+            .into_par_iter()
+            .zip(groups.par_iter())
+            .with_min_len(2)
+            .for_each(|(out, &(r, n))| {
+                let row = AttendRow {
+                    out,
+                    q: &q[r * width..(r + n) * width],
+                    k,
+                    v,
+                    segs: segments[r].map(|(f, n)| (f as usize, n as usize)),
+                    stride,
+                    heads,
+                    group,
+                    kv_heads,
+                    dim,
+                    scale,
+                };
+                let arch = pulp::Arch::new();
+                match (dim, n) {
+                    (32, 1) => arch.dispatch(Attend::<32>(row)),
+                    (64, 1) => arch.dispatch(Attend::<64>(row)),
+                    (32, _) => arch.dispatch(AttendGroup::<32>(row, n)),
+                    _ => arch.dispatch(AttendGroup::<64>(row, n)),
+                }
+            });
+        return out;
+    }
     out.par_chunks_mut(heads * dim)
         .zip(q.par_chunks(heads * dim))
         .zip(segments.par_iter())
@@ -610,8 +661,6 @@ pub fn attend(
             };
             let arch = pulp::Arch::new();
             match dim {
-                32 => arch.dispatch(Attend::<32>(row)),
-                64 => arch.dispatch(Attend::<64>(row)),
                 128 => arch.dispatch(Attend::<128>(row)),
                 _ => arch.dispatch(row),
             }
@@ -621,6 +670,9 @@ pub fn attend(
 
 /// Keys per block of [`span_attention`]'s score loop (one AVX-512 register).
 const KEYS: usize = 16;
+
+/// Query rows computed together by [`AttendGroup`].
+const GROUP: usize = 4;
 
 /// One query row of [`span_attention`], every head. A `pulp` operation rather than a
 /// closure, so that it is compiled inside the dispatcher's AVX-512/AVX2 function.
@@ -808,6 +860,103 @@ impl<const D: usize> pulp::WithSimd for Attend<'_, D> {
             }
             for ((o, &e), &d) in out[h * D..(h + 1) * D].iter_mut().zip(&even).zip(&odd) {
                 *o = (e + d) * inv;
+            }
+        }
+    }
+}
+
+/// [`Attend`] for `n` (at most [`GROUP`]) consecutive query rows of one prompt: row `i`
+/// reads the segments of the first row with `i` more own keys. Scores and weighted sums run
+/// over the last row's keys for all rows at once (each key block and value row loaded once,
+/// one independent sum per row); a row's keys past its own are masked in its softmax.
+struct AttendGroup<'a, const D: usize>(AttendRow<'a>, usize);
+
+impl<const D: usize> pulp::WithSimd for AttendGroup<'_, D> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let AttendGroup(
+            AttendRow {
+                out,
+                q,
+                k,
+                v,
+                segs,
+                stride,
+                heads,
+                group,
+                kv_heads,
+                scale,
+                ..
+            },
+            n,
+        ) = self;
+        let n = n.min(GROUP);
+        let lens: [usize; GROUP] = std::array::from_fn(|i| segs[1].1 + i.min(n - 1));
+        // The last row's segments, each in whole blocks: [segment 0 | segment 1].
+        let segs = [segs[0], (segs[1].0, lens[n - 1])];
+        let blocks = segs.map(|(_, len)| len.div_ceil(KEYS));
+        let offs = [0, blocks[0] * KEYS];
+        let width = (blocks[0] + blocks[1]) * KEYS;
+        let mut p = vec![0f32; GROUP * width];
+        let block = |s: &[f32], at: usize| -> [f32; KEYS] {
+            let mut b = [0f32; KEYS];
+            b.copy_from_slice(&s[at..at + KEYS]);
+            b
+        };
+        for h in 0..heads {
+            let kvh = h / group;
+            let mut qs = [[0f32; D]; GROUP];
+            for (i, qi) in qs.iter_mut().enumerate().take(n) {
+                qi.copy_from_slice(&q[(i * heads + h) * D..(i * heads + h + 1) * D]);
+            }
+            let kh = &k[kvh * D * stride..(kvh + 1) * D * stride];
+            for (s, &(first, _)) in segs.iter().enumerate() {
+                for b in 0..blocks[s] {
+                    let at = first + b * KEYS;
+                    let mut acc = [[0f32; KEYS]; GROUP];
+                    for d in 0..D {
+                        let row = block(kh, d * stride + at);
+                        for (a, qi) in acc.iter_mut().zip(&qs) {
+                            let qd = qi[d];
+                            for l in 0..KEYS {
+                                a[l] = qd.mul_add(row[l], a[l]);
+                            }
+                        }
+                    }
+                    for (i, a) in acc.iter().enumerate().take(n) {
+                        let at = i * width + offs[s] + b * KEYS;
+                        for (x, &y) in p[at..at + KEYS].iter_mut().zip(a) {
+                            *x = y * scale;
+                        }
+                    }
+                }
+            }
+            let mut inv = [0f32; GROUP];
+            for (i, w) in inv.iter_mut().enumerate().take(n) {
+                let pads = [segs[0].1..offs[1], offs[1] + lens[i]..width];
+                *w = softmax_blocks(&mut p[i * width..(i + 1) * width], &pads);
+            }
+            let mut acc = [[0f32; D]; GROUP];
+            for (s, &(first, len)) in segs.iter().enumerate() {
+                for j in 0..len {
+                    let at = ((first + j) * kv_heads + kvh) * D;
+                    let mut x = [0f32; D];
+                    x.copy_from_slice(&v[at..at + D]);
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        let w = p[i * width + offs[s] + j];
+                        for t in 0..D {
+                            a[t] = w.mul_add(x[t], a[t]);
+                        }
+                    }
+                }
+            }
+            for (i, a) in acc.iter().enumerate().take(n) {
+                let o = &mut out[(i * heads + h) * D..(i * heads + h + 1) * D];
+                for (o, &x) in o.iter_mut().zip(a) {
+                    *o = x * inv[i];
+                }
             }
         }
     }
