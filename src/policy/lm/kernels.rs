@@ -876,22 +876,10 @@ impl<const D: usize> pulp::WithSimd for AttendGroup<'_, D> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
-        let AttendGroup(
-            AttendRow {
-                out,
-                q,
-                k,
-                v,
-                segs,
-                stride,
-                heads,
-                group,
-                kv_heads,
-                scale,
-                ..
-            },
-            n,
-        ) = self;
+        let AttendGroup(row, n) = self;
+        let (k, v, stride, scale) = (row.k, row.v, row.stride, row.scale);
+        let (heads, group, kv_heads) = (row.heads, row.group, row.kv_heads);
+        let (out, q, segs) = (row.out, row.q, row.segs);
         let n = n.min(GROUP);
         let lens: [usize; GROUP] = std::array::from_fn(|i| segs[1].1 + i.min(n - 1));
         // The last row's segments, each in whole blocks: [segment 0 | segment 1].
