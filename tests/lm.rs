@@ -502,19 +502,7 @@ fn lora_adapters_start_neutral_train_and_round_trip() {
     let lp = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1).expect("lsm");
     let loss = lp.i((.., .., 7)).expect("pick").mean_all().expect("mean");
     let grads = loss.backward().expect("backward");
-    let nonzero = |v: &Var| {
-        grads.get(v).is_some_and(|g| {
-            g.abs()
-                .and_then(|a| a.sum_all())
-                .and_then(|s| s.to_scalar::<f32>())
-                .is_ok_and(|s| s > 0.0)
-        })
-    };
-    let missing: Vec<&str> = vars
-        .iter()
-        .filter(|(_, a, b)| !nonzero(a) || !nonzero(b))
-        .map(|(k, _, _)| k.as_str())
-        .collect();
+    let missing = without_gradient(&grads, &vars);
     assert!(
         missing.is_empty(),
         "no gradient reached the adapter of {missing:?}"
@@ -640,20 +628,8 @@ fn one_forward_with_an_adapter_per_prompt_matches_each_adapter_alone() {
         .expect("train");
     let loss = (&h * &alone).and_then(|x| x.sum_all()).expect("loss");
     let grads = loss.backward().expect("backward");
-    let nonzero = |v: &Var| {
-        grads.get(v).is_some_and(|g| {
-            g.abs()
-                .and_then(|a| a.sum_all())
-                .and_then(|s| s.to_scalar::<f32>())
-                .is_ok_and(|s| s > 0.0)
-        })
-    };
     for (who, vars) in [("a", &va), ("b", &vb)] {
-        let missing: Vec<&str> = vars
-            .iter()
-            .filter(|(_, a, b)| !nonzero(a) || !nonzero(b))
-            .map(|(k, _, _)| k.as_str())
-            .collect();
+        let missing = without_gradient(&grads, vars);
         assert!(
             missing.is_empty(),
             "adapter {who}: no gradient for {missing:?}"
@@ -817,4 +793,24 @@ fn each_alone(
         })
         .collect();
     Tensor::stack(&alone, 0).expect("stack")
+}
+
+/// The modules of an adapter (as [`as_variables`] opens it) whose `A` or `B` received no
+/// non-zero gradient.
+fn without_gradient<'a>(
+    grads: &candle_core::backprop::GradStore,
+    vars: &'a [(String, Var, Var)],
+) -> Vec<&'a str> {
+    let nonzero = |v: &Var| {
+        grads.get(v).is_some_and(|g| {
+            g.abs()
+                .and_then(|a| a.sum_all())
+                .and_then(|s| s.to_scalar::<f32>())
+                .is_ok_and(|s| s > 0.0)
+        })
+    };
+    vars.iter()
+        .filter(|(_, a, b)| !nonzero(a) || !nonzero(b))
+        .map(|(k, _, _)| k.as_str())
+        .collect()
 }

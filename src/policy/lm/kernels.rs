@@ -591,67 +591,39 @@ pub fn attend(
     let k = &kt[..];
     let width = heads * dim;
     let mut out = vec![0f32; rows * width];
-    if matches!(dim, 32 | 64) {
-        // Runs of up to GROUP consecutive rows of one prompt (the same shared prefix, the
-        // same first own row, one more key each) are computed together: each key and value
-        // row is loaded once for all of them.
-        let mut groups: Vec<(usize, usize)> = Vec::new();
-        let mut r = 0;
-        while r < rows {
-            let [pre, (first, len)] = segments[r];
-            let mut n = 1;
-            while n < GROUP && r + n < rows && segments[r + n] == [pre, (first, len + n as u32)] {
-                n += 1;
-            }
-            groups.push((r, n));
-            r += n;
+    // Runs of up to GROUP consecutive rows of one prompt (the same shared prefix, the same
+    // first own row, one more key each) are computed together where a grouped kernel is
+    // compiled (head sizes 32 and 64): each key and value row is loaded once for all of them.
+    let most = if matches!(dim, 32 | 64) { GROUP } else { 1 };
+    let mut groups: Vec<(usize, usize)> = Vec::new();
+    let mut r = 0;
+    while r < rows {
+        let [pre, (first, len)] = segments[r];
+        let mut n = 1;
+        while n < most && r + n < rows && segments[r + n] == [pre, (first, len + n as u32)] {
+            n += 1;
         }
-        let mut parts: Vec<&mut [f32]> = Vec::with_capacity(groups.len());
-        let mut rest = &mut out[..];
-        for &(_, n) in &groups {
-            let (part, tail) = rest.split_at_mut(n * width);
-            parts.push(part);
-            rest = tail;
-        }
-        parts
-            .into_par_iter()
-            .zip(groups.par_iter())
-            .with_min_len(2)
-            .for_each(|(out, &(r, n))| {
-                let row = AttendRow {
-                    out,
-                    q: &q[r * width..(r + n) * width],
-                    k,
-                    v,
-                    segs: segments[r].map(|(f, n)| (f as usize, n as usize)),
-                    stride,
-                    heads,
-                    group,
-                    kv_heads,
-                    dim,
-                    scale,
-                };
-                let arch = pulp::Arch::new();
-                match (dim, n) {
-                    (32, 1) => arch.dispatch(Attend::<32>(row)),
-                    (64, 1) => arch.dispatch(Attend::<64>(row)),
-                    (32, _) => arch.dispatch(AttendGroup::<32>(row, n)),
-                    _ => arch.dispatch(AttendGroup::<64>(row, n)),
-                }
-            });
-        return out;
+        groups.push((r, n));
+        r += n;
     }
-    out.par_chunks_mut(heads * dim)
-        .zip(q.par_chunks(heads * dim))
-        .zip(segments.par_iter())
-        .with_min_len(4)
-        .for_each(|((out, q), segs)| {
+    let mut parts: Vec<&mut [f32]> = Vec::with_capacity(groups.len());
+    let mut rest = &mut out[..];
+    for &(_, n) in &groups {
+        let (part, tail) = rest.split_at_mut(n * width);
+        parts.push(part);
+        rest = tail;
+    }
+    parts
+        .into_par_iter()
+        .zip(groups.par_iter())
+        .with_min_len(2)
+        .for_each(|(out, &(r, n))| {
             let row = AttendRow {
                 out,
-                q,
+                q: &q[r * width..(r + n) * width],
                 k,
                 v,
-                segs: segs.map(|(f, n)| (f as usize, n as usize)),
+                segs: segments[r].map(|(f, n)| (f as usize, n as usize)),
                 stride,
                 heads,
                 group,
@@ -660,8 +632,12 @@ pub fn attend(
                 scale,
             };
             let arch = pulp::Arch::new();
-            match dim {
-                128 => arch.dispatch(Attend::<128>(row)),
+            match (dim, n) {
+                (32, 1) => arch.dispatch(Attend::<32>(row)),
+                (64, 1) => arch.dispatch(Attend::<64>(row)),
+                (128, _) => arch.dispatch(Attend::<128>(row)),
+                (32, _) => arch.dispatch(AttendGroup::<32>(row, n)),
+                (64, _) => arch.dispatch(AttendGroup::<64>(row, n)),
                 _ => arch.dispatch(row),
             }
         });
