@@ -1,4 +1,4 @@
-//! The headless runner: builds an [`App`] with [`SimPlugins`](crate::SimPlugins), spawns the
+//! The headless runner: builds an [`App`] with [`SimPlugins`], spawns the
 //! arenas of a scene and steps until every arena has run its episodes.
 
 use bevy::app::{App, First, Last, PostUpdate, PreUpdate, TaskPoolOptions, TaskPoolPlugin, Update};

@@ -1,6 +1,6 @@
 //! Replays: every step of chosen arenas as JSON lines. The first line is a header
 //! ([`ReplayHeader`]: scene, seed, arenas, map size, action words, teams, roles); then one
-//! line per recorded arena per step: a [`Frame`](crate::inspect::Frame) with every agent's
+//! line per recorded arena per step: a [`Frame`] with every agent's
 //! position, facing, action, spoken word, reward and return, its observation text, action
 //! distribution and value (what the viewer's inspector shows), the cells it lights, the map
 //! cells that changed (the whole map on an episode's first step) and the run's state hash

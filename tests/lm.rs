@@ -82,11 +82,17 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
 /// The fused training path's gradient `a` equals the composed path's `b` to float
 /// rounding: within 1e-4 of `b`'s largest magnitude.
 fn assert_gradients_agree(name: &str, a: &Tensor, b: &Tensor) {
+    assert_gradients_within(name, a, b, 1e-4);
+}
+
+/// `a` within `tol` of `b`, relative to `b`'s largest element (at least 1e-3). The two
+/// paths round differently: measured up to 8e-5 on the base weights.
+fn assert_gradients_within(name: &str, a: &Tensor, b: &Tensor, tol: f32) {
     let zero = b.zeros_like().expect("zeros");
     let scale = max_abs_diff(b, &zero);
     let d = max_abs_diff(a, b);
     assert!(
-        d <= 1e-4 * scale.max(1e-3),
+        d <= tol * scale.max(1e-3),
         "{name}: fused and composed gradients differ by {d} (largest {scale})"
     );
 }
@@ -572,7 +578,7 @@ fn the_value_head_trains_and_hugging_face_folders_do_without_it() {
 /// LoRA per prompt in one forward (`Lora::Each`: per role or per agent): every prompt's final
 /// hidden state equals what its own adapter (or the base model) gives it alone, on every path,
 /// with the prompts' adapters interleaved; the training path's gradient reaches both
-/// adapters' `A` and `B` in every module; and a wrong count of adapters is an error.
+/// adapters' `A` and `B` in every module and equals the composed path's; and a wrong count of adapters is an error.
 #[test]
 fn one_forward_with_an_adapter_per_prompt_matches_each_adapter_alone() {
     use emergence::policy::lm::{Adapter, LoraConfig};
@@ -634,6 +640,23 @@ fn one_forward_with_an_adapter_per_prompt_matches_each_adapter_alone() {
             missing.is_empty(),
             "adapter {who}: no gradient for {missing:?}"
         );
+    }
+    // ... and it is the composed path's gradient, matrix by matrix.
+    let h = dec
+        .last_hidden(&prompts, 0, Fwd::Composed, Lora::Each(&each))
+        .expect("composed");
+    let loss = (&h * &alone).and_then(|x| x.sum_all()).expect("loss");
+    let composed = loss.backward().expect("backward");
+    for (who, vars) in [("a", &va), ("b", &vb)] {
+        for (name, wa, wb) in vars {
+            for (m, w) in [("A", wa), ("B", wb)] {
+                let (t, c) = (grads.get(w), composed.get(w));
+                let label = format!("adapter {who} {name} {m}");
+                // Through two low-rank products: measured up to 1.3e-4.
+                let (t, c) = (t.expect("train"), c.expect("composed"));
+                assert_gradients_within(&label, t, c, 3e-4);
+            }
+        }
     }
     let e = dec
         .last_hidden(&prompts, 0, Fwd::Fast, Lora::Each(&each[..2]))

@@ -13,6 +13,7 @@ use rayon::prelude::*;
 use std::ops::Deref;
 
 use super::kernels::{self, RopeTables, Segments};
+use super::mat::matmul_wt;
 
 /// A tensor's f32 data on the CPU, held for reading (`G`: candle's storage read guard).
 pub(super) struct Locked<G> {
@@ -62,11 +63,11 @@ pub(super) struct LoraData<'a> {
 }
 
 /// Runs of consecutive rows with the adapter they read: `(adapter index, rows)`.
-type Runs = Vec<(Option<usize>, usize)>;
+pub(super) type Runs = Vec<(Option<usize>, usize)>;
 
 /// The runs of `per_prompt` (each prompt's adapter index) with prompt `i` taking `rows(i)`
 /// rows.
-fn runs(per_prompt: &[Option<usize>], rows: impl Fn(usize) -> usize) -> Runs {
+pub(super) fn runs(per_prompt: &[Option<usize>], rows: impl Fn(usize) -> usize) -> Runs {
     let mut out: Runs = Vec::new();
     for (i, &a) in per_prompt.iter().enumerate() {
         match out.last_mut() {
@@ -80,7 +81,7 @@ fn runs(per_prompt: &[Option<usize>], rows: impl Fn(usize) -> usize) -> Runs {
 /// Adds the adapters' updates of projection `module` of layer `layer` to `y` (rows of
 /// `out`), the input rows `x` being `inp` wide.
 #[allow(clippy::too_many_arguments)]
-fn lora_delta(
+pub(super) fn lora_delta(
     y: &mut [f32],
     x: &[f32],
     (inp, out): (usize, usize),
@@ -95,8 +96,8 @@ fn lora_delta(
             && let Some((wa, wb)) = l.modules.get(layer).and_then(|m| m[module])
         {
             let mut ax = vec![0f32; n * l.rank];
-            matmul_wt(&mut ax, &x[start * inp..], wa, (n, inp, l.rank), false);
-            matmul_wt_scaled(
+            matmul_wt(&mut ax, &x[start * inp..], wa, (n, inp, l.rank), false, 1.0);
+            matmul_wt(
                 &mut y[start * out..(start + n) * out],
                 &ax,
                 wb,
@@ -109,78 +110,192 @@ fn lora_delta(
     }
 }
 
-/// The model's sizes and weights.
-pub(super) struct ModelData<'a> {
+/// A model's sizes and its norms' epsilon.
+#[derive(Clone, Copy)]
+pub(super) struct Sizes {
     pub hidden: usize,
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
     pub intermediate: usize,
     pub eps: f32,
+}
+
+/// A forward pass's projections: the base weight's product, plus the adapters' updates
+/// when any prompt reads an adapter.
+pub(super) struct Project<'a, 'b> {
+    adapters: &'b [LoraData<'a>],
+    lora: bool,
+}
+
+impl<'a, 'b> Project<'a, 'b> {
+    /// The projections with `adapters`, prompt `i` reading `per_prompt[i]`.
+    pub(super) fn new(adapters: &'b [LoraData<'a>], per_prompt: &[Option<usize>]) -> Self {
+        let lora = !adapters.is_empty() && per_prompt.iter().any(Option::is_some);
+        Self { adapters, lora }
+    }
+
+    /// `y [+]= x wᵀ` over `rows` rows of `inp` into `out` (`w` an `(out, inp)` weight,
+    /// module `j` of layer `i`), plus the adapters' updates over `runs`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run(
+        &self,
+        y: &mut [f32],
+        x: &[f32],
+        w: &[f32],
+        (rows, inp, out): (usize, usize, usize),
+        add: bool,
+        (i, j, runs): (usize, usize, &Runs),
+    ) {
+        matmul_wt(y, x, w, (rows, inp, out), add, 1.0);
+        if self.lora {
+            lora_delta(y, x, (inp, out), self.adapters, runs, i, j);
+        }
+    }
+}
+
+/// The model's sizes and weights.
+pub(super) struct ModelData<'a> {
+    pub sizes: Sizes,
     pub embed: &'a [f32],
     pub layers: Vec<LayerData<'a>>,
     pub norm: &'a [f32],
 }
 
-/// `dst (m × n) = [dst +] a (m × k) · wᵀ` with `w` an `(n, k)` weight, all row-major.
-fn matmul_wt(dst: &mut [f32], a: &[f32], w: &[f32], mkn: (usize, usize, usize), add: bool) {
-    matmul_wt_scaled(dst, a, w, mkn, add, 1.0);
+/// The tensors the packed decoders read, in [`Layout::read`]'s order, their layout, and
+/// each prompt's adapter among the layout's adapters.
+pub(super) struct Packed {
+    pub tensors: Vec<Tensor>,
+    pub layout: Layout,
+    pub per_prompt: Vec<Option<usize>>,
 }
 
-/// `dst (m × n) = [dst +] scale · a (m × k) · wᵀ` with `w` an `(n, k)` weight, all row-major.
-#[allow(unsafe_code)]
-fn matmul_wt_scaled(
-    dst: &mut [f32],
-    a: &[f32],
-    w: &[f32],
-    (m, k, n): (usize, usize, usize),
-    add: bool,
-    scale: f32,
-) {
-    assert!(
-        dst.len() >= m * n && a.len() >= m * k && w.len() >= n * k,
-        "matmul: {} x {} by {} x {} into {}",
-        m,
-        k,
-        n,
-        k,
-        dst.len()
-    );
-    if m == 0 || n == 0 {
-        return;
+impl Packed {
+    /// `f` over the model and adapters read in place from the tensors (each locked for
+    /// reading meanwhile), with each tensor's index; `None` when a tensor is not a
+    /// contiguous f32 tensor on the CPU.
+    pub(super) fn read<R>(
+        &self,
+        f: impl FnOnce(&ModelData<'_>, &[LoraData<'_>], &ModelIx) -> R,
+    ) -> Option<R> {
+        let locks = self.tensors.iter().map(lock).collect::<Option<Vec<_>>>()?;
+        let data: Vec<&[f32]> = locks.iter().map(|l| l.data()).collect();
+        let (model, adapters, ix) = self.layout.read(&data);
+        Some(f(&model, &adapters, &ix))
     }
-    let threads = candle_core::utils::get_num_threads();
-    let parallelism = if threads > 1 {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    };
-    // SAFETY: the assertion above keeps every element gemm touches inside the slices:
-    // `a` is read as m rows of k (row stride k, column stride 1), `w` as the k × n matrix
-    // wᵀ (element (i, j) at j·k + i), and `dst` read (when `add`) and written as m rows of
-    // n. `dst` is borrowed mutably, so it aliases neither input.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            add,
-            a.as_ptr(),
-            1,
-            k as isize,
-            w.as_ptr(),
-            k as isize,
-            1,
-            if add { 1.0 } else { 0.0 },
-            scale,
-            false,
-            false,
-            false,
-            parallelism,
-        );
+}
+
+/// What a model's tensors hold apart from their data: its sizes, the biases of each layer,
+/// and each adapter's rank, scale and adapted modules. [`Layout::read`] takes the data in
+/// the order the caller collected the tensors.
+pub(super) struct Layout {
+    pub sizes: Sizes,
+    /// Per layer: whether q, k and v have a bias.
+    pub biases: Vec<[bool; 3]>,
+    pub adapters: Vec<AdapterLayout>,
+}
+
+/// An adapter's rank, scale (`alpha / r`) and, per layer, the projections it adapts (q, k,
+/// v, o, gate, up, down).
+pub(super) struct AdapterLayout {
+    pub rank: usize,
+    pub scale: f32,
+    pub modules: Vec<[bool; 7]>,
+}
+
+/// A layer's tensors' indices in the order read: the projections (q, k, v, o, gate, up,
+/// down), the two norms, the biases of q, k and v.
+pub(super) struct LayerIx {
+    pub modules: [usize; 7],
+    pub ln1: usize,
+    pub ln2: usize,
+    pub biases: [Option<usize>; 3],
+}
+
+/// Every tensor's index in the order read, for their gradients.
+pub(super) struct ModelIx {
+    pub embed: usize,
+    pub norm: usize,
+    pub layers: Vec<LayerIx>,
+    /// Per adapter, per layer, per projection: the indices of `A` and `B`.
+    pub adapters: Vec<Vec<[Option<(usize, usize)>; 7]>>,
+}
+
+impl Layout {
+    /// The model and its adapters over `data`, which holds, in this order: the embedding,
+    /// the final norm; per layer q, k, v, o, gate, up, down, ln1, ln2 and the biases it has
+    /// (q, k, v); per adapter, per layer, each adapted projection's `A` then `B`. With each
+    /// tensor's index in `data`.
+    pub(super) fn read<'a>(
+        &self,
+        data: &[&'a [f32]],
+    ) -> (ModelData<'a>, Vec<LoraData<'a>>, ModelIx) {
+        let mut at = 0;
+        let mut next = || {
+            at += 1;
+            (at - 1, data.get(at - 1).copied().unwrap_or(&[]))
+        };
+        let ((embed_ix, embed), (norm_ix, norm)) = (next(), next());
+        let mut layers = Vec::with_capacity(self.biases.len());
+        let mut layer_ix = Vec::with_capacity(self.biases.len());
+        for has in &self.biases {
+            let w = [(); 9].map(|()| next());
+            let b = has.map(|has| has.then(&mut next));
+            layers.push(LayerData {
+                q: w[0].1,
+                k: w[1].1,
+                v: w[2].1,
+                o: w[3].1,
+                gate: w[4].1,
+                up: w[5].1,
+                down: w[6].1,
+                ln1: w[7].1,
+                ln2: w[8].1,
+                q_bias: b[0].map(|b| b.1),
+                k_bias: b[1].map(|b| b.1),
+                v_bias: b[2].map(|b| b.1),
+            });
+            layer_ix.push(LayerIx {
+                modules: [0, 1, 2, 3, 4, 5, 6].map(|j| w[j].0),
+                ln1: w[7].0,
+                ln2: w[8].0,
+                biases: b.map(|b| b.map(|b| b.0)),
+            });
+        }
+        let mut adapters = Vec::with_capacity(self.adapters.len());
+        let mut adapter_ix = Vec::with_capacity(self.adapters.len());
+        for a in &self.adapters {
+            let (modules, ix): (Vec<_>, Vec<_>) = a
+                .modules
+                .iter()
+                .map(|adapted| {
+                    let pairs = adapted.map(|adapted| adapted.then(|| (next(), next())));
+                    (
+                        pairs.map(|p| p.map(|((_, wa), (_, wb))| (wa, wb))),
+                        pairs.map(|p| p.map(|((ia, _), (ib, _))| (ia, ib))),
+                    )
+                })
+                .unzip();
+            adapters.push(LoraData {
+                rank: a.rank,
+                scale: a.scale,
+                modules,
+            });
+            adapter_ix.push(ix);
+        }
+        let model = ModelData {
+            sizes: self.sizes,
+            embed,
+            layers,
+            norm,
+        };
+        let ix = ModelIx {
+            embed: embed_ix,
+            norm: norm_ix,
+            layers: layer_ix,
+            adapters: adapter_ix,
+        };
+        (model, adapters, ix)
     }
 }
 
@@ -219,7 +334,7 @@ fn share_prefixes(
 }
 
 /// Adds `bias` to every row of `x`.
-fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
+pub(super) fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
     if let Some(b) = bias.filter(|b| !b.is_empty()) {
         x.par_chunks_mut(b.len()).with_min_len(64).for_each(|row| {
             for (v, &c) in row.iter_mut().zip(b) {
@@ -229,8 +344,17 @@ fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
     }
 }
 
+/// Row `i` of `x` (rows as wide as the embedding's) becomes token `ids[i]`'s embedding.
+pub(super) fn embed_rows(x: &mut [f32], embed: &[f32], ids: &[u32]) {
+    let h = x.len() / ids.len().max(1);
+    for (row, &id) in x.chunks_exact_mut(h.max(1)).zip(ids) {
+        let id = id as usize;
+        row.copy_from_slice(&embed[id * h..(id + 1) * h]);
+    }
+}
+
 /// Copies rows `rows` (each `width` wide) of `x` into a new buffer, in that order.
-fn gather(x: &[f32], rows: &[usize], width: usize) -> Vec<f32> {
+pub(super) fn gather(x: &[f32], rows: &[usize], width: usize) -> Vec<f32> {
     let mut out = Vec::with_capacity(rows.len() * width);
     for &r in rows {
         out.extend_from_slice(&x[r * width..(r + 1) * width]);
@@ -250,7 +374,7 @@ pub(super) fn packed_hidden(
     every_row: bool,
     (adapters, per_prompt): (&[LoraData<'_>], &[Option<usize>]),
 ) -> Vec<f32> {
-    let lora = !adapters.is_empty() && per_prompt.iter().any(Option::is_some);
+    let projections = Project::new(adapters, per_prompt);
     let adapter_of = |i: usize| per_prompt.get(i).copied().flatten();
     // A prompt that begins like another one (with the same adapter) reads that prompt's
     // rows for those tokens and computes only the rest; not when every row is wanted.
@@ -262,21 +386,16 @@ pub(super) fn packed_hidden(
     let own = |i: usize| prompts[i].len() - shared[i].1;
     let token_runs = runs(per_prompt, own);
     let last_runs = runs(per_prompt, |_| 1);
-    // A projection of `x` (rows of `inp`) by module `j` of layer `i` into `y`, plus the
-    // adapters' updates.
-    let project = |y: &mut [f32],
-                   x: &[f32],
-                   w: &[f32],
-                   (rows, inp, out): (usize, usize, usize),
-                   add: bool,
-                   (i, j, runs): (usize, usize, &Runs)| {
-        matmul_wt(y, x, w, (rows, inp, out), add);
-        if lora {
-            lora_delta(y, x, (inp, out), adapters, runs, i, j);
-        }
+    let project = |y: &mut [f32], x: &[f32], w, dims, add, at| {
+        projections.run(y, x, w, dims, add, at);
     };
-    let (h, nh, nkv, hd) = (m.hidden, m.heads, m.kv_heads, m.head_dim);
-    let (qw, kvw, iw) = (nh * hd, nkv * hd, m.intermediate);
+    let (h, nh, nkv, hd) = (
+        m.sizes.hidden,
+        m.sizes.heads,
+        m.sizes.kv_heads,
+        m.sizes.head_dim,
+    );
+    let (qw, kvw, iw) = (nh * hd, nkv * hd, m.sizes.intermediate);
     let total: usize = (0..prompts.len()).map(own).sum();
     let firsts: Vec<u32> = (0..prompts.len())
         .scan(0u32, |at, i| {
@@ -303,15 +422,12 @@ pub(super) fn packed_hidden(
     }
     let last_pos: Vec<u32> = prompts.iter().map(|p| p.len() as u32 - 1).collect();
     let mut x = vec![0f32; total * h];
-    for (row, &id) in x.chunks_exact_mut(h).zip(
-        prompts
-            .iter()
-            .zip(&shared)
-            .flat_map(|(p, &(_, n_shared))| p[n_shared..].iter()),
-    ) {
-        let id = id as usize;
-        row.copy_from_slice(&m.embed[id * h..(id + 1) * h]);
-    }
+    let own_ids: Vec<u32> = prompts
+        .iter()
+        .zip(&shared)
+        .flat_map(|(p, &(_, n_shared))| p[n_shared..].iter().copied())
+        .collect();
+    embed_rows(&mut x, m.embed, &own_ids);
     let scale = 1.0 / (hd as f32).sqrt();
     let mut n = vec![0f32; total * h];
     let mut q = vec![0f32; total * qw];
@@ -321,7 +437,7 @@ pub(super) fn packed_hidden(
     let mut u = vec![0f32; total * iw];
     let layers = m.layers.len();
     for (i, l) in m.layers.iter().enumerate() {
-        kernels::rms_rows(&mut n, &x, l.ln1, m.eps);
+        kernels::rms_rows(&mut n, &x, l.ln1, m.sizes.eps);
         let tr = &token_runs;
         project(&mut k, &n, l.k, (total, h, kvw), false, (i, 1, tr));
         add_bias(&mut k, l.k_bias);
@@ -344,7 +460,7 @@ pub(super) fn packed_hidden(
         let att = kernels::attend(q, &k, &v, spans, (nh, nkv, hd), scale);
         project(&mut x, &att, l.o, (rows, qw, h), true, (i, 3, runs));
         let n = &mut n[..rows * h];
-        kernels::rms_rows(n, &x, l.ln2, m.eps);
+        kernels::rms_rows(n, &x, l.ln2, m.sizes.eps);
         let (g, u) = (&mut g[..rows * iw], &mut u[..rows * iw]);
         project(g, n, l.gate, (rows, h, iw), false, (i, 4, runs));
         project(u, n, l.up, (rows, h, iw), false, (i, 5, runs));
@@ -352,6 +468,6 @@ pub(super) fn packed_hidden(
         project(&mut x, g, l.down, (rows, iw, h), true, (i, 6, runs));
     }
     let mut out = vec![0f32; x.len()];
-    kernels::rms_rows(&mut out, &x, m.norm, m.eps);
+    kernels::rms_rows(&mut out, &x, m.norm, m.sizes.eps);
     out
 }

@@ -66,7 +66,7 @@ pub fn exp(x: f32) -> f32 {
 /// Runs `f` compiled for the widest vector instructions this CPU has (AVX-512, AVX2+FMA,
 /// or none), chosen at run time, so the kernels' loops vectorise beyond the SSE2 baseline.
 #[inline(always)]
-fn vectorised<R>(f: impl FnOnce() -> R) -> R {
+pub(super) fn vectorised<R>(f: impl FnOnce() -> R) -> R {
     pulp::Arch::new().dispatch(f)
 }
 
@@ -122,13 +122,6 @@ struct RmsNorm {
     eps: f32,
 }
 
-impl RmsNorm {
-    #[inline(always)]
-    fn inv_rms(&self, row: &[f32]) -> f32 {
-        inv_rms(row, self.eps)
-    }
-}
-
 /// `1 / sqrt(mean(row²) + eps)`. The squares are summed in 16 lanes, then across them (a
 /// single running sum would not vectorise).
 #[inline(always)]
@@ -160,6 +153,58 @@ pub fn rms_rows(y: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
                 }
             })
         });
+}
+
+/// [`rms_norm`]'s backward over plain rows: the gradient of `x` written into `dx` (added to
+/// it when `add`), and that of `w` added to `dw` when given, from `x`, `w` and the
+/// gradient `dy` of the output. `dw` sums one partial per block of rows, in block order, so
+/// it does not depend on the thread count.
+pub fn rms_rows_backward(
+    dx: &mut [f32],
+    dw: Option<&mut [f32]>,
+    (x, w, dy): (&[f32], &[f32], &[f32]),
+    eps: f32,
+    add: bool,
+) {
+    let h = w.len().max(1);
+    let block = MIN_ROWS * h;
+    let partial: Vec<Vec<f32>> = dx
+        .par_chunks_mut(block)
+        .zip(x.par_chunks(block).zip(dy.par_chunks(block)))
+        .map(|(dxb, (xb, dyb))| {
+            vectorised(|| {
+                let mut dw = vec![0f32; h];
+                for ((dxr, xr), dyr) in dxb.chunks_mut(h).zip(xb.chunks(h)).zip(dyb.chunks(h)) {
+                    let r = inv_rms(xr, eps);
+                    // mean(x̂ · w · dy)
+                    let mut dot = 0f32;
+                    for ((&v, &g), &d) in xr.iter().zip(w).zip(dyr) {
+                        dot += v * r * g * d;
+                    }
+                    let c = dot / h as f32;
+                    for (((o, &v), &g), (&d, acc)) in dxr
+                        .iter_mut()
+                        .zip(xr)
+                        .zip(w)
+                        .zip(dyr.iter().zip(dw.iter_mut()))
+                    {
+                        let xh = v * r;
+                        let grad = r * (g * d - xh * c);
+                        *o = if add { *o + grad } else { grad };
+                        *acc += d * xh;
+                    }
+                }
+                dw
+            })
+        })
+        .collect();
+    if let Some(dw) = dw {
+        for p in partial {
+            for (a, b) in dw.iter_mut().zip(p) {
+                *a += b;
+            }
+        }
+    }
 }
 
 impl CustomOp2 for RmsNorm {
@@ -196,45 +241,8 @@ impl CustomOp2 for RmsNorm {
         let rows = x.elem_count() / h;
         let (dx, dw) = with_data3((x, w, dy), self.name(), |x, w, dy| {
             let mut dx = vec![0f32; x.len()];
-            // dw: one partial sum per block of rows, added in block order.
-            let block = MIN_ROWS * h;
-            let partial: Vec<Vec<f32>> = dx
-                .par_chunks_mut(block)
-                .zip(x.par_chunks(block).zip(dy.par_chunks(block)))
-                .map(|(dxb, (xb, dyb))| {
-                    vectorised(|| {
-                        let mut dw = vec![0f32; h];
-                        for ((dxr, xr), dyr) in
-                            dxb.chunks_mut(h).zip(xb.chunks(h)).zip(dyb.chunks(h))
-                        {
-                            let r = self.inv_rms(xr);
-                            // mean(x̂ · w · dy)
-                            let mut dot = 0f32;
-                            for ((&v, &g), &d) in xr.iter().zip(w).zip(dyr) {
-                                dot += v * r * g * d;
-                            }
-                            let c = dot / h as f32;
-                            for (((o, &v), &g), (&d, acc)) in dxr
-                                .iter_mut()
-                                .zip(xr)
-                                .zip(w)
-                                .zip(dyr.iter().zip(dw.iter_mut()))
-                            {
-                                let xh = v * r;
-                                *o = r * (g * d - xh * c);
-                                *acc += d * xh;
-                            }
-                        }
-                        dw
-                    })
-                })
-                .collect();
             let mut dw = vec![0f32; h];
-            for p in partial {
-                for (a, b) in dw.iter_mut().zip(p) {
-                    *a += b;
-                }
-            }
+            rms_rows_backward(&mut dx, Some(&mut dw), (x, w, dy), self.eps, false);
             Ok((dx, dw))
         })?;
         debug_assert_eq!(dx.len(), rows * h);
@@ -948,6 +956,28 @@ pub fn swiglu_rows(g: &mut [f32], u: &[f32]) {
         });
 }
 
+/// [`swiglu`]'s backward over plain rows: the gradients of `g` and `u` written into `dg`
+/// and `du` from `g`, `u` and the gradient `dy` of the output (`dg` may be `dy`'s buffer
+/// reused: pass a copy then).
+pub fn swiglu_backward_rows(dg: &mut [f32], du: &mut [f32], (g, u, dy): (&[f32], &[f32], &[f32])) {
+    dg.par_chunks_mut(MIN_ELEMS)
+        .zip(du.par_chunks_mut(MIN_ELEMS))
+        .zip(
+            g.par_chunks(MIN_ELEMS)
+                .zip(u.par_chunks(MIN_ELEMS).zip(dy.par_chunks(MIN_ELEMS))),
+        )
+        .for_each(|((dgc, duc), (gc, (uc, dyc)))| {
+            vectorised(|| {
+                for i in 0..gc.len() {
+                    let a = gc[i];
+                    let s = 1.0 / (1.0 + exp(-a));
+                    dgc[i] = dyc[i] * uc[i] * s * (1.0 + a * (1.0 - s));
+                    duc[i] = dyc[i] * a * s;
+                }
+            })
+        });
+}
+
 /// Elements per rayon task.
 const MIN_ELEMS: usize = 4096;
 
@@ -988,22 +1018,7 @@ impl CustomOp2 for SwiGlu {
         let (dg, du) = with_data3((g, u, dy), self.name(), |g, u, dy| {
             let mut dg = vec![0f32; g.len()];
             let mut du = vec![0f32; g.len()];
-            dg.par_chunks_mut(MIN_ELEMS)
-                .zip(du.par_chunks_mut(MIN_ELEMS))
-                .zip(
-                    g.par_chunks(MIN_ELEMS)
-                        .zip(u.par_chunks(MIN_ELEMS).zip(dy.par_chunks(MIN_ELEMS))),
-                )
-                .for_each(|((dgc, duc), (gc, (uc, dyc)))| {
-                    vectorised(|| {
-                        for i in 0..gc.len() {
-                            let a = gc[i];
-                            let s = 1.0 / (1.0 + exp(-a));
-                            dgc[i] = dyc[i] * uc[i] * s * (1.0 + a * (1.0 - s));
-                            duc[i] = dyc[i] * a * s;
-                        }
-                    })
-                });
+            swiglu_backward_rows(&mut dg, &mut du, (g, u, dy));
             Ok((dg, du))
         })?;
         Ok((

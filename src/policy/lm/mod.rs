@@ -7,8 +7,10 @@ mod engine;
 pub mod folder;
 pub mod kernels;
 pub mod lora;
+mod mat;
 pub mod model;
 pub mod policy;
+mod tape;
 pub mod tokenizer;
 
 use std::path::PathBuf;

@@ -6,9 +6,12 @@
 //!   [`super::kernels`], LoRA per run of rows), with candle's operations and our
 //!   [`kernels::span_attention`] as the fallback for weights it cannot read in place;
 //!   elsewhere candle's `rms_norm`, `rope` and `softmax_last_dim`;
-//! - [`Path::Train`] for training: on the CPU, the fused kernels of [`super::kernels`]
-//!   (RMS norm, causal softmax, rotary embedding, SwiGLU), each with a hand-written backward
-//!   pass, so that every weight receives a gradient; elsewhere [`Path::Composed`];
+//! - [`Path::Train`] for training: on the CPU, [`Decoder::last_hidden`] (what the trainer
+//!   calls) runs the packed decoder of `tape.rs`, which keeps its activations and has a
+//!   hand-written backward pass over plain buffers, tied into candle's autograd; the full
+//!   forward runs the fused kernels of [`super::kernels`] (RMS norm, causal softmax, rotary
+//!   embedding, SwiGLU), each with a hand-written backward pass. Either way every weight
+//!   receives a gradient. Elsewhere [`Path::Composed`];
 //! - [`Path::Composed`]: the same maths from candle's differentiable operations
 //!   (`rms_norm_slow`, `softmax` after an additive mask, `rope_slow`, `silu`), the reference
 //!   the fused kernels are tested against.
@@ -25,9 +28,11 @@ use std::path::Path as FsPath;
 
 use super::LmError;
 use super::config::LmConfig;
-use super::engine::{self, LayerData, LoraData, ModelData};
+use super::engine;
+use super::engine::Packed;
 use super::kernels::{self, RopeTables};
 use super::lora::Adapter;
+use super::tape;
 
 /// Which forward pass to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,9 +260,10 @@ impl Decoder {
     }
 
     /// The final hidden state at each prompt's last token, `(prompts, hidden)`, each row what
-    /// that prompt gives alone. On the CPU the fast path packs the prompts without padding
-    /// and the training path right-pads them with `pad` (causal attention, so padding never
-    /// reaches a real token); both compute the last layer for the last tokens only.
+    /// that prompt gives alone. On the CPU both the fast and the training path pack the
+    /// prompts without padding (the training path falls back to right-padding them with
+    /// `pad` when it cannot read the weights in place; causal attention, so padding never
+    /// reaches a real token), and compute the last layer for the last tokens only.
     pub fn last_hidden<P: AsRef<[u32]>>(
         &self,
         prompts: &[P],
@@ -299,7 +305,10 @@ impl Decoder {
                 Some(h) => Ok(h),
                 None => self.last_hidden_packed(&prompts, lora),
             },
-            Path::Train => self.last_hidden_train(&prompts, pad, longest, lora),
+            Path::Train => match self.tape(&prompts, lora)? {
+                Some(h) => Ok(h),
+                None => self.last_hidden_train(&prompts, pad, longest, lora),
+            },
             _ => {
                 let (ids, last) = padded(&prompts, pad, longest, device)?;
                 let hidden = self.hidden_rows(&ids, None, path, lora)?;
@@ -318,6 +327,51 @@ impl Decoder {
         every_row: bool,
         lora: Lora<'_>,
     ) -> Result<Option<Tensor>, LmError> {
+        let Some(packed) = self.packed(prompts, lora)? else {
+            return Ok(None);
+        };
+        let Some(out) = packed.read(|model, adapters, _| {
+            let lora = (adapters, &packed.per_prompt[..]);
+            engine::packed_hidden(model, &self.rope, prompts, every_row, lora)
+        }) else {
+            return Ok(None);
+        };
+        let rows = out.len() / self.cfg.hidden_size.max(1);
+        Ok(Some(Tensor::from_vec(
+            out,
+            (rows, self.cfg.hidden_size),
+            self.embed.device(),
+        )?))
+    }
+
+    /// The training path's final hidden states at each prompt's last token from
+    /// [`tape::forward`] over non-empty prompts, with `lora`'s adapters, wired into candle's
+    /// autograd so that `backward` on anything computed from them runs [`tape::backward`]
+    /// and gives every weight and adapter matrix that tracks a gradient its own; `None`
+    /// where [`Decoder::engine`] would be (the caller then takes candle's operations).
+    fn tape(&self, prompts: &[&[u32]], lora: Lora<'_>) -> Result<Option<Tensor>, LmError> {
+        let Some(packed) = self.packed(prompts, lora)? else {
+            return Ok(None);
+        };
+        let Some((out, saved)) = packed.read(|model, adapters, _| {
+            let lora = (adapters, &packed.per_prompt[..]);
+            tape::forward(model, &self.rope, prompts, lora)
+        }) else {
+            return Ok(None);
+        };
+        let h = Tensor::from_vec(
+            out,
+            (prompts.len(), self.cfg.hidden_size),
+            self.embed.device(),
+        )?;
+        Ok(Some(tape::attach(h, packed, saved, self.rope.clone())?))
+    }
+
+    /// The tensors the packed decoders read, in [`engine::Layout::read`]'s order, with their
+    /// layout and each prompt's adapter among them; an error for a token outside the
+    /// vocabulary, `None` for prompts the rotary tables do not cover, biases the packed
+    /// decoders lack (o, gate) or a misshapen adapter.
+    fn packed(&self, prompts: &[&[u32]], lora: Lora<'_>) -> Result<Option<Packed>, LmError> {
         let vocab = self.cfg.vocab_size;
         if let Some(bad) = prompts
             .iter()
@@ -334,21 +388,31 @@ impl Decoder {
         {
             return Ok(None);
         }
-        let mut tensors: Vec<&Tensor> = vec![&self.embed, &self.norm];
+        let mut tensors: Vec<Tensor> = vec![self.embed.clone(), self.norm.clone()];
+        let mut biases = Vec::with_capacity(self.layers.len());
         for l in &self.layers {
-            tensors.extend([
-                l.q.weight(),
-                l.k.weight(),
-                l.v.weight(),
-                l.o.weight(),
-                l.gate.weight(),
-                l.up.weight(),
-                l.down.weight(),
-                &l.ln1,
-                &l.ln2,
-            ]);
-            tensors.extend([l.q.bias(), l.k.bias(), l.v.bias()].into_iter().flatten());
-            if l.o.bias().is_some() || l.gate.bias().is_some() {
+            tensors.extend(
+                [
+                    l.q.weight(),
+                    l.k.weight(),
+                    l.v.weight(),
+                    l.o.weight(),
+                    l.gate.weight(),
+                    l.up.weight(),
+                    l.down.weight(),
+                    &l.ln1,
+                    &l.ln2,
+                ]
+                .map(Tensor::clone),
+            );
+            let b = [l.q.bias(), l.k.bias(), l.v.bias()];
+            tensors.extend(b.into_iter().flatten().cloned());
+            biases.push(b.map(|b| b.is_some()));
+            if l.o.bias().is_some()
+                || l.gate.bias().is_some()
+                || l.up.bias().is_some()
+                || l.down.bias().is_some()
+            {
                 return Ok(None);
             }
         }
@@ -381,91 +445,47 @@ impl Decoder {
             (h, inter),
             (inter, h),
         ];
+        let mut adapters = Vec::with_capacity(distinct.len());
         for a in &distinct {
             let r = a.config.r;
+            let mut modules = Vec::with_capacity(self.layers.len());
             for l in &self.layers {
-                for (name, &(inp, out)) in l.names.iter().zip(&sizes) {
+                let mut adapted = [false; 7];
+                for ((name, &(inp, out)), adapted) in l.names.iter().zip(&sizes).zip(&mut adapted) {
                     if let Some((wa, wb)) = a.weights.get(name) {
                         if wa.dims() != [r, inp] || wb.dims() != [out, r] {
                             return Ok(None);
                         }
-                        tensors.extend([wa, wb]);
+                        tensors.extend([wa.clone(), wb.clone()]);
+                        *adapted = true;
                     }
                 }
+                modules.push(adapted);
             }
-        }
-        let Some(locks) = tensors
-            .into_iter()
-            .map(engine::lock)
-            .collect::<Option<Vec<_>>>()
-        else {
-            return Ok(None);
-        };
-        let mut data = locks.iter().map(|l| l.data());
-        let mut next = || data.next().unwrap_or(&[]);
-        let (embed, norm) = (next(), next());
-        let mut layers = Vec::with_capacity(self.layers.len());
-        for l in &self.layers {
-            let [q, k, v, o, gate, up, down, ln1, ln2] = [(); 9].map(|()| next());
-            layers.push(LayerData {
-                q,
-                k,
-                v,
-                o,
-                gate,
-                up,
-                down,
-                ln1,
-                ln2,
-                q_bias: l.q.bias().map(|_| next()),
-                k_bias: l.k.bias().map(|_| next()),
-                v_bias: l.v.bias().map(|_| next()),
+            adapters.push(engine::AdapterLayout {
+                rank: r,
+                scale: a.config.lora_alpha / r.max(1) as f32,
+                modules,
             });
         }
-        let adapters: Vec<LoraData<'_>> = distinct
-            .iter()
-            .map(|a| LoraData {
-                rank: a.config.r,
-                scale: a.config.lora_alpha / a.config.r.max(1) as f32,
-                modules: self
-                    .layers
-                    .iter()
-                    .map(|l| {
-                        l.names.clone().map(|name| {
-                            a.weights.get(&name).map(|_| {
-                                let wa = next();
-                                (wa, next())
-                            })
-                        })
-                    })
-                    .collect(),
-            })
-            .collect();
         let (nh, nkv, hd) = self.heads();
-        let model = ModelData {
-            hidden: self.cfg.hidden_size,
-            heads: nh,
-            kv_heads: nkv,
-            head_dim: hd,
-            intermediate: self.cfg.intermediate_size,
-            eps: self.cfg.rms_norm_eps as f32,
-            embed,
-            layers,
-            norm,
+        let layout = engine::Layout {
+            sizes: engine::Sizes {
+                hidden: h,
+                heads: nh,
+                kv_heads: nkv,
+                head_dim: hd,
+                intermediate: inter,
+                eps: self.cfg.rms_norm_eps as f32,
+            },
+            biases,
+            adapters,
         };
-        let out = engine::packed_hidden(
-            &model,
-            &self.rope,
-            prompts,
-            every_row,
-            (&adapters, &per_prompt),
-        );
-        let rows = out.len() / self.cfg.hidden_size.max(1);
-        Ok(Some(Tensor::from_vec(
-            out,
-            (rows, self.cfg.hidden_size),
-            self.embed.device(),
-        )?))
+        Ok(Some(Packed {
+            tensors,
+            layout,
+            per_prompt,
+        }))
     }
 
     /// [`Decoder::last_hidden`] on the fast path (CPU): the prompts packed end to end with

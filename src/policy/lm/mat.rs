@@ -1,0 +1,230 @@
+//! Matrix views over plain `f32` slices (any row and column stride, so a transpose or a
+//! block of columns is a view, not a copy) and one checked call of the `gemm` candle's
+//! matmul uses, writing into a view. The packed decoders of `engine.rs` and `tape.rs` do
+//! all their products through [`gemm`].
+
+/// A read-only matrix: element `(i, j)` at `data[i · rs + j · cs]`.
+#[derive(Clone, Copy)]
+pub(super) struct Mat<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    rs: usize,
+    cs: usize,
+}
+
+impl<'a> Mat<'a> {
+    /// `rows × cols`, row-major and dense.
+    pub(super) fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        Self::strided(data, rows, cols, cols)
+    }
+
+    /// `rows × cols` whose rows start every `rs` elements (a block of columns of a wider
+    /// row-major matrix, `data` starting at the block's first element).
+    pub(super) fn strided(data: &'a [f32], rows: usize, cols: usize, rs: usize) -> Self {
+        Self {
+            data,
+            rows,
+            cols,
+            rs,
+            cs: 1,
+        }
+    }
+
+    /// The transpose, as a view.
+    pub(super) fn t(self) -> Self {
+        Self {
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+}
+
+/// A matrix written by [`gemm`]: element `(i, j)` at `data[i · rs + j]`.
+pub(super) struct MatMut<'a> {
+    data: &'a mut [f32],
+    rows: usize,
+    cols: usize,
+    rs: usize,
+}
+
+impl<'a> MatMut<'a> {
+    /// `rows × cols`, row-major and dense.
+    pub(super) fn new(data: &'a mut [f32], rows: usize, cols: usize) -> Self {
+        Self::strided(data, rows, cols, cols)
+    }
+
+    /// `rows × cols` whose rows start every `rs` elements.
+    pub(super) fn strided(data: &'a mut [f32], rows: usize, cols: usize, rs: usize) -> Self {
+        Self {
+            data,
+            rows,
+            cols,
+            rs,
+        }
+    }
+}
+
+/// The elements a `rows × cols` view with strides `rs`, `cs` reaches: one past the last.
+fn reach(rows: usize, cols: usize, rs: usize, cs: usize) -> usize {
+    if rows == 0 || cols == 0 {
+        0
+    } else {
+        (rows - 1) * rs + (cols - 1) * cs + 1
+    }
+}
+
+/// How a product may use threads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Threads {
+    /// Rayon's pool (`gemm` splits the output, never the sum, so the result does not depend
+    /// on the thread count).
+    Pool,
+    /// This thread only (inside a task that is already one of many).
+    One,
+}
+
+/// `dst = [dst +] scale · a · b`. Panics when the shapes disagree or a view reaches past
+/// its slice (a bug in the caller, not bad input).
+#[allow(unsafe_code)]
+pub(super) fn gemm(
+    dst: MatMut<'_>,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    add: bool,
+    scale: f32,
+    threads: Threads,
+) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert!(
+        dst.rows == m
+            && dst.cols == n
+            && b.rows == k
+            && reach(m, n, dst.rs, 1) <= dst.data.len()
+            && reach(m, k, a.rs, a.cs) <= a.data.len()
+            && reach(k, n, b.rs, b.cs) <= b.data.len(),
+        "gemm: {m}x{k} by {}x{n} into {}x{}",
+        b.rows,
+        dst.rows,
+        dst.cols
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !add {
+            for row in dst.data.chunks_mut(dst.rs.max(1)).take(m) {
+                row[..n].fill(0.0);
+            }
+        }
+        return;
+    }
+    let parallelism = match threads {
+        Threads::Pool if candle_core::utils::get_num_threads() > 1 => {
+            gemm::Parallelism::Rayon(candle_core::utils::get_num_threads())
+        }
+        _ => gemm::Parallelism::None,
+    };
+    // SAFETY: the assertion above keeps every element gemm reads or writes inside the
+    // slices (`reach` is one past the furthest element of each view), and `dst` is borrowed
+    // mutably, so it aliases neither input.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.data.as_mut_ptr(),
+            1,
+            dst.rs as isize,
+            add,
+            a.data.as_ptr(),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr(),
+            b.cs as isize,
+            b.rs as isize,
+            if add { 1.0 } else { 0.0 },
+            scale,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+/// `dst (m × n) = [dst +] scale · a (m × k) · wᵀ` with `w` an `(n, k)` weight (Hugging
+/// Face layout), all row-major.
+pub(super) fn matmul_wt(
+    dst: &mut [f32],
+    a: &[f32],
+    w: &[f32],
+    (m, k, n): (usize, usize, usize),
+    add: bool,
+    scale: f32,
+) {
+    gemm(
+        MatMut::new(dst, m, n),
+        Mat::new(a, m, k),
+        Mat::new(w, n, k).t(),
+        add,
+        scale,
+        Threads::Pool,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 2×3 by 3×2 product worked by hand, then the same through transposed views and a
+    /// block of columns, and added to the destination.
+    #[test]
+    fn products_through_views_match_the_hand_worked_ones() {
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]; // [[1 2 3] [4 5 6]]
+        let b = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0]; // [[1 0] [0 1] [1 1]]
+        let mut c = [0f32; 4];
+        gemm(
+            MatMut::new(&mut c, 2, 2),
+            Mat::new(&a, 2, 3),
+            Mat::new(&b, 3, 2),
+            false,
+            1.0,
+            Threads::Pool,
+        );
+        assert_eq!(c, [4.0, 5.0, 10.0, 11.0]);
+        // bᵀ stored as (2, 3): the weight layout of `matmul_wt`; scaled and added.
+        let bt = [1.0, 0.0, 1.0, 0.0, 1.0, 1.0];
+        matmul_wt(&mut c, &a, &bt, (2, 3, 2), true, 0.5);
+        assert_eq!(c, [6.0, 7.5, 15.0, 16.5]);
+        // aᵀ · a's first two columns, read as a block of a wider matrix.
+        let mut d = [9f32; 6]; // 2x2 written into the first two columns of rows of 3
+        gemm(
+            MatMut::strided(&mut d, 2, 2, 3),
+            Mat::strided(&a, 2, 2, 3).t(),
+            Mat::strided(&a, 2, 2, 3),
+            false,
+            1.0,
+            Threads::One,
+        );
+        assert_eq!(d, [17.0, 22.0, 9.0, 22.0, 29.0, 9.0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "gemm")]
+    fn a_view_past_its_slice_is_refused() {
+        let a = [1f32; 5];
+        let mut c = [0f32; 4];
+        gemm(
+            MatMut::new(&mut c, 2, 2),
+            Mat::new(&a, 2, 3),
+            Mat::new(&a, 3, 2),
+            false,
+            1.0,
+            Threads::One,
+        );
+    }
+}
