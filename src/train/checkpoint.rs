@@ -184,16 +184,22 @@ pub(super) fn save_checkpoint(
             adapter.save(&ldir.join("adapters").join(role))?;
         }
         let opath = ldir.join("optimizer.safetensors");
-        let moments: std::collections::HashMap<String, candle_core::Tensor> =
-            l.trainer.optimizer().state().into_iter().collect();
+        let moments: std::collections::HashMap<String, candle_core::Tensor> = (l.trainer)
+            .optimizer()
+            .state()
+            .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?
+            .into_iter()
+            .collect();
         candle_core::safetensors::save(&moments, &opath)
             .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
     }
     let mut critic_optimizer_steps = Vec::new();
     for l in learners {
         if let Some(c) = l.trainer.critic() {
-            let (tensors, steps) = c.state();
             let cpath = l.dir(&tmp).join("critic.safetensors");
+            let (tensors, steps) = c
+                .state()
+                .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
             let map: std::collections::HashMap<String, candle_core::Tensor> =
                 tensors.into_iter().collect();
             candle_core::safetensors::save(&map, &cpath)

@@ -130,7 +130,7 @@ impl Critic {
 
     /// Weights (`critic.NAME`) and optimizer moments (`critic.exp_avg.NAME`, ...) by name, and
     /// the optimizer's step count, for a checkpoint.
-    pub fn state(&self) -> (Vec<(String, Tensor)>, u64) {
+    pub fn state(&self) -> candle_core::Result<(Vec<(String, Tensor)>, u64)> {
         let mut out: Vec<(String, Tensor)> = self
             .vars
             .iter()
@@ -138,11 +138,11 @@ impl Critic {
             .collect();
         out.extend(
             self.opt
-                .state()
+                .state()?
                 .into_iter()
                 .map(|(n, t)| (format!("critic.{n}"), t)),
         );
-        (out, self.opt.steps())
+        Ok((out, self.opt.steps()))
     }
 
     /// A critic restored from [`Critic::state`]'s tensors; the error names the missing or
@@ -212,7 +212,7 @@ mod tests {
         }
         let after = c.values(&refs)?;
         assert!(err(&after) < 0.1 * err(&before), "{before:?} -> {after:?}");
-        let (state, steps) = c.state();
+        let (state, steps) = c.state()?;
         let map: HashMap<String, Tensor> = state.into_iter().collect();
         let back = Critic::restore(&map, steps, 1e-2, &dev).map_err(candle_core::Error::msg)?;
         assert_eq!(back.values(&refs)?, after);

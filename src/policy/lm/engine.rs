@@ -16,13 +16,13 @@ use super::kernels::{self, RopeTables, Segments};
 use super::mat::matmul_wt;
 
 /// A tensor's f32 data on the CPU, held for reading (`G`: candle's storage read guard).
-pub(super) struct Locked<G> {
+pub(crate) struct Locked<G> {
     guard: G,
     range: (usize, usize),
 }
 
 /// `t`'s storage held for reading, if it is a contiguous f32 tensor on the CPU.
-pub(super) fn lock(t: &Tensor) -> Option<Locked<impl Deref<Target = Storage> + '_>> {
+pub(crate) fn lock(t: &Tensor) -> Option<Locked<impl Deref<Target = Storage> + '_>> {
     let (guard, layout) = t.storage_and_layout();
     let range = layout.contiguous_offsets()?;
     matches!(&*guard, Storage::Cpu(CpuStorage::F32(_))).then_some(Locked { guard, range })
@@ -30,7 +30,7 @@ pub(super) fn lock(t: &Tensor) -> Option<Locked<impl Deref<Target = Storage> + '
 
 impl<G: Deref<Target = Storage>> Locked<G> {
     /// The data.
-    pub(super) fn data(&self) -> &[f32] {
+    pub(crate) fn data(&self) -> &[f32] {
         match &*self.guard {
             Storage::Cpu(CpuStorage::F32(v)) => &v[self.range.0..self.range.1],
             _ => &[],

@@ -4,6 +4,7 @@
 
 pub mod config;
 mod engine;
+pub(crate) use engine::lock;
 pub mod folder;
 pub mod kernels;
 pub mod lora;
