@@ -21,7 +21,7 @@ use super::engine::{
     LoraData, ModelData, ModelIx, Packed, Project, Runs, add_bias, embed_rows, gather, runs,
 };
 use super::kernels::{self, RopeTables, Segments};
-use super::mat::{Mat, MatMut, Threads, gemm, matmul_wt};
+use super::mat::{Mat, MatMut, Threads, gemm, gemm_long, matmul_wt};
 
 /// Buffers recycled between training steps. A step allocates the same buffers each time:
 /// fresh ones cost a zero fill or the kernel's clearing of new pages (measured with `perf`
@@ -328,14 +328,7 @@ fn weight_grad(
     (n, out, inp): (usize, usize, usize),
 ) {
     if let Some(dw) = dw {
-        gemm(
-            MatMut::new(dw, out, inp),
-            Mat::new(dy, n, out).t(),
-            Mat::new(x, n, inp),
-            true,
-            1.0,
-            Threads::Pool,
-        );
+        gemm_long(dw, Mat::new(dy, n, out).t(), Mat::new(x, n, inp), true, 1.0);
     }
 }
 
@@ -409,15 +402,7 @@ fn lora_backward(
             matmul_wt(&mut z, xr, wa, (n, inp, r), false, 1.0);
             if let Some(db) = grads.at(ib) {
                 let dyt = Mat::new(dyr, n, out).t();
-                let z = Mat::new(&z, n, r);
-                gemm(
-                    MatMut::new(db, out, r),
-                    dyt,
-                    z,
-                    true,
-                    l.scale,
-                    Threads::Pool,
-                );
+                gemm_long(db, dyt, Mat::new(&z, n, r), true, l.scale);
             }
             // dz = s · dy B
             let mut dz = vec![0f32; n * r];
@@ -432,7 +417,7 @@ fn lora_backward(
             );
             if let Some(da) = grads.at(ia) {
                 let (dzt, xm) = (Mat::new(&dz, n, r).t(), Mat::new(xr, n, inp));
-                gemm(MatMut::new(da, r, inp), dzt, xm, true, 1.0, Threads::Pool);
+                gemm_long(da, dzt, xm, true, 1.0);
             }
             let dxr = MatMut::new(&mut dx[start * inp..(start + n) * inp], n, inp);
             let (dzm, am) = (Mat::new(&dz, n, r), Mat::new(wa, r, inp));
