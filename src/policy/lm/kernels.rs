@@ -579,9 +579,24 @@ pub fn attend(
     k: &[f32],
     v: &[f32],
     segments: &[Segments],
-    (heads, kv_heads, dim): (usize, usize, usize),
+    sizes: (usize, usize, usize),
     scale: f32,
 ) -> Vec<f32> {
+    let mut out = vec![0f32; segments.len() * sizes.0 * sizes.2];
+    attend_into(&mut out, q, k, v, segments, sizes, scale);
+    out
+}
+
+/// [`attend`] into `out` (`(segments.len(), heads, dim)`; every element is written).
+pub fn attend_into(
+    out: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    segments: &[Segments],
+    (heads, kv_heads, dim): (usize, usize, usize),
+    scale: f32,
+) {
     let rows = segments.len();
     let rows_k = k.len() / (kv_heads * dim).max(1);
     let group = heads / kv_heads.max(1);
@@ -598,7 +613,7 @@ pub fn attend(
     });
     let k = &kt[..];
     let width = heads * dim;
-    let mut out = vec![0f32; rows * width];
+    let out = &mut out[..rows * width];
     // Runs of up to GROUP consecutive rows of one prompt (the same shared prefix, the same
     // first own row, one more key each) are computed together where a grouped kernel is
     // compiled (head sizes 32 and 64): each key and value row is loaded once for all of them.
@@ -649,7 +664,6 @@ pub fn attend(
                 _ => arch.dispatch(row),
             }
         });
-    out
 }
 
 /// Keys per block of [`span_attention`]'s score loop (one AVX-512 register).
@@ -709,6 +723,7 @@ impl pulp::WithSimd for AttendRow<'_> {
             }
             let inv = 1.0 / p.iter().sum::<f32>();
             let oh = &mut out[h * dim..(h + 1) * dim];
+            oh.fill(0.0);
             let rows = segs.iter().flat_map(|&(first, len)| first..first + len);
             for (r, &pj) in rows.zip(&p) {
                 let at = (r * kv_heads + kvh) * dim;

@@ -28,8 +28,11 @@ use super::mat::{Mat, MatMut, Threads, gemm, gemm_long, matmul_wt};
 /// on `benches/update.rs`: 15% of a `tiny` step), recycled ones neither.
 static POOL: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
 
-/// The most buffers [`POOL`] keeps.
+/// The most buffers [`POOL`] keeps, and the most elements in all (4 GiB; `small` needs about
+/// 1.5 GiB at 64 prompts of 64 tokens). What a step hands back is what it took, so the
+/// pool stays at a step's peak of live buffers; these bounds only guard against a bug.
 const POOL_MAX: usize = 256;
+const POOL_MAX_FLOATS: usize = 1 << 30;
 
 /// A buffer of `n` elements with unspecified contents (a recycled buffer's old values), for
 /// outputs that are written in full. Debug builds fill it with NaN, so that a result that
@@ -64,11 +67,12 @@ fn copy(v: &[f32]) -> Vec<f32> {
     out
 }
 
-/// Gives `v` back to the pool.
+/// Gives `v`, which must come from [`buffer`] (or [`zeros`], [`copy`]), back to the pool: a
+/// buffer from elsewhere would add to the pool on every step.
 fn recycle(v: Vec<f32>) {
-    if v.capacity() > 0
-        && let Ok(mut pool) = POOL.lock()
+    if let Ok(mut pool) = POOL.lock()
         && pool.len() < POOL_MAX
+        && pool.iter().map(Vec::capacity).sum::<usize>() + v.capacity() <= POOL_MAX_FLOATS
     {
         pool.push(v);
     }
@@ -215,7 +219,8 @@ pub(super) fn forward(
         add_bias(&mut q, l.q_bias);
         kernels::rotate(&mut q, rope, qw, |r| q_pos[r] as usize, 1.0);
         drop(nq);
-        let att = kernels::attend(&q, &k, &v, segs, (nh, nkv, hd), scale);
+        let mut att = buffer(nr * qw);
+        kernels::attend_into(&mut att, &q, &k, &v, segs, (nh, nkv, hd), scale);
         project(&mut xq, &att, l.o, (nr, qw, h), true, (i, 3, runs));
         let mid = copy(&xq);
         let mut n2 = buffer(nr * h);
@@ -776,5 +781,50 @@ impl CustomOp2 for Attach {
         }
         let g = grads.get_mut(self.index).and_then(Option::take);
         Ok(((!self.innermost).then(|| dres.clone()), g))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::lm::model::{Path, init_weights};
+    use crate::policy::lm::{Decoder, LmConfig, Lora, Preset, Weights};
+    use candle_core::{Device, Var};
+
+    /// The elements the pool holds.
+    fn pooled() -> usize {
+        POOL.lock().map_or(0, |p| p.iter().map(Vec::capacity).sum())
+    }
+
+    /// A training step (forward and backward) hands back to the pool what it took from
+    /// it, so the pool, and the process with it, does not grow from step to step (it did,
+    /// by one attention output per layer, when that came from outside the pool).
+    #[test]
+    fn training_steps_do_not_grow_the_pool() {
+        let mut cfg = LmConfig::preset(Preset::Tiny, 64);
+        cfg.num_hidden_layers = 2;
+        let init = init_weights(&cfg, 1, &Device::Cpu).expect("init");
+        let vars: Vec<Var> = init
+            .values()
+            .map(|t| Var::from_tensor(t).expect("var"))
+            .collect();
+        let views = vars.iter().map(|v| v.as_tensor().clone());
+        let weights: Weights = init.keys().cloned().zip(views).collect();
+        let dec = Decoder::new(&cfg, &weights, std::path::Path::new("mem")).expect("decoder");
+        let prompts: Vec<Vec<u32>> = (0..6u32)
+            .map(|i| (0..20 + i).map(|j| (i * 7 + j * 3) % 64).collect())
+            .collect();
+        let mut sizes = Vec::new();
+        for _ in 0..3 {
+            let h = dec.last_hidden(&prompts, 0, Path::Train, Lora::Base);
+            let h = h.expect("forward");
+            let loss = h.sqr().and_then(|x| x.sum_all());
+            let grads = loss.and_then(|l| l.backward()).expect("backward");
+            assert!(grads.get(vars[0].as_tensor()).is_some());
+            drop((h, grads));
+            sizes.push(pooled());
+        }
+        assert!(sizes[0] > 0, "the tape took nothing from the pool");
+        assert_eq!(sizes[1], sizes[2], "the pool grew: {sizes:?}");
     }
 }
