@@ -566,6 +566,8 @@ impl Trainer {
         ] {
             *x /= n;
         }
+        // The rollouts until the next update can reuse the training path's buffers.
+        crate::policy::lm::release_buffers();
         stats.update_seconds = start.elapsed().as_secs_f64();
         Ok(stats)
     }

@@ -34,6 +34,14 @@ static POOL: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
 const POOL_MAX: usize = 256;
 const POOL_MAX_FLOATS: usize = 1 << 30;
 
+/// Frees the buffers the training path keeps between steps (for other work, such as the
+/// rollouts between updates, to reuse).
+pub fn release_buffers() {
+    if let Ok(mut pool) = POOL.lock() {
+        pool.clear();
+    }
+}
+
 /// A buffer of `n` elements with unspecified contents (a recycled buffer's old values), for
 /// outputs that are written in full. Debug builds fill it with NaN, so that a result that
 /// read an element it did not write shows in the tests.
