@@ -121,6 +121,14 @@ pub(super) struct Sizes {
     pub eps: f32,
 }
 
+impl Sizes {
+    /// (hidden, heads, key/value heads, head width, intermediate).
+    pub(super) fn dims(&self) -> (usize, usize, usize, usize, usize) {
+        let s = self;
+        (s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate)
+    }
+}
+
 /// A forward pass's projections: the base weight's product, plus the adapters' updates
 /// when any prompt reads an adapter.
 pub(super) struct Project<'a, 'b> {
@@ -389,13 +397,8 @@ pub(super) fn packed_hidden(
     let project = |y: &mut [f32], x: &[f32], w, dims, add, at| {
         projections.run(y, x, w, dims, add, at);
     };
-    let (h, nh, nkv, hd) = (
-        m.sizes.hidden,
-        m.sizes.heads,
-        m.sizes.kv_heads,
-        m.sizes.head_dim,
-    );
-    let (qw, kvw, iw) = (nh * hd, nkv * hd, m.sizes.intermediate);
+    let (h, nh, nkv, hd, iw) = m.sizes.dims();
+    let (qw, kvw) = (nh * hd, nkv * hd);
     let total: usize = (0..prompts.len()).map(own).sum();
     let firsts: Vec<u32> = (0..prompts.len())
         .scan(0u32, |at, i| {

@@ -994,7 +994,7 @@ pub fn swiglu_backward_rows(dg: &mut [f32], du: &mut [f32], (g, u, dy): (&[f32],
 }
 
 /// Elements per rayon task.
-const MIN_ELEMS: usize = 4096;
+pub(super) const MIN_ELEMS: usize = 4096;
 
 impl CustomOp2 for SwiGlu {
     fn name(&self) -> &'static str {

@@ -68,7 +68,7 @@ fn zeros(n: usize) -> Vec<f32> {
     v
 }
 
-/// `v`'s buffer, `n` elements long, holding a copy of `v`.
+/// A pooled buffer holding a copy of `v`.
 fn copy(v: &[f32]) -> Vec<f32> {
     let mut out = buffer(v.len());
     out.copy_from_slice(v);
@@ -87,7 +87,7 @@ fn recycle(v: Vec<f32>) {
 }
 
 /// Where each prompt's rows lie once packed end to end, and the keys each query row sees.
-pub(super) struct Rows {
+struct Rows {
     /// Each prompt's first row and length.
     spans: Vec<(usize, usize)>,
     /// Each row's position in its prompt.
@@ -187,13 +187,7 @@ pub(super) fn forward(
     let project = |y: &mut [f32], x: &[f32], w, dims, add, at| {
         projections.run(y, x, w, dims, add, at);
     };
-    let (h, nh, nkv, hd, iw) = (
-        m.sizes.hidden,
-        m.sizes.heads,
-        m.sizes.kv_heads,
-        m.sizes.head_dim,
-        m.sizes.intermediate,
-    );
+    let (h, nh, nkv, hd, iw) = m.sizes.dims();
     let (qw, kvw) = (nh * hd, nkv * hd);
     let total = rows.pos.len();
     let ids: Vec<u32> = prompts.iter().flat_map(|p| p.iter().copied()).collect();
@@ -266,14 +260,14 @@ pub(super) fn forward(
     (out, saved)
 }
 
-/// Rows per rayon task of the element-wise loops.
-const CHUNK: usize = 4096;
-
 /// SwiGLU's forward keeping the gate's sigmoid: `sig = σ(g)`, `act = g · sig · u`.
 fn swiglu_keep(act: &mut [f32], sig: &mut [f32], (g, u): (&[f32], &[f32])) {
-    act.par_chunks_mut(CHUNK)
-        .zip(sig.par_chunks_mut(CHUNK))
-        .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
+    act.par_chunks_mut(kernels::MIN_ELEMS)
+        .zip(sig.par_chunks_mut(kernels::MIN_ELEMS))
+        .zip(
+            g.par_chunks(kernels::MIN_ELEMS)
+                .zip(u.par_chunks(kernels::MIN_ELEMS)),
+        )
         .for_each(|((a, s), (g, u))| {
             kernels::vectorised(|| {
                 for i in 0..a.len() {
@@ -286,10 +280,12 @@ fn swiglu_keep(act: &mut [f32], sig: &mut [f32], (g, u): (&[f32], &[f32])) {
 
 /// The activation again from the kept sigmoid: `act = g · σ · u`, no `exp`.
 fn gated(act: &mut [f32], (g, u, sig): (&[f32], &[f32], &[f32])) {
-    act.par_chunks_mut(CHUNK)
+    act.par_chunks_mut(kernels::MIN_ELEMS)
         .zip(
-            g.par_chunks(CHUNK)
-                .zip(u.par_chunks(CHUNK).zip(sig.par_chunks(CHUNK))),
+            g.par_chunks(kernels::MIN_ELEMS).zip(
+                u.par_chunks(kernels::MIN_ELEMS)
+                    .zip(sig.par_chunks(kernels::MIN_ELEMS)),
+            ),
         )
         .for_each(|(a, (g, (u, s)))| {
             kernels::vectorised(|| {
@@ -306,12 +302,15 @@ fn swiglu_back(
     (dg, du): (&mut [f32], &mut [f32]),
     (g, u, sig, d): (&[f32], &[f32], &[f32], &[f32]),
 ) {
-    dg.par_chunks_mut(CHUNK)
-        .zip(du.par_chunks_mut(CHUNK))
+    dg.par_chunks_mut(kernels::MIN_ELEMS)
+        .zip(du.par_chunks_mut(kernels::MIN_ELEMS))
         .zip(
-            g.par_chunks(CHUNK)
-                .zip(u.par_chunks(CHUNK))
-                .zip(sig.par_chunks(CHUNK).zip(d.par_chunks(CHUNK))),
+            g.par_chunks(kernels::MIN_ELEMS)
+                .zip(u.par_chunks(kernels::MIN_ELEMS))
+                .zip(
+                    sig.par_chunks(kernels::MIN_ELEMS)
+                        .zip(d.par_chunks(kernels::MIN_ELEMS)),
+                ),
         )
         .for_each(|((dg, du), ((g, u), (s, d)))| {
             kernels::vectorised(|| {
@@ -555,13 +554,7 @@ pub(super) fn backward(
     grads: &mut Grads,
 ) {
     let rows = &saved.rows;
-    let (h, nh, nkv, hd, iw) = (
-        m.sizes.hidden,
-        m.sizes.heads,
-        m.sizes.kv_heads,
-        m.sizes.head_dim,
-        m.sizes.intermediate,
-    );
+    let (h, nh, nkv, hd, iw) = m.sizes.dims();
     let (qw, kvw) = (nh * hd, nkv * hd);
     let total = rows.pos.len();
     let scale = 1.0 / (hd as f32).sqrt();
