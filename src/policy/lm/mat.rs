@@ -141,8 +141,8 @@ pub(super) fn gemm(
         return;
     }
     let parallelism = match threads {
-        Threads::Pool if candle_core::utils::get_num_threads() > 1 => {
-            gemm::Parallelism::Rayon(candle_core::utils::get_num_threads())
+        Threads::Pool if rayon::current_num_threads() > 1 => {
+            gemm::Parallelism::Rayon(rayon::current_num_threads())
         }
         _ => gemm::Parallelism::None,
     };
@@ -181,7 +181,8 @@ const SPLIT_MAX: usize = 512 * 512;
 /// output (weight gradients: a sum over every row of a batch). `gemm`'s threads split the
 /// output, which is too small to split well (measured: 140 against 248 GFLOP/s for
 /// 128 × 4096 × 128 on two threads); here the sum is split instead, in two fixed halves
-/// computed side by side on one thread each and added in order, so the result does not
+/// computed side by side on one thread each (one after the other where rayon has one
+/// thread, which still beats one long sum) and added in order, so the result does not
 /// depend on the thread count either.
 pub(super) fn gemm_long(dst: &mut [f32], a: Mat<'_>, b: Mat<'_>, add: bool, scale: f32) {
     let (m, k, n) = (a.rows, a.cols, b.cols);

@@ -5,6 +5,13 @@
 //! included, instead of candle's autograd building a tensor per operation and a zero-filled
 //! gradient per input.
 //!
+//! The batch runs in two parts of about equal rows, side by side, each on one thread of its
+//! own (see [`each_part`]); the parts' weight gradients are added at the end. On two cores
+//! that beat threading each operation (measured on `benches/update.rs`, `tiny`: 13% less
+//! per step): no wake-ups between operations, and one-thread products of half the rows run
+//! faster than two-thread products of all of them. Attention is products per prompt and
+//! head too, and keeps its probabilities for the backward pass.
+//!
 //! [`attach`] wires it into candle's autograd: the hidden states pass through one identity
 //! operation per weight (or adapter matrix) that tracks a gradient. When `backward` reaches
 //! the outermost of them it runs [`backward`] once with the hidden states' gradient, and each
@@ -20,12 +27,14 @@ use std::sync::{Arc, Mutex};
 use super::engine::{
     LoraData, ModelData, ModelIx, Packed, Project, Runs, add_bias, embed_rows, gather, runs,
 };
-use super::kernels::{self, RopeTables, Segments};
+use super::kernels::{self, RopeTables};
 use super::mat::{Mat, MatMut, Threads, gemm, gemm_long, matmul_wt};
 
 /// Buffers recycled between training steps. A step allocates the same buffers each time:
 /// fresh ones cost a zero fill or the kernel's clearing of new pages (measured with `perf`
-/// on `benches/update.rs`: 15% of a `tiny` step), recycled ones neither.
+/// on `benches/update.rs`: 15% of a `tiny` step), recycled ones neither. With the two parts
+/// of a batch side by side, which buffer a request gets depends on timing, so the pool can
+/// hold a few more than one step's peak, never more than both parts' peaks together.
 static POOL: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
 
 /// The most buffers [`POOL`] keeps, and the most elements in all (4 GiB; `small` needs about
@@ -92,12 +101,9 @@ struct Rows {
     spans: Vec<(usize, usize)>,
     /// Each row's position in its prompt.
     pos: Vec<u32>,
-    /// Each row's keys: its prompt up to itself.
-    segs: Vec<Segments>,
-    /// Each prompt's last row, its position, and its keys (the whole prompt).
+    /// Each prompt's last row and its position.
     last: Vec<usize>,
     last_pos: Vec<u32>,
-    last_segs: Vec<Segments>,
     /// The adapter runs over every row and over the last rows.
     token_runs: Runs,
     last_runs: Runs,
@@ -106,17 +112,15 @@ struct Rows {
 impl Rows {
     fn new(prompts: &[&[u32]], per_prompt: &[Option<usize>]) -> Self {
         let mut spans = Vec::with_capacity(prompts.len());
-        let (mut pos, mut segs) = (Vec::new(), Vec::new());
-        let (mut last, mut last_pos, mut last_segs) = (Vec::new(), Vec::new(), Vec::new());
+        let mut pos = Vec::new();
+        let (mut last, mut last_pos) = (Vec::new(), Vec::new());
         let mut first = 0;
         for p in prompts {
             let n = p.len();
             spans.push((first, n));
             pos.extend(0..n as u32);
-            segs.extend((1..=n).map(|k| [(0, 0), (first as u32, k as u32)]));
             last.push(first + n - 1);
             last_pos.push(n as u32 - 1);
-            last_segs.push([(0, 0), (first as u32, n as u32)]);
             first += n;
         }
         Self {
@@ -124,24 +128,24 @@ impl Rows {
             last_runs: runs(per_prompt, |_| 1),
             spans,
             pos,
-            segs,
             last,
             last_pos,
-            last_segs,
         }
     }
 }
 
 /// What one layer's backward pass reads: its input rows `x` (every row), their norm `n1`,
 /// the rotated queries (the layer's query rows), rotated keys and values (every row), the
-/// attention output, the residual after attention `mid`, its norm `n2`, the MLP's gate and
-/// up projections and the gate's sigmoid (query rows).
+/// attention's probabilities (see [`attention_forward`]) and output, the residual after
+/// attention `mid`, its norm `n2`, the MLP's gate and up projections and the gate's sigmoid
+/// (query rows).
 struct LayerSaved {
     x: Vec<f32>,
     n1: Vec<f32>,
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
+    p: Vec<f32>,
     att: Vec<f32>,
     mid: Vec<f32>,
     n2: Vec<f32>,
@@ -154,16 +158,16 @@ impl Drop for LayerSaved {
     fn drop(&mut self) {
         let s = self;
         for v in [
-            &mut s.x, &mut s.n1, &mut s.q, &mut s.k, &mut s.v, &mut s.att, &mut s.mid, &mut s.n2,
-            &mut s.g, &mut s.u, &mut s.sig,
+            &mut s.x, &mut s.n1, &mut s.q, &mut s.k, &mut s.v, &mut s.p, &mut s.att, &mut s.mid,
+            &mut s.n2, &mut s.g, &mut s.u, &mut s.sig,
         ] {
             recycle(std::mem::take(v));
         }
     }
 }
 
-/// What the forward pass keeps for the backward pass.
-pub(super) struct Saved {
+/// What the forward pass over one part of the batch keeps for the backward pass.
+struct Part {
     rows: Rows,
     /// The packed token ids.
     ids: Vec<u32>,
@@ -172,16 +176,13 @@ pub(super) struct Saved {
     last_x: Vec<f32>,
 }
 
-/// The final normed hidden states at each prompt's last token, `(prompts, hidden)`, and what
-/// [`backward`] needs. Prompts must be non-empty, their ids below the vocabulary size and
-/// their lengths within the rotary tables, and the model must have a layer (the caller
-/// checks).
-pub(super) fn forward(
+/// [`forward`] over one part of the batch.
+fn forward_part(
     m: &ModelData<'_>,
     rope: &RopeTables,
     prompts: &[&[u32]],
     (adapters, per_prompt): (&[LoraData<'_>], &[Option<usize>]),
-) -> (Vec<f32>, Saved) {
+) -> (Vec<f32>, Part) {
     let rows = Rows::new(prompts, per_prompt);
     let projections = Project::new(adapters, per_prompt);
     let project = |y: &mut [f32], x: &[f32], w, dims, add, at| {
@@ -208,21 +209,21 @@ pub(super) fn forward(
         project(&mut v, &n1, l.v, (total, h, kvw), false, (i, 2, tr));
         add_bias(&mut v, l.v_bias);
         // The last layer for each prompt's last token only.
-        let (segs, q_pos, runs, mut xq, nq) = if i + 1 == layers {
+        let last = i + 1 == layers;
+        let (q_pos, runs, mut xq, nq) = if last {
             let (x, n) = (gather(&x, &rows.last, h), gather(&n1, &rows.last, h));
-            let r = &rows;
-            (&r.last_segs, &r.last_pos, &r.last_runs, x, Cow::Owned(n))
+            (&rows.last_pos, &rows.last_runs, x, Cow::Owned(n))
         } else {
-            (&rows.segs, &rows.pos, tr, copy(&x), Cow::Borrowed(&n1[..]))
+            (&rows.pos, tr, copy(&x), Cow::Borrowed(&n1[..]))
         };
-        let nr = segs.len();
+        let nr = q_pos.len();
         let mut q = buffer(nr * qw);
         project(&mut q, &nq, l.q, (nr, h, qw), false, (i, 0, runs));
         add_bias(&mut q, l.q_bias);
         kernels::rotate(&mut q, rope, qw, |r| q_pos[r] as usize, 1.0);
         drop(nq);
         let mut att = buffer(nr * qw);
-        kernels::attend_into(&mut att, &q, &k, &v, segs, (nh, nkv, hd), scale);
+        let p = attention_forward(&mut att, (&q, &k, &v), &rows, last, (nh, nkv, hd), scale);
         project(&mut xq, &att, l.o, (nr, qw, h), true, (i, 3, runs));
         let mid = copy(&xq);
         let mut n2 = buffer(nr * h);
@@ -241,6 +242,7 @@ pub(super) fn forward(
             q,
             k,
             v,
+            p,
             att,
             mid,
             n2,
@@ -251,7 +253,7 @@ pub(super) fn forward(
     }
     let mut out = vec![0f32; x.len()];
     kernels::rms_rows(&mut out, &x, m.norm, m.sizes.eps);
-    let saved = Saved {
+    let saved = Part {
         rows,
         ids,
         layers: saved,
@@ -439,26 +441,10 @@ fn lora_backward(
     }
 }
 
-/// Causal attention's backward pass over packed prompts, per prompt (one task each) and
-/// query head: the scores and softmax `P` recomputed from the saved rotated queries and
-/// keys, then `dV = Pᵀ dO`, `dP = dO Vᵀ`, `dS = P ∘ (dP − rowsum(P ∘ dP))`,
-/// `dQ = scale · dS K`, `dK = scale · dSᵀ Q` (query heads that share a key/value head add
-/// into it). `last`: the query rows are each prompt's last token alone. Returns
-/// `(dq, dk, dv)` in the layouts of `q`, `k` and `v`.
-fn attention_backward(
-    d_att: &[f32],
-    (q, k, v): (&[f32], &[f32], &[f32]),
-    rows: &Rows,
-    last: bool,
-    (nh, nkv, hd): (usize, usize, usize),
-    scale: f32,
-) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    let (qw, kvw) = (nh * hd, nkv * hd);
-    let rep = nh / nkv.max(1);
-    let total = rows.pos.len();
-    // Per prompt: its first query row and query count, its first key row and length.
-    let tasks: Vec<(usize, usize, usize, usize)> = rows
-        .spans
+/// Attention's work per prompt: its first query row and query count, its first key row and
+/// key count (`last`: the query rows are each prompt's last token alone).
+fn attention_tasks(rows: &Rows, last: bool) -> Vec<(usize, usize, usize, usize)> {
+    rows.spans
         .iter()
         .enumerate()
         .map(|(p, &(first, len))| {
@@ -468,51 +454,130 @@ fn attention_backward(
                 (first, len, first, len)
             }
         })
-        .collect();
+        .collect()
+}
+
+/// Splits `data` into consecutive pieces of the given lengths.
+fn split_runs<'a>(
+    mut data: &'a mut [f32],
+    lens: impl Iterator<Item = usize>,
+) -> Vec<&'a mut [f32]> {
+    let mut parts = Vec::new();
+    for n in lens {
+        let (a, rest) = std::mem::take(&mut data).split_at_mut(n);
+        parts.push(a);
+        data = rest;
+    }
+    parts
+}
+
+/// Softmax over each row of the scores `p` (`nq × len`; query `i` sits at position
+/// `len − nq + i` and sees keys up to it), zero where a query cannot see.
+fn causal_softmax(p: &mut [f32], nq: usize, len: usize) {
+    kernels::vectorised(|| {
+        for (i, row) in p.chunks_exact_mut(len).enumerate() {
+            let (seen, hidden) = row.split_at_mut(len - nq + i + 1);
+            let max = seen.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            for s in seen.iter_mut() {
+                *s = kernels::exp(*s - max);
+            }
+            let inv = 1.0 / seen.iter().sum::<f32>();
+            for s in seen.iter_mut() {
+                *s *= inv;
+            }
+            hidden.fill(0.0);
+        }
+    });
+}
+
+/// Causal attention over packed prompts by products, per prompt (one task each) and query
+/// head: `P = softmax(scale · Q Kᵀ)` over the keys each query sees, then `O = P V` into
+/// `att` (`(query rows, heads · hd)`, every element written). Returns every `P`, each
+/// prompt's `(heads, queries, keys)` in turn, for [`attention_backward`].
+fn attention_forward(
+    att: &mut [f32],
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    rows: &Rows,
+    last: bool,
+    (nh, nkv, hd): (usize, usize, usize),
+    scale: f32,
+) -> Vec<f32> {
+    let (qw, kvw) = (nh * hd, nkv * hd);
+    let rep = nh / nkv.max(1);
+    let tasks = attention_tasks(rows, last);
+    let mut p = buffer(tasks.iter().map(|t| nh * t.1 * t.3).sum());
+    let ps = split_runs(&mut p, tasks.iter().map(|t| nh * t.1 * t.3));
+    let outs = split_runs(att, tasks.iter().map(|t| t.1 * qw));
+    ps.into_par_iter().zip(outs).zip(tasks.par_iter()).for_each(
+        |((p, out), &(q0, nq, k0, len))| {
+            for (head, p) in p.chunks_exact_mut(nq * len).enumerate() {
+                let kvh = head / rep.max(1);
+                let qh = Mat::strided(&q[q0 * qw + head * hd..], nq, hd, qw);
+                let kh = Mat::strided(&k[k0 * kvw + kvh * hd..], len, hd, kvw);
+                let vh = Mat::strided(&v[k0 * kvw + kvh * hd..], len, hd, kvw);
+                gemm(
+                    MatMut::new(p, nq, len),
+                    qh,
+                    kh.t(),
+                    false,
+                    scale,
+                    Threads::One,
+                );
+                causal_softmax(p, nq, len);
+                let oh = MatMut::strided(&mut out[head * hd..], nq, hd, qw);
+                gemm(oh, Mat::new(p, nq, len), vh, false, 1.0, Threads::One);
+            }
+        },
+    );
+    p
+}
+
+/// Causal attention's backward pass over packed prompts, per prompt (one task each) and
+/// query head, from the probabilities `P` that [`attention_forward`] returned:
+/// `dV = Pᵀ dO`, `dP = dO Vᵀ`, `dS = P ∘ (dP − rowsum(P ∘ dP))`,
+/// `dQ = scale · dS K`, `dK = scale · dSᵀ Q` (query heads that share a key/value head add
+/// into it). Returns `(dq, dk, dv)` in the layouts of `q`, `k` and `v`.
+fn attention_backward(
+    d_att: &[f32],
+    (q, k, v, p): (&[f32], &[f32], &[f32], &[f32]),
+    rows: &Rows,
+    last: bool,
+    (nh, nkv, hd): (usize, usize, usize),
+    scale: f32,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (qw, kvw) = (nh * hd, nkv * hd);
+    let rep = nh / nkv.max(1);
+    let total = rows.pos.len();
+    let tasks = attention_tasks(rows, last);
     let q_rows = if last { rows.spans.len() } else { total };
     // Every element is written: each query head's block of dq, and the first query head of
     // each key/value head writes its block of dk and dv, the others add to it.
     let mut dq = buffer(q_rows * qw);
     let mut dk = buffer(total * kvw);
     let mut dv = buffer(total * kvw);
-    let mut parts = Vec::with_capacity(tasks.len());
-    let (mut rq, mut rk, mut rv) = (&mut dq[..], &mut dk[..], &mut dv[..]);
-    for &(_, nq, _, len) in &tasks {
-        let (a, tq) = std::mem::take(&mut rq).split_at_mut(nq * qw);
-        let (b, tk) = std::mem::take(&mut rk).split_at_mut(len * kvw);
-        let (c, tv) = std::mem::take(&mut rv).split_at_mut(len * kvw);
-        parts.push((a, b, c));
-        (rq, rk, rv) = (tq, tk, tv);
+    let dqs = split_runs(&mut dq, tasks.iter().map(|t| t.1 * qw));
+    let dks = split_runs(&mut dk, tasks.iter().map(|t| t.3 * kvw));
+    let dvs = split_runs(&mut dv, tasks.iter().map(|t| t.3 * kvw));
+    let mut ps = Vec::with_capacity(tasks.len());
+    let mut rest = p;
+    for t in &tasks {
+        let (a, b) = rest.split_at(nh * t.1 * t.3);
+        ps.push(a);
+        rest = b;
     }
-    parts
-        .into_par_iter()
+    dqs.into_par_iter()
+        .zip(dks)
+        .zip(dvs)
+        .zip(ps)
         .zip(tasks.par_iter())
-        .for_each(|((dq, dk, dv), &(q0, nq, k0, len))| {
-            let mut p = vec![0f32; nq * len];
+        .for_each(|((((dq, dk), dv), p), &(q0, nq, k0, len))| {
             let mut ds = vec![0f32; nq * len];
-            for head in 0..nh {
+            for (head, p) in p.chunks_exact(nq * len).enumerate() {
                 let kvh = head / rep.max(1);
                 let qh = Mat::strided(&q[q0 * qw + head * hd..], nq, hd, qw);
                 let kh = Mat::strided(&k[k0 * kvw + kvh * hd..], len, hd, kvw);
                 let vh = Mat::strided(&v[k0 * kvw + kvh * hd..], len, hd, kvw);
                 let doh = Mat::strided(&d_att[q0 * qw + head * hd..], nq, hd, qw);
-                let pm = MatMut::new(&mut p, nq, len);
-                gemm(pm, qh, kh.t(), false, scale, Threads::One);
-                kernels::vectorised(|| {
-                    for (i, row) in p.chunks_exact_mut(len).enumerate() {
-                        // Query i sits at position len − nq + i and sees keys up to it.
-                        let (seen, hidden) = row.split_at_mut(len - nq + i + 1);
-                        let max = seen.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-                        for s in seen.iter_mut() {
-                            *s = kernels::exp(*s - max);
-                        }
-                        let inv = 1.0 / seen.iter().sum::<f32>();
-                        for s in seen.iter_mut() {
-                            *s *= inv;
-                        }
-                        hidden.fill(0.0);
-                    }
-                });
                 gemm(
                     MatMut::new(&mut ds, nq, len),
                     doh,
@@ -529,7 +594,7 @@ fn attention_backward(
                         }
                     }
                 });
-                let (pm, dsm) = (Mat::new(&p, nq, len), Mat::new(&ds, nq, len));
+                let (pm, dsm) = (Mat::new(p, nq, len), Mat::new(&ds, nq, len));
                 let dqh = MatMut::strided(&mut dq[head * hd..], nq, hd, qw);
                 gemm(dqh, dsm, kh, false, scale, Threads::One);
                 let add = head % rep.max(1) != 0;
@@ -542,14 +607,139 @@ fn attention_backward(
     (dq, dk, dv)
 }
 
+/// What the forward pass keeps for the backward pass: each part's prompts and keepings.
+pub(super) struct Saved {
+    parts: Vec<(std::ops::Range<usize>, Part)>,
+}
+
+/// The parts a batch is computed in: its prompts in two runs of about equal rows (one when
+/// there is a single prompt). The split depends on the prompts alone, never on the thread
+/// count, and so neither do the results.
+fn parts(prompts: &[&[u32]]) -> Vec<std::ops::Range<usize>> {
+    let total: usize = prompts.iter().map(|p| p.len()).sum();
+    let mut seen = 0;
+    let mid = prompts
+        .iter()
+        .position(|p| {
+            seen += p.len();
+            2 * seen >= total
+        })
+        .map_or(prompts.len(), |i| i + 1)
+        .min(prompts.len() - 1);
+    if mid == 0 {
+        vec![0..prompts.len()]
+    } else {
+        vec![0..mid, mid..prompts.len()]
+    }
+}
+
+/// Two pools of one thread each, for the two parts of a batch.
+fn part_pools() -> Option<&'static [rayon::ThreadPool; 2]> {
+    static POOLS: std::sync::OnceLock<Option<[rayon::ThreadPool; 2]>> = std::sync::OnceLock::new();
+    POOLS
+        .get_or_init(|| {
+            let one = || rayon::ThreadPoolBuilder::new().num_threads(1).build().ok();
+            Some([one()?, one()?])
+        })
+        .as_ref()
+}
+
+/// `f` over each part's input, side by side on a thread each where rayon has more than one
+/// thread (a pool each, so that neither part's operations interleave with the other's),
+/// else one after the other. Either way each part runs on one thread, so its result does
+/// not depend on which.
+fn each_part<T: Send, R: Send>(inputs: Vec<T>, f: impl Fn(usize, T) -> R + Sync) -> Vec<R> {
+    let pools = part_pools();
+    if inputs.len() == 2
+        && let Some([a, b]) = pools
+        && rayon::current_num_threads() > 1
+    {
+        let mut it = inputs.into_iter();
+        let (x, y) = (it.next(), it.next());
+        let (x, y) = rayon::join(
+            || x.map(|x| a.install(|| f(0, x))),
+            || y.map(|y| b.install(|| f(1, y))),
+        );
+        return x.into_iter().chain(y).collect();
+    }
+    inputs
+        .into_iter()
+        .enumerate()
+        .map(|(i, x)| match pools {
+            Some([a, _]) => a.install(|| f(i, x)),
+            None => f(i, x),
+        })
+        .collect()
+}
+
+/// The final normed hidden states at each prompt's last token, `(prompts, hidden)`, and what
+/// [`backward`] needs. Prompts must be non-empty, their ids below the vocabulary size and
+/// their lengths within the rotary tables, and the model must have a layer (the caller
+/// checks). The batch runs in two parts (see [`parts`]), one thread each.
+pub(super) fn forward(
+    m: &ModelData<'_>,
+    rope: &RopeTables,
+    prompts: &[&[u32]],
+    (adapters, per_prompt): (&[LoraData<'_>], &[Option<usize>]),
+) -> (Vec<f32>, Saved) {
+    let ranges = parts(prompts);
+    let done = each_part(ranges.clone(), |_, r| {
+        forward_part(m, rope, &prompts[r.clone()], (adapters, &per_prompt[r]))
+    });
+    let mut out = Vec::with_capacity(prompts.len() * m.sizes.hidden);
+    let mut parts = Vec::with_capacity(done.len());
+    for (r, (o, part)) in ranges.into_iter().zip(done) {
+        out.extend_from_slice(&o);
+        parts.push((r, part));
+    }
+    (out, Saved { parts })
+}
+
 /// The backward pass of [`forward`]: from `dh`, the gradient of its output, adds every
 /// tensor's gradient into `grads` (those that have a buffer there; the input gradients are
-/// computed throughout, as the adapters of every layer may need them).
+/// computed throughout, as the adapters of every layer may need them). Each part adds into
+/// its own buffers, and the second part's are then added to the first's.
 pub(super) fn backward(
     m: &ModelData<'_>,
     (adapters, ix): (&[LoraData<'_>], &ModelIx),
     rope: &RopeTables,
     saved: &Saved,
+    dh: &[f32],
+    grads: &mut Grads,
+) {
+    let h = m.sizes.hidden;
+    let mut own = vec![std::mem::take(&mut grads.0)];
+    for _ in 1..saved.parts.len() {
+        let like = own[0].iter().map(|g| g.as_ref().map(|g| zeros(g.len())));
+        own.push(like.collect());
+    }
+    let done = each_part(own, |i, g| {
+        let (r, part) = &saved.parts[i];
+        let mut g = Grads(g);
+        let dh = &dh[r.start * h..r.end * h];
+        backward_part(m, (adapters, ix), rope, part, dh, &mut g);
+        g.0
+    });
+    let mut done = done.into_iter();
+    grads.0 = done.next().unwrap_or_default();
+    for other in done {
+        for (a, b) in grads.0.iter_mut().zip(other) {
+            if let (Some(a), Some(b)) = (a, b) {
+                for (x, y) in a.iter_mut().zip(&b) {
+                    *x += y;
+                }
+                recycle(b);
+            }
+        }
+    }
+}
+
+/// [`backward`] over one part of the batch.
+fn backward_part(
+    m: &ModelData<'_>,
+    (adapters, ix): (&[LoraData<'_>], &ModelIx),
+    rope: &RopeTables,
+    saved: &Part,
     dh: &[f32],
     grads: &mut Grads,
 ) {
@@ -608,7 +798,7 @@ pub(super) fn backward(
         input_grad(&mut d_att, &dmid, l.o, (nr, h, qw), false);
         weight_grad(grads.at(li.modules[3]), &dmid, &s.att, (nr, h, qw));
         lora_backward(&mut d_att, &s.att, &dmid, (qw, h), lo, (i, 3), grads);
-        let qkv = (&s.q[..], &s.k[..], &s.v[..]);
+        let qkv = (&s.q[..], &s.k[..], &s.v[..], &s.p[..]);
         let (mut dq, mut dk, dv) =
             attention_backward(&d_att, qkv, rows, last, (nh, nkv, hd), scale);
         recycle(d_att);
@@ -792,9 +982,72 @@ mod tests {
     use crate::policy::lm::{Decoder, LmConfig, Lora, Preset, Weights};
     use candle_core::{Device, Var};
 
+    /// Held by the tests that use the pool, which is global: another test's steps would
+    /// change what it holds.
+    static TAPE_TESTS: Mutex<()> = Mutex::new(());
+
     /// The elements the pool holds.
     fn pooled() -> usize {
         POOL.lock().map_or(0, |p| p.iter().map(Vec::capacity).sum())
+    }
+
+    /// A batch splits into two runs of prompts with about half the rows each (the first
+    /// run ends at the prompt that reaches half), and a single prompt stays whole.
+    #[test]
+    fn a_batch_splits_at_the_prompt_that_reaches_half_its_rows() {
+        let split = |lens: &[usize]| {
+            let prompts: Vec<Vec<u32>> = lens.iter().map(|&n| vec![0; n]).collect();
+            let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+            parts(&refs)
+        };
+        assert_eq!(split(&[5, 5]), vec![0..1, 1..2]);
+        assert_eq!(split(&[4, 4, 4, 4]), vec![0..2, 2..4]);
+        assert_eq!(split(&[10, 1, 1]), vec![0..1, 1..3]);
+        assert_eq!(split(&[1, 1, 10]), vec![0..2, 2..3]);
+        assert_eq!(split(&[3, 4, 2]), vec![0..2, 2..3]);
+        assert_eq!(split(&[7]), vec![0..1]);
+    }
+
+    /// A training step's hidden states and every gradient are the same bits whether rayon
+    /// has one thread (the parts one after the other) or two (side by side).
+    #[test]
+    fn a_training_step_gives_the_same_bits_on_one_and_two_threads() {
+        let mut cfg = LmConfig::preset(Preset::Tiny, 64);
+        cfg.num_hidden_layers = 2;
+        let init = init_weights(&cfg, 3, &Device::Cpu).expect("init");
+        let prompts: Vec<Vec<u32>> = (0..5u32)
+            .map(|i| (0..9 + 4 * i).map(|j| (i * 5 + j * 11) % 64).collect())
+            .collect();
+        let step = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build();
+            pool.expect("pool").install(|| {
+                let vars: Vec<Var> = init
+                    .values()
+                    .map(|t| Var::from_tensor(t).expect("var"))
+                    .collect();
+                let views = vars.iter().map(|v| v.as_tensor().clone());
+                let weights: Weights = init.keys().cloned().zip(views).collect();
+                let dec = Decoder::new(&cfg, &weights, std::path::Path::new("bits"));
+                let dec = dec.expect("decoder");
+                let h = dec.last_hidden(&prompts, 0, Path::Train, Lora::Base);
+                let h = h.expect("forward");
+                let loss = h.sqr().and_then(|x| x.sum_all()).expect("loss");
+                let grads = loss.backward().expect("backward");
+                let hv = h.flatten_all().and_then(|t| t.to_vec1::<f32>()).expect("h");
+                let mut bits: Vec<u32> = hv.iter().map(|x| x.to_bits()).collect();
+                // Every weight the hidden states read (not the output and value heads).
+                let mut with = 0;
+                for g in vars.iter().filter_map(|v| grads.get(v.as_tensor())) {
+                    let g = g.flatten_all().and_then(|t| t.to_vec1::<f32>()).expect("g");
+                    bits.extend(g.iter().map(|x| x.to_bits()));
+                    with += 1;
+                }
+                assert!(with >= 2 + 2 * 12, "{with} tensors had a gradient");
+                bits
+            })
+        };
+        let _alone = TAPE_TESTS.lock();
+        assert_eq!(step(1), step(2));
     }
 
     /// A training step (forward and backward) hands back to the pool what it took from
@@ -815,17 +1068,23 @@ mod tests {
         let prompts: Vec<Vec<u32>> = (0..6u32)
             .map(|i| (0..20 + i).map(|j| (i * 7 + j * 3) % 64).collect())
             .collect();
+        let _alone = TAPE_TESTS.lock();
+        // On one thread, so that which buffer each request gets does not depend on timing.
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build();
+        let one = one.expect("pool");
         let mut sizes = Vec::new();
-        for _ in 0..3 {
-            let h = dec.last_hidden(&prompts, 0, Path::Train, Lora::Base);
+        release_buffers();
+        for _ in 0..4 {
+            let h = one.install(|| dec.last_hidden(&prompts, 0, Path::Train, Lora::Base));
             let h = h.expect("forward");
             let loss = h.sqr().and_then(|x| x.sum_all());
-            let grads = loss.and_then(|l| l.backward()).expect("backward");
+            let grads = one.install(|| loss.and_then(|l| l.backward()));
+            let grads = grads.expect("backward");
             assert!(grads.get(vars[0].as_tensor()).is_some());
             drop((h, grads));
             sizes.push(pooled());
         }
         assert!(sizes[0] > 0, "the tape took nothing from the pool");
-        assert_eq!(sizes[1], sizes[2], "the pool grew: {sizes:?}");
+        assert_eq!(sizes[1], sizes[3], "the pool grew: {sizes:?}");
     }
 }
