@@ -458,10 +458,7 @@ fn attention_tasks(rows: &Rows, last: bool) -> Vec<(usize, usize, usize, usize)>
 }
 
 /// Splits `data` into consecutive pieces of the given lengths.
-fn split_runs<'a>(
-    mut data: &'a mut [f32],
-    lens: impl Iterator<Item = usize>,
-) -> Vec<&'a mut [f32]> {
+fn split_runs(mut data: &mut [f32], lens: impl Iterator<Item = usize>) -> Vec<&mut [f32]> {
     let mut parts = Vec::new();
     for n in lens {
         let (a, rest) = std::mem::take(&mut data).split_at_mut(n);
@@ -627,7 +624,7 @@ fn parts(prompts: &[&[u32]]) -> Vec<std::ops::Range<usize>> {
         .map_or(prompts.len(), |i| i + 1)
         .min(prompts.len() - 1);
     if mid == 0 {
-        vec![0..prompts.len()]
+        std::iter::once(0..prompts.len()).collect()
     } else {
         vec![0..mid, mid..prompts.len()]
     }
