@@ -111,8 +111,8 @@ fn decide(c: &mut Criterion) {
         })
         .collect();
     let run = |p: &mut LmPolicy, chunk: usize| {
-        let mut rngs: Vec<ChaCha8Rng> = (0..64).map(|i| ChaCha8Rng::seed_from_u64(i)).collect();
-        let mut actions = vec![Action::default(); 64];
+        let mut rngs: Vec<ChaCha8Rng> = (0..64).map(ChaCha8Rng::seed_from_u64).collect();
+        let mut actions = [Action::default(); 64];
         let mut traces = vec![DecisionTrace::default(); 64];
         let mut all: Vec<Decision<'_>> = obs
             .iter()

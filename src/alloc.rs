@@ -23,6 +23,10 @@ pub fn keep_freed_memory() {
 
 /// mimalloc's current purge delay in milliseconds (-1: never purge).
 #[allow(unsafe_code)]
+#[allow(
+    clippy::useless_conversion,
+    reason = "c_long is i64 here but i32 on other targets"
+)]
 pub fn purge_delay() -> i64 {
     // SAFETY: as in `keep_freed_memory`; `mi_option_get` only reads the table.
     i64::from(unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) })

@@ -282,13 +282,13 @@ pub fn run(
             return Err(RunError::Output { path, io: source });
         }
     }
-    if let Some(mut rec) = world.get_resource_mut::<Recorder>() {
-        if let Err(source) = rec.flush() {
-            return Err(RunError::Output {
-                path: cfg.record.clone().unwrap_or_default(),
-                io: source,
-            });
-        }
+    if let Some(mut rec) = world.get_resource_mut::<Recorder>()
+        && let Err(source) = rec.flush()
+    {
+        return Err(RunError::Output {
+            path: cfg.record.clone().unwrap_or_default(),
+            io: source,
+        });
     }
     let progress = *world.resource::<RunProgress>();
     let log = world.resource::<EpisodeLog>();

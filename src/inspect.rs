@@ -143,7 +143,7 @@ impl Frame {
             .map(|m| m.0.clone())
             .unwrap_or_default();
         let (width, tiles) = draw_map(world, entity).unwrap_or((0, Vec::new()));
-        let height = if width == 0 { 0 } else { tiles.len() / width };
+        let height = tiles.len().checked_div(width).unwrap_or(0);
         let mut agents = Vec::with_capacity(members.entities().len());
         for &e in members.entities() {
             let (Some(agent), Some(action)) = (world.get::<Agent>(e), world.get::<Action>(e))

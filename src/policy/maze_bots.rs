@@ -101,9 +101,9 @@ impl<'a> Known<'a> {
     ) -> Vec<u32> {
         let mut dist = vec![u32::MAX; self.cells.len()];
         let mut q = VecDeque::new();
-        for i in 0..self.cells.len() {
+        for (i, d) in dist.iter_mut().enumerate() {
             if goal(i) && pass(i) {
-                dist[i] = 0;
+                *d = 0;
                 q.push_back(i);
             }
         }

@@ -372,19 +372,18 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
             }
         }
     }
-    if let FamilySpec::CleanUp(_) = spec.family {
-        if !cells
+    if let FamilySpec::CleanUp(_) = spec.family
+        && !cells
             .iter()
             .any(|t| matches!(t, Thing::River | Thing::Dirt))
-        {
-            return Err(cx.field_at(
-                &[Seg::Field("map")],
-                rule(
-                    "the Clean Up map has no river",
-                    "at least one River or Dirt cell",
-                ),
-            ));
-        }
+    {
+        return Err(cx.field_at(
+            &[Seg::Field("map")],
+            rule(
+                "the Clean Up map has no river",
+                "at least one River or Dirt cell",
+            ),
+        ));
     }
     let dilemma = matches!(
         spec.family,

@@ -147,7 +147,7 @@ pub fn reward_hide_and_seek(
                 .iter()
                 .filter_map(|&e| agents.get(e).ok().map(|(p, f, _)| (p.0, f.0))),
         );
-        let seen = hider_seen(&*arena, &seats);
+        let seen = hider_seen(&arena, &seats);
         arena.hider_seen = seen;
         arena.stats.play_steps += 1;
         arena.stats.seen_steps += u32::from(seen);

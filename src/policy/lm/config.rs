@@ -90,7 +90,7 @@ impl LmConfig {
             Preset::Small => (512, 8, 8, 2048, vocab.max(4096), false),
         };
         Self {
-            vocab_size: vocab_size,
+            vocab_size,
             hidden_size: hidden,
             intermediate_size: inter,
             num_hidden_layers: layers,
@@ -133,7 +133,9 @@ impl LmConfig {
                 return Err((name, "a positive integer".into()));
             }
         }
-        if self.hidden_size % self.num_attention_heads != 0 || self.head_dim() % 2 != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads)
+            || !self.head_dim().is_multiple_of(2)
+        {
             return Err((
                 "num_attention_heads",
                 format!(
@@ -142,7 +144,7 @@ impl LmConfig {
                 ),
             ));
         }
-        if self.num_attention_heads % self.kv_heads() != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.kv_heads()) {
             return Err((
                 "num_key_value_heads",
                 format!(
