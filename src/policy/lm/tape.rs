@@ -615,14 +615,14 @@ pub(super) struct Saved {
 fn parts(prompts: &[&[u32]]) -> Vec<std::ops::Range<usize>> {
     let total: usize = prompts.iter().map(|p| p.len()).sum();
     let mut seen = 0;
+    // The prompt that reaches half the rows ends the first part, unless it is the last.
     let mid = prompts
         .iter()
         .position(|p| {
             seen += p.len();
             2 * seen >= total
         })
-        .map_or(prompts.len(), |i| i + 1)
-        .min(prompts.len() - 1);
+        .map_or(0, |i| (i + 1).min(prompts.len() - 1));
     if mid == 0 {
         std::iter::once(0..prompts.len()).collect()
     } else {
@@ -1003,6 +1003,7 @@ mod tests {
         assert_eq!(split(&[1, 1, 10]), vec![0..2, 2..3]);
         assert_eq!(split(&[3, 4, 2]), vec![0..2, 2..3]);
         assert_eq!(split(&[7]), vec![0..1]);
+        assert_eq!(split(&[]), vec![0..0]);
     }
 
     /// A training step's hidden states and every gradient are the same bits whether rayon
