@@ -86,6 +86,9 @@ pub enum RunError {
     /// The scene could not be spawned.
     #[error("cannot spawn the scene")]
     Spawn(#[from] SpawnError),
+    /// A policy could not decide ([`crate::policy::Policy::failure`]); the run stopped.
+    #[error("{0}; the run stopped")]
+    Policy(String),
     /// An output file could not be written.
     #[error("{path}: {io}")]
     Output {
@@ -267,6 +270,9 @@ pub fn run(
     let start = Instant::now();
     loop {
         app.update();
+        if let Some(e) = app.world().resource::<PolicyRegistry>().failure() {
+            return Err(RunError::Policy(e));
+        }
         let progress = *app.world().resource::<RunProgress>();
         on_progress(&progress);
         if progress.idle_arenas >= cfg.arenas {

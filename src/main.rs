@@ -11,6 +11,7 @@ use emergence::envs::action_names;
 use emergence::headless::{RunConfig, RunReport, run};
 use emergence::policy::catalogue;
 use emergence::scene::{FamilySpec, Scene, Thing, find_scenes, load_scene};
+use emergence::train::limits;
 
 #[derive(Parser)]
 #[command(
@@ -161,6 +162,16 @@ struct PlotArgs {
     run: PathBuf,
 }
 
+/// A flag's number checked against a training limit, as `f32`.
+fn real32(s: &str, limit: limits::Real) -> Result<f32, String> {
+    limits::parse_real(s, limit).map(|v| v as f32)
+}
+
+/// A flag's whole number checked against a training limit, as `usize`.
+fn whole(s: &str, limit: limits::Int) -> Result<usize, String> {
+    limits::parse_int(s, limit).map(|v| v as usize)
+}
+
 #[derive(clap::Args)]
 struct TrainArgs {
     /// The `.scene.ron` file. Teams on `lm` learn (all teams when none is). Its `train:`
@@ -191,33 +202,34 @@ struct TrainArgs {
     /// [default: tiny].
     #[arg(long)]
     model: Option<String>,
-    /// AdamW learning rate, decaying linearly to a tenth over the run [default: 0.001].
-    #[arg(long)]
+    /// AdamW learning rate, decaying linearly to a tenth over the run, in (0, 1]
+    /// [default: 0.001].
+    #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::LR))]
     lr: Option<f64>,
     /// Weight of the k3 KL to the frozen starting model (0: none) [default: 0].
-    #[arg(long)]
+    #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::KL_COEF))]
     kl_coef: Option<f64>,
     /// Weight of the entropy bonus [default: 0.01].
-    #[arg(long)]
+    #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::ENTROPY_COEF))]
     entropy_coef: Option<f64>,
-    /// Discount [default: 0.99].
-    #[arg(long)]
+    /// Discount, in [0, 1] [default: 0.99].
+    #[arg(long, value_parser = |s: &str| real32(s, limits::GAMMA))]
     gamma: Option<f32>,
-    /// GAE lambda [default: 0.95].
-    #[arg(long)]
+    /// GAE lambda, in [0, 1] [default: 0.95].
+    #[arg(long, value_parser = |s: &str| real32(s, limits::LAMBDA))]
     lambda: Option<f32>,
     /// PPO passes over each batch [default: 4].
-    #[arg(long)]
+    #[arg(long, value_parser = |s: &str| whole(s, limits::EPOCHS))]
     epochs: Option<usize>,
     /// Decisions per gradient step [default: 64].
-    #[arg(long)]
+    #[arg(long, value_parser = |s: &str| whole(s, limits::MINIBATCH))]
     minibatch: Option<usize>,
     /// Consecutive arenas that share a seed: MAGRPO's group, Advantage Alignment's
     /// leave-one-out group [default: 1; magrpo: 4].
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     group_size: Option<u32>,
     /// Advantage Alignment's beta [default: 0.5].
-    #[arg(long)]
+    #[arg(long, value_parser = |s: &str| real32(s, limits::AA_BETA))]
     aa_beta: Option<f32>,
     /// One model for every learning agent, a LoRA adapter per role or per agent over a
     /// frozen base, or a model per learning team [default: shared].
@@ -230,7 +242,7 @@ struct TrainArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     swap_every: Option<u32>,
     /// Write a checkpoint every this many iterations (and after the last) [default: 10].
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     checkpoint_every: Option<u32>,
     /// Stop after this many iterations, as if interrupted (the learning-rate schedule stays
     /// that of --iterations); a checkpoint is written, and --resume continues the run.
@@ -521,12 +533,29 @@ fn describe(scene: &Scene) -> String {
 
 fn cmd_check(path: &Path) -> Result<()> {
     let scene = load_scene(path)?;
+    // The model folders the teams name load as a run would load them.
+    for t in &scene.spec.teams {
+        if let emergence::scene::PolicySpec::Lm(emergence::scene::LmSpec { model: Some(m) }) =
+            &t.policy
+        {
+            emergence::policy::lm::ModelFolder::load(Path::new(m), &candle_core::Device::Cpu)
+                .with_context(|| {
+                    format!("{}: team {:?}: lm(model: {m:?})", path.display(), t.name)
+                })?;
+        }
+    }
     print!("{}", describe(&scene));
     println!("ok: {}", path.display());
     Ok(())
 }
 
 fn cmd_list(dir: &Path) -> Result<()> {
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "--scenes {}: not a folder; expected a folder of *.scene.ron files",
+            dir.display()
+        );
+    }
     println!("scenes (in {}):", dir.display());
     let found = find_scenes(dir);
     if found.is_empty() {
@@ -624,6 +653,11 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
         };
         let scene = load_scene(scene_path)?;
         let d = scene.spec.train.clone();
+        let model_from = if args.model.is_some() {
+            "--model".to_string()
+        } else {
+            format!("{}: train.model", scene_path.display())
+        };
         let model_name = args
             .model
             .clone()
@@ -635,7 +669,7 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             dir => {
                 let p = PathBuf::from(dir);
                 if !p.is_dir() {
-                    anyhow::bail!("--model {dir:?}: expected tiny, small or a model folder");
+                    anyhow::bail!("{model_from} {dir:?}: expected tiny, small or a model folder");
                 }
                 ModelChoice::Folder(p)
             }
@@ -666,9 +700,6 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
                 .unwrap_or(base.lora_rank),
             ..base
         };
-        if hyper.minibatch == 0 || hyper.epochs == 0 {
-            anyhow::bail!("--minibatch and --epochs must be at least 1");
-        }
         TrainConfig {
             scene,
             scene_path: scene_path.clone(),
@@ -730,10 +761,30 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             });
         }
     };
-    let summary = if args.gui {
-        train_with_window(&cfg, args.screenshot.clone(), args.frames, progress)?
+    // Whether this command makes the run folder (so a failure may leave it behind).
+    let fresh_out = cfg.resume.is_none()
+        && std::fs::read_dir(&cfg.out).map_or(true, |mut d| d.next().is_none());
+    let trained = if args.gui {
+        train_with_window(&cfg, args.screenshot.clone(), args.frames, progress)
     } else {
-        train(&cfg, progress)?
+        train(&cfg, progress).map_err(anyhow::Error::from)
+    };
+    let summary = match trained {
+        Ok(s) => s,
+        Err(e) => {
+            bar.abandon();
+            if fresh_out
+                && cfg.out.exists()
+                && matches!(emergence::train::newest_checkpoint(&cfg.out), Ok(None))
+            {
+                anyhow::bail!(
+                    "{e:#}\nnote: {} holds no checkpoint to resume from; remove it or give \
+                     another --out to start again",
+                    cfg.out.display()
+                );
+            }
+            return Err(e);
+        }
     };
     bar.finish();
     let (Some(first), Some(last)) = (summary.iterations.first(), summary.iterations.last()) else {
@@ -780,6 +831,9 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
         );
     }
     println!("run folder: {}", cfg.out.display());
+    for a in &summary.set_aside {
+        println!("kept a checkpoint that was not whole as {}", a.display());
+    }
     for c in &summary.checkpoints {
         println!("checkpoint: {}", c.display());
     }
@@ -1019,7 +1073,23 @@ fn cmd_model(cmd: ModelCommand) -> Result<()> {
         } => {
             let p = Preset::parse(&preset)
                 .with_context(|| format!("--preset {preset:?}: expected tiny or small"))?;
-            let found: Vec<Scene> = find_scenes(&scenes)
+            // A tokenizer for no scene could not read any: refuse rather than find out later.
+            if !scenes.is_dir() {
+                anyhow::bail!(
+                    "--scenes {}: not a folder; expected the folder of the scenes the model \
+                     will play (their words make the tokenizer)",
+                    scenes.display()
+                );
+            }
+            let paths = find_scenes(&scenes);
+            if paths.is_empty() {
+                anyhow::bail!(
+                    "--scenes {}: no *.scene.ron below it; expected the folder of the scenes \
+                     the model will play (their words make the tokenizer)",
+                    scenes.display()
+                );
+            }
+            let found: Vec<Scene> = paths
                 .iter()
                 .map(|p| load_scene(p))
                 .collect::<Result<_, _>>()?;

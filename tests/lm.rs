@@ -379,6 +379,20 @@ fn bad_folders_name_the_file_and_the_tensor_or_field() {
     std::fs::write(dir.join("tokenizer.json"), "{}").expect("write");
     let e = load_err(&dir);
     assert!(e.contains("tokenizer.json"), "{e}");
+    // A tokenizer with a token id past the embedding's rows (as many tokens as before).
+    let dir = tmp.path().join("tok_id");
+    write_hf_folder(&dir, &cfg, &weights);
+    let t = std::fs::read_to_string(dir.join("tokenizer.json")).expect("read");
+    let mut json: serde_json::Value = serde_json::from_str(&t).expect("json");
+    json["model"]["vocab"]["xaa"] = serde_json::json!(5000);
+    std::fs::write(dir.join("tokenizer.json"), json.to_string()).expect("write");
+    let e = load_err(&dir);
+    assert!(
+        e.contains("tokenizer.json")
+            && e.contains("\"xaa\" has id 5000")
+            && e.contains(&format!("below the model's vocab_size {}", cfg.vocab_size)),
+        "{e}"
+    );
     // A missing folder.
     let e = load_err(&tmp.path().join("nowhere"));
     assert!(e.contains("nowhere") && e.contains("config.json"), "{e}");

@@ -198,6 +198,25 @@ fn a_team_can_name_its_model_folder() {
     };
     let text = format!("{}", std::error::Error::source(&e).expect("source"));
     assert!(text.contains("/nonexistent/model/config.json"), "{text}");
+    // A model whose positions are too few for the prompts stops the run at its first
+    // decision, naming the folder, rather than going on with actions it did not choose.
+    let config = dir.join("config.json");
+    let text = std::fs::read_to_string(&config).expect("config");
+    let mut json: serde_json::Value = serde_json::from_str(&text).expect("json");
+    json["max_position_embeddings"] = serde_json::json!(4);
+    std::fs::write(&config, json.to_string()).expect("write");
+    let mut cfg = RunConfig::new(scene(&src));
+    cfg.record_arenas = vec![];
+    let e = match run(&cfg, |p| assert_eq!(p.steps, 0, "went on after a failure")) {
+        Ok(_) => panic!("ran a model that cannot read its prompts"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains(&format!("model folder {}", dir.display()))
+            && e.contains("longer than max_position_embeddings 4")
+            && e.contains("the run stopped"),
+        "{e}"
+    );
     // A misspelt field is a scene error at its place.
     let bad = src.replace("lm(model:", "lm(modle:");
     let e =

@@ -157,6 +157,59 @@ fn out_of_range_parameter() {
 }
 
 #[test]
+fn training_defaults_out_of_range_are_scene_errors() {
+    let with = |train: &str| {
+        err(&GOOD.replace(
+            "    name: \"ok\",\n",
+            &format!("    name: \"ok\",\n    train: ({train}),\n"),
+        ))
+    };
+    let e = with("lr: NaN, iterations: 5");
+    assert_at(
+        &e,
+        3,
+        17,
+        "train.lr is NaN; expected a finite number in (0, 1]",
+    );
+    let e = with("iterations: 0");
+    assert_at(
+        &e,
+        3,
+        25,
+        "train.iterations is 0; expected an integer in [1, 1000000]",
+    );
+    let e = with("arenas: 100000000");
+    assert_at(&e, 3, 21, "train.arenas is 100000000");
+    let e = with("arenas: 6, group_size: 4");
+    assert_at(
+        &e,
+        3,
+        36,
+        "train.group_size 4 does not divide train.arenas 6",
+    );
+    let e = with("gamma: 1.5");
+    assert_at(
+        &e,
+        3,
+        20,
+        "train.gamma is 1.5; expected a finite number in [0, 1]",
+    );
+    let ok = GOOD.replace(
+        "    name: \"ok\",\n",
+        "    name: \"ok\",\n    train: (lr: 0.5, arenas: 8, group_size: 4, gamma: 1.0),\n",
+    );
+    parse_scene(&ok, Path::new("ok.scene.ron")).expect("in range");
+}
+
+#[test]
+fn a_legend_key_given_twice_and_a_team_name_with_a_line_break() {
+    let e = err(&GOOD.replace("'P': Spawn }", "'P': Spawn, 'W': Floor }"));
+    assert_at(&e, 9, 62, "legend key 'W' is given twice");
+    let e = err(&GOOD.replace("name: \"h\"", "name: \"h\\nx\""));
+    assert_at(&e, 10, 20, "team name \"h\\nx\" holds a control character");
+}
+
+#[test]
 fn legend_thing_the_family_does_not_use() {
     let e = err(&GOOD.replace("'.': Floor", "'.': River"));
     assert!(

@@ -233,6 +233,10 @@ fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
         // An interrupted save and a folder without its state are not whole checkpoints.
         std::fs::create_dir_all(split.join("checkpoints/.iter_4.partial-999999")).expect("mkdir");
         std::fs::create_dir_all(split.join("checkpoints/iter_3")).expect("mkdir");
+        // One stands where iteration 4's will go: it is kept aside, not written over.
+        let stale = split.join("checkpoints/iter_4");
+        std::fs::create_dir_all(&stale).expect("mkdir");
+        std::fs::write(stale.join("model.safetensors"), b"left by a kill").expect("write");
         let newest = newest_checkpoint(&split).expect("read").expect("one");
         assert_eq!(newest.0, 2);
         let resumed = resume_config(&split, None).expect("resume config");
@@ -245,6 +249,10 @@ fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
                 .collect::<Vec<_>>(),
             vec![3, 4]
         );
+        let aside = split.join("checkpoints/iter_4.incomplete-1");
+        assert_eq!(s2.set_aside, vec![aside.clone()]);
+        let kept = std::fs::read(aside.join("model.safetensors")).expect("kept");
+        assert_eq!(kept, b"left by a kill");
         let files: &[&str] = match (algo, sharing) {
             (Algo::Cory, _) => &[
                 "agent_0/model.safetensors",
@@ -307,6 +315,17 @@ fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
                 a.expect("a") != b.expect("b"),
                 "the two models are identical"
             );
+            if sharing == Sharing::RoleLora {
+                // A checkpoint without one of its adapters is not resumed from.
+                std::fs::remove_dir_all(split.join("checkpoints/iter_4/adapters/player_b"))
+                    .expect("rm");
+                let more = resume_config(&split, Some(5)).expect("config");
+                let err = train(&more, |_| {}).expect_err("no adapter").to_string();
+                assert!(
+                    err.contains("adapters/player_b/adapter_model.safetensors: missing"),
+                    "{err}"
+                );
+            }
             continue;
         }
         // A finished run is not resumed past its end, and a full folder is not reused;

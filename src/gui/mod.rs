@@ -575,7 +575,7 @@ fn training_curves(dir: &Path) -> Result<Vec<(String, Vec<[f64; 2]>)>, String> {
 
 /// Advances the feed: steps the live arenas (or the replay cursor) as the controls say, and
 /// takes new frames from a training run.
-fn advance(time: Res<Time<bevy::time::Real>>, mut viewer: ResMut<Viewer>) {
+fn advance(time: Res<Time<bevy::time::Real>>, mut viewer: ResMut<Viewer>, mut commands: Commands) {
     let v = &mut *viewer;
     let steps = if let Some((_, n)) = v.shot {
         u32::from(v.frames_drawn < n)
@@ -635,6 +635,15 @@ fn advance(time: Res<Time<bevy::time::Real>>, mut viewer: ResMut<Viewer>) {
                     });
                 if let Some(e) = flushed {
                     *v.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                }
+                // A policy that could not decide ends the view with its error.
+                let failed = sim
+                    .world
+                    .resource::<crate::policy::PolicyRegistry>()
+                    .failure();
+                if let Some(e) = failed {
+                    *v.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                    commands.write_message(AppExit::error());
                 }
                 if !v.follow {
                     // Scrubbing back pauses the view, not the arenas' history.

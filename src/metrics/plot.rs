@@ -90,7 +90,49 @@ pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, PlotError> {
             message,
         };
         match serde_json::from_str::<Value>(line) {
-            Ok(Value::Object(row)) => rows.push(row),
+            Ok(Value::Object(row)) => {
+                // Every series is drawn against the iteration, and reads numbers.
+                match row.get("iteration") {
+                    Some(Value::Number(n)) if n.as_u64().is_some() => {}
+                    Some(v) => {
+                        return Err(bad(format!(
+                            "field `iteration` is {}; expected a whole number",
+                            kind(v)
+                        )));
+                    }
+                    None => {
+                        return Err(bad(
+                            "no field `iteration`; expected a row of `emergence train`'s \
+                             metrics"
+                                .into(),
+                        ));
+                    }
+                }
+                // The fields drawn hold numbers (null: none that iteration); others are
+                // left alone.
+                let numbers = |v: &Value| matches!(v, Value::Number(_) | Value::Null);
+                for (key, v) in &row {
+                    let ok = match key.as_str() {
+                        "team_returns" | "metrics" => {
+                            matches!(v, Value::Object(m) if m.values().all(numbers))
+                        }
+                        k if LOSSES.contains(&k) || SPEEDS.contains(&k) => numbers(v),
+                        _ => true,
+                    };
+                    if !ok {
+                        return Err(bad(format!(
+                            "field `{key}` holds {}; expected {}",
+                            kind(v),
+                            if matches!(key.as_str(), "team_returns" | "metrics") {
+                                "an object of numbers"
+                            } else {
+                                "a number"
+                            }
+                        )));
+                    }
+                }
+                rows.push(row);
+            }
             Ok(other) => {
                 return Err(bad(format!(
                     "expected a JSON object, found {}",
@@ -102,6 +144,27 @@ pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, PlotError> {
     }
     Ok(rows)
 }
+
+/// The update's series drawn in `losses.png`.
+const LOSSES: [&str; 8] = [
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clip_frac",
+    "kl_ref",
+    "grad_norm",
+    "explained_variance",
+];
+
+/// The timing series drawn in `speed.png`.
+const SPEEDS: [&str; 5] = [
+    "seconds",
+    "rollout_seconds",
+    "update_seconds",
+    "agent_steps_per_sec",
+    "tokens_per_sec",
+];
 
 /// Reads `dir/metrics.jsonl` and writes the run's plots into `dir/plots/`; returns the files written.
 pub fn plot_run(dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
@@ -134,16 +197,7 @@ pub fn plot_run(dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
         .collect();
 
     let mut losses = Vec::new();
-    for key in [
-        "policy_loss",
-        "value_loss",
-        "entropy",
-        "approx_kl",
-        "clip_frac",
-        "kl_ref",
-        "grad_norm",
-        "explained_variance",
-    ] {
+    for key in LOSSES {
         let pts = flat(&rows, key);
         let optional = matches!(key, "clip_frac" | "kl_ref");
         if optional && pts.iter().all(|&(_, y)| y == 0.0) {
@@ -502,6 +556,31 @@ mod tests {
         )?;
         let err = plot_run(dir.path()).err().ok_or("a bad line must fail")?;
         assert!(err.to_string().contains(":2:"), "{err}");
+        // Rows that are objects but not metrics rows.
+        for (rows, says) in [
+            ("{\"iteration\":1}\n{}\n", "no field `iteration`"),
+            (
+                "{\"iteration\":\"one\"}\n",
+                "field `iteration` is a string; expected a whole number",
+            ),
+            (
+                "{\"iteration\":1,\"team_returns\":{\"a\":\"high\"}}\n",
+                "field `team_returns` holds an object",
+            ),
+            (
+                "{\"iteration\":1,\"entropy\":true}\n",
+                "`entropy` holds a boolean",
+            ),
+        ] {
+            std::fs::write(dir.path().join("metrics.jsonl"), rows)?;
+            let err = plot_run(dir.path()).err().ok_or("a bad row must fail")?;
+            assert!(err.to_string().contains(says), "{err}");
+        }
+        std::fs::write(
+            dir.path().join("metrics.jsonl"),
+            "{\"iteration\":1,\"entropy\":null,\"team_returns\":{\"a\":1.5}}\n",
+        )?;
+        plot_run(dir.path())?;
         Ok(())
     }
 

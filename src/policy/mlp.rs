@@ -112,6 +112,7 @@ pub struct MlpPolicy {
     device: Device,
     net: Option<Net>,
     stats: PolicyStats,
+    failure: Option<String>,
 }
 
 impl MlpPolicy {
@@ -123,6 +124,7 @@ impl MlpPolicy {
             device,
             net: None,
             stats: PolicyStats::default(),
+            failure: None,
         }
     }
 }
@@ -134,6 +136,10 @@ impl Policy for MlpPolicy {
         Ok(())
     }
 
+    fn failure(&self) -> Option<String> {
+        self.failure.clone()
+    }
+
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
         if batch.is_empty() || self.actions == 0 {
             return;
@@ -142,7 +148,15 @@ impl Policy for MlpPolicy {
         let mut row = Vec::new();
         features(batch[0].obs, &mut row);
         if self.net.as_ref().is_none_or(|n| n.inputs != row.len()) {
-            self.net = Net::new(row.len(), self.actions, self.seed, &self.device).ok();
+            match Net::new(row.len(), self.actions, self.seed, &self.device) {
+                Ok(net) => self.net = Some(net),
+                Err(e) => {
+                    self.stats.errors += 1;
+                    self.failure
+                        .get_or_insert(format!("cannot build the network: {e}"));
+                    return;
+                }
+            }
         }
         let Some(net) = &self.net else {
             return;
@@ -157,9 +171,13 @@ impl Policy for MlpPolicy {
         let out = Tensor::from_vec(flat, (batch.len(), n), &self.device)
             .and_then(|x| net.forward(&x))
             .and_then(|(l, v)| Ok((l.to_vec2::<f32>()?, v.to_vec1::<f32>()?)));
-        let Ok((logits, values)) = out else {
-            self.stats.errors += 1;
-            return;
+        let (logits, values) = match out {
+            Ok(out) => out,
+            Err(e) => {
+                self.stats.errors += 1;
+                self.failure.get_or_insert(format!("forward pass: {e}"));
+                return;
+            }
         };
         for ((d, l), v) in batch.iter_mut().zip(&logits).zip(&values) {
             let mask = d.mask;

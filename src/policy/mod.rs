@@ -66,6 +66,12 @@ pub trait Policy: Send + Sync + 'static {
     fn stats(&self) -> Option<PolicyStats> {
         None
     }
+    /// Why the policy could not decide (a failed forward pass, an observation its tokenizer
+    /// cannot encode), the first time it happened: runs stop with it rather than go on with
+    /// actions the policy did not choose.
+    fn failure(&self) -> Option<String> {
+        None
+    }
     /// The adapter this policy runs for the agent in `slot`, whose role is `role`, described
     /// for the viewer (`None`: no adapter).
     fn adapter(&self, _role: u8, _slot: u16) -> Option<String> {
@@ -95,8 +101,8 @@ pub struct PolicyStats {
     pub forwards: u64,
     /// Seconds spent deciding.
     pub seconds: f64,
-    /// Failures: batches whose forward failed (their agents kept a fallback legal action)
-    /// and prompts the tokenizer could not encode.
+    /// Failures: batches whose forward failed and prompts the tokenizer could not encode
+    /// (the first is the policy's [`Policy::failure`], which stops a run).
     pub errors: u64,
 }
 
@@ -330,6 +336,12 @@ impl PolicyRegistry {
                 .map_err(|e| format!("policy {name:?}: {e}"))?;
         }
         Ok(())
+    }
+    /// The first failure of a registered policy ([`Policy::failure`]), with its name.
+    pub fn failure(&self) -> Option<String> {
+        self.entries
+            .iter()
+            .find_map(|(name, p)| p.failure().map(|e| format!("policy {name:?}: {e}")))
     }
     /// The adapter the policy behind `h` runs for the agent in `slot` of role `role`
     /// ([`Policy::adapter`]).

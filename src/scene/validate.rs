@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::checks::{FAM, check_family, check_int, out_of_range, rule};
+use super::checks::{FAM, check_family, check_int, check_train, out_of_range, rule};
 use super::error::{SceneError, SceneErrorKind};
 use super::family_rules::{check_hide_seek_teams, check_maze_map, check_maze_talk};
 use super::locate::{Seg, line_col, locate, locate_value};
@@ -93,6 +93,7 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
         ));
     }
     check_family(&cx, &spec.family)?;
+    check_train(&cx, &spec.train)?;
     check_int(
         &cx,
         &[Seg::Field("episode"), Seg::Field("max_steps")],
@@ -118,6 +119,15 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
                 rule("a team has an empty name", "a unique team name"),
             ));
         }
+        if t.name.chars().any(char::is_control) {
+            return Err(cx.value_at(
+                &tp("name"),
+                rule(
+                    format!("team name {:?} holds a control character", t.name),
+                    "a name without line breaks, tabs or other control characters",
+                ),
+            ));
+        }
         if spec.teams[..i].iter().any(|o| o.name == t.name) {
             return Err(cx.value_at(
                 &tp("name"),
@@ -137,6 +147,20 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
         }
         let key = t.policy.key();
         match catalogue().iter().find(|p| p.name == key) {
+            None if key == "lm:" => {
+                return Err(cx.value_at(
+                    &[
+                        Seg::Field("teams"),
+                        Seg::Index(i),
+                        Seg::Field("policy"),
+                        Seg::Field("model"),
+                    ],
+                    rule(
+                        "lm(model: \"\") names no folder",
+                        "a model folder's path, or lm without a model for the embedded one",
+                    ),
+                ));
+            }
             None if key.starts_with("lm:") => {}
             None => {
                 let known = catalogue()
@@ -313,6 +337,29 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
                 |k| vec![Seg::Field("legend"), Seg::Index(k)],
             )
     };
+    // A key written twice: the map kept one of the two, silently.
+    let mut keys: Vec<&str> = Vec::new();
+    for k in 0.. {
+        let Some(at) = locate(src, &[Seg::Field("legend"), Seg::Index(k)]) else {
+            break;
+        };
+        // The key as written, up to its closing quote (escapes included).
+        let key = src[at..]
+            .char_indices()
+            .skip(1)
+            .find(|&(i, c)| c == '\'' && !src[at..at + i].ends_with('\\'))
+            .map_or(&src[at..at], |(i, _)| &src[at..=at + i]);
+        if !key.is_empty() && keys.contains(&key) {
+            return Err(cx.at(
+                at,
+                rule(
+                    format!("legend key {key} is given twice"),
+                    "each map character once in the legend",
+                ),
+            ));
+        }
+        keys.push(key);
+    }
     for (ch, thing) in spec.legend.iter() {
         if !family_allows(&spec.family, thing) {
             return Err(cx.field_at(

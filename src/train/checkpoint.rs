@@ -138,13 +138,15 @@ impl Learner {
 /// moments (`optimizer.safetensors`; CORY's two copies in `agent_0/` and `agent_1/`),
 /// MAPPO's critic, and `trainer_state.json`, all into a temporary sibling that is renamed
 /// into place last (a kill at any moment leaves the previous checkpoint whole and this one
-/// absent).
+/// absent). A failed save removes its temporary folder. Something already at `dir` is never
+/// written over: only a checkpoint that is not whole can be there (a run resumes from its
+/// newest whole one), and it is renamed to `iter_K.incomplete-N` and returned.
 pub(super) fn save_checkpoint(
     learners: &[Learner],
     dir: &Path,
     iteration: u32,
     cfg: &TrainConfig,
-) -> Result<(), TrainError> {
+) -> Result<Option<PathBuf>, TrainError> {
     let parent = dir.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(io_err(parent))?;
     let name = dir
@@ -154,8 +156,34 @@ pub(super) fn save_checkpoint(
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
     }
+    let written = write_checkpoint(learners, &tmp, iteration, cfg);
+    if written.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    written?;
+    let aside = if dir.symlink_metadata().is_ok() {
+        let aside = (1..)
+            .map(|n| parent.join(format!("{name}.incomplete-{n}")))
+            .find(|p| p.symlink_metadata().is_err())
+            .unwrap_or_else(|| parent.join(format!("{name}.incomplete")));
+        std::fs::rename(dir, &aside).map_err(io_err(dir))?;
+        Some(aside)
+    } else {
+        None
+    };
+    std::fs::rename(&tmp, dir).map_err(io_err(dir))?;
+    Ok(aside)
+}
+
+/// [`save_checkpoint`]'s files, into the temporary folder `tmp`.
+fn write_checkpoint(
+    learners: &[Learner],
+    tmp: &Path,
+    iteration: u32,
+    cfg: &TrainConfig,
+) -> Result<(), TrainError> {
     for l in learners {
-        let ldir = l.dir(&tmp);
+        let ldir = l.dir(tmp);
         let folder = l
             .handle
             .with(|t| ModelFolder {
@@ -196,7 +224,7 @@ pub(super) fn save_checkpoint(
     let mut critic_optimizer_steps = Vec::new();
     for l in learners {
         if let Some(c) = l.trainer.critic() {
-            let cpath = l.dir(&tmp).join("critic.safetensors");
+            let cpath = l.dir(tmp).join("critic.safetensors");
             let (tensors, steps) = c
                 .state()
                 .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
@@ -225,8 +253,7 @@ pub(super) fn save_checkpoint(
         path: spath.clone(),
         io: std::io::Error::other(e),
     })?;
-    std::fs::write(&spath, json).map_err(io_err(&spath))?;
-    std::fs::rename(&tmp, dir).map_err(io_err(dir))
+    std::fs::write(&spath, json).map_err(io_err(&spath))
 }
 
 /// A fresh run's folder: `config.json` (the resolved settings) and `scene.ron` (the run's own
@@ -259,6 +286,27 @@ pub(super) fn restore(
 ) -> Result<(), TrainError> {
     for (i, l) in learners.iter_mut().enumerate() {
         let ldir = l.dir(dir);
+        // A missing adapter would start afresh (as a new run's does): not a continuation.
+        let names = (l.handle)
+            .with(|t| {
+                t.adapters
+                    .iter()
+                    .map(|a| a.name.clone())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        for name in names {
+            let apath = ldir
+                .join("adapters")
+                .join(&name)
+                .join("adapter_model.safetensors");
+            if !apath.is_file() {
+                return Err(TrainError::Config(format!(
+                    "{}: missing; the run's {name} adapter is needed to continue it",
+                    apath.display()
+                )));
+            }
+        }
         let opath = ldir.join("optimizer.safetensors");
         let tensors = candle_core::safetensors::load(&opath, device)
             .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;

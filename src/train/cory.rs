@@ -91,6 +91,10 @@ impl Policy for CoryPolicy {
         self.copies[1 - p].decide_with_suffix(observers, &suffix);
     }
 
+    fn failure(&self) -> Option<String> {
+        self.copies.iter().find_map(Policy::failure)
+    }
+
     fn stats(&self) -> Option<PolicyStats> {
         let [a, b] = &self.copies;
         let mut out = a.stats()?;

@@ -97,14 +97,15 @@ impl MetricsFiles {
             let mut c: Vec<String> = row.keys().cloned().collect();
             c.retain(|k| k != "iteration");
             c.insert(0, "iteration".into());
-            writeln!(self.csv.1, "{}", c.join(",")).map_err(io_err(&self.csv.0))?;
+            let header: Vec<String> = c.iter().map(|k| csv_field(k)).collect();
+            writeln!(self.csv.1, "{}", header.join(",")).map_err(io_err(&self.csv.0))?;
             self.columns = Some(c);
         }
         let line: Vec<String> = self
             .columns
             .iter()
             .flatten()
-            .map(|c| row.get(c).cloned().unwrap_or_default())
+            .map(|c| row.get(c).map_or(String::new(), |v| csv_field(v)))
             .collect();
         writeln!(self.csv.1, "{}", line.join(",")).map_err(io_err(&self.csv.0))?;
         self.jsonl.1.flush().map_err(io_err(&self.jsonl.0))?;
@@ -113,10 +114,28 @@ impl MetricsFiles {
     }
 }
 
+/// A CSV field as RFC 4180 writes it: quoted (with its quotes doubled) when it holds a comma,
+/// a quote or a line break, as a team name in a column's name may.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn csv_fields_with_commas_quotes_or_breaks_are_quoted() {
+        assert_eq!(csv_field("team_returns.red"), "team_returns.red");
+        assert_eq!(csv_field("team_returns.a,b"), "\"team_returns.a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("two\nlines"), "\"two\nlines\"");
+    }
 
     #[test]
     fn resuming_keeps_the_rows_before_the_checkpoint_to_the_bit() {

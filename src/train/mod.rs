@@ -18,6 +18,7 @@ pub mod advantage;
 mod checkpoint;
 pub mod cory;
 pub mod critic;
+pub mod limits;
 pub mod loss;
 mod metrics_files;
 pub mod optim;
@@ -71,6 +72,48 @@ pub enum TrainError {
         /// The error.
         io: std::io::Error,
     },
+}
+
+/// Checks every setting against [`limits`], naming the setting and where it can be given.
+fn check_settings(cfg: &TrainConfig) -> Result<(), TrainError> {
+    use limits::*;
+    let h = &cfg.hyper;
+    let named = |name: &str, v: String, expected: String| {
+        TrainError::Config(format!(
+            "{name} = {v}: expected {expected} (--{}, or {name} in the scene's train block or \
+             in a resumed run's config.json)",
+            name.replace('_', "-")
+        ))
+    };
+    let ints = [
+        (ITERATIONS, u64::from(cfg.iterations)),
+        (ARENAS, u64::from(cfg.arenas)),
+        (EPOCHS, h.epochs as u64),
+        (MINIBATCH, h.minibatch as u64),
+        (GROUP_SIZE, u64::from(h.group_size)),
+        (SWAP_EVERY, u64::from(h.swap_every)),
+        (LORA_RANK, h.lora_rank as u64),
+        (CHECKPOINT_EVERY, u64::from(cfg.checkpoint_every)),
+    ];
+    for (limit, v) in ints {
+        limit
+            .check(v)
+            .map_err(|e| named(limit.name, v.to_string(), e))?;
+    }
+    let reals = [
+        (LR, h.lr),
+        (KL_COEF, h.kl_coef),
+        (ENTROPY_COEF, h.entropy_coef),
+        (GAMMA, f64::from(h.gamma)),
+        (LAMBDA, f64::from(h.lambda)),
+        (AA_BETA, f64::from(h.aa_beta)),
+    ];
+    for (limit, v) in reals {
+        limit
+            .check(v)
+            .map_err(|e| named(limit.name, v.to_string(), e))?;
+    }
+    Ok(())
 }
 
 /// Where the trained model starts from.
@@ -155,6 +198,9 @@ pub struct TrainSummary {
     pub iterations: Vec<IterationReport>,
     /// Checkpoint folders written.
     pub checkpoints: Vec<PathBuf>,
+    /// Folders that stood where a checkpoint was written, not whole (an earlier run stopped
+    /// while it was renamed into place, or a hand edit): kept under a new name, not deleted.
+    pub set_aside: Vec<PathBuf>,
     /// The plots drawn at the end (a drawing failure does not fail the run).
     pub plots: Result<Vec<PathBuf>, String>,
 }
@@ -171,21 +217,20 @@ pub fn train(
     cfg: &TrainConfig,
     mut on_iteration: impl FnMut(&IterationReport),
 ) -> Result<TrainSummary, TrainError> {
-    if cfg.iterations == 0 || cfg.arenas == 0 {
-        return Err(TrainError::Config(
-            "--iterations and --arenas must be at least 1".into(),
-        ));
-    }
+    check_settings(cfg)?;
     let g = cfg.hyper.group_size;
-    if g == 0 || !cfg.arenas.is_multiple_of(g) {
+    if !cfg.arenas.is_multiple_of(g) {
         return Err(TrainError::Config(format!(
-            "--group-size {g} must be at least 1 and divide --arenas {}",
+            "the group size {g} (--group-size, or group_size in the scene's train block) must \
+             divide the arenas {} (--arenas, or arenas there)",
             cfg.arenas
         )));
     }
     if cfg.algo == Algo::Magrpo && g < 2 {
         return Err(TrainError::Config(
-            "magrpo compares rollouts that share a seed: give --group-size 2 or more".into(),
+            "magrpo compares rollouts that share a seed: give --group-size 2 or more (or \
+             group_size in the scene's train block)"
+                .into(),
         ));
     }
     let resumed: Option<(TrainerState, &Path)> = match &cfg.resume {
@@ -386,6 +431,7 @@ pub fn train(
     let teams: Vec<String> = scene.team_names().iter().map(|s| s.to_string()).collect();
     let mut reports = Vec::new();
     let mut checkpoints = Vec::new();
+    let mut set_aside = Vec::new();
     let mut iter_start = Instant::now();
     let mut last_progress = *app.world().resource::<RunProgress>();
     let mut last_stats = lm_stats(&app);
@@ -395,6 +441,9 @@ pub fn train(
     for k in start..end {
         loop {
             app.update();
+            if let Some(e) = app.world().resource::<PolicyRegistry>().failure() {
+                return Err(RunError::Policy(e).into());
+            }
             if app.world().resource::<Rollouts>().complete(k, cfg.arenas) {
                 break;
             }
@@ -449,7 +498,7 @@ pub fn train(
         reports.push(report);
         if (k + 1) % cfg.checkpoint_every.max(1) == 0 || k + 1 == end {
             let dir = cfg.out.join("checkpoints").join(format!("iter_{}", k + 1));
-            save_checkpoint(&learners, &dir, k + 1, cfg)?;
+            set_aside.extend(save_checkpoint(&learners, &dir, k + 1, cfg)?);
             checkpoints.push(dir);
             // Curves so far, for a look while the run goes on (drawn again at the end).
             if k + 1 < end {
@@ -464,6 +513,7 @@ pub fn train(
     Ok(TrainSummary {
         iterations: reports,
         checkpoints,
+        set_aside,
         plots,
     })
 }

@@ -99,6 +99,10 @@ impl Policy for RoutedPolicy {
         }
     }
 
+    fn failure(&self) -> Option<String> {
+        self.models.iter().find_map(Policy::failure)
+    }
+
     fn stats(&self) -> Option<PolicyStats> {
         let mut out = PolicyStats::default();
         for s in self.models.iter().filter_map(|m| m.stats()) {

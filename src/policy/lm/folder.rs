@@ -94,6 +94,20 @@ impl ModelFolder {
                 ),
             });
         }
+        // Ids index the embedding: one past its rows would fail at the first forward.
+        let vocab = tokenizer.get_vocab(true);
+        if let Some((token, &id)) = vocab.iter().max_by_key(|(_, id)| **id)
+            && id as usize >= config.vocab_size
+        {
+            return Err(LmError::Tokenizer {
+                path: tpath,
+                msg: format!(
+                    "token {token:?} has id {id}; expected ids below the model's vocab_size {} \
+                     (config.json)",
+                    config.vocab_size
+                ),
+            });
+        }
         Ok(Self {
             dir: dir.to_path_buf(),
             config,

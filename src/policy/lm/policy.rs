@@ -42,6 +42,21 @@ pub enum ModelSource {
     Folder(PathBuf),
 }
 
+impl ModelSource {
+    /// Names the model in messages: `model folder PATH` or `the embedded tiny model`.
+    pub fn describe(&self) -> String {
+        match self {
+            ModelSource::Embedded { preset, .. } => {
+                format!(
+                    "the embedded {} model",
+                    format!("{preset:?}").to_lowercase()
+                )
+            }
+            ModelSource::Folder(dir) => format!("model folder {}", dir.display()),
+        }
+    }
+}
+
 /// The model of an [`LmPolicy`] opened for training: its weights as variables that the policy
 /// reads in place (an optimizer step is seen by the next decision), plus what a trainer
 /// needs to score actions and write checkpoints.
@@ -138,6 +153,8 @@ pub struct LmPolicy {
     device: Device,
     ready: Option<Ready>,
     stats: PolicyStats,
+    /// The first failure ([`Policy::failure`]).
+    failure: Option<String>,
     train: Option<TrainHandle>,
     lora: Option<(super::LoraConfig, AdapterOwner)>,
 }
@@ -150,6 +167,7 @@ impl LmPolicy {
             device,
             ready: None,
             stats: PolicyStats::default(),
+            failure: None,
             train: None,
             lora: None,
         }
@@ -446,6 +464,9 @@ impl Policy for LmPolicy {
     fn stats(&self) -> Option<PolicyStats> {
         Some(self.stats)
     }
+    fn failure(&self) -> Option<String> {
+        self.failure.clone()
+    }
     fn adapter(&self, role: u8, slot: u16) -> Option<String> {
         let r = self.ready.as_ref()?;
         let a = r.adapters.get(r.owner.index(role, slot))?.as_ref()?;
@@ -485,27 +506,38 @@ impl LmPolicy {
                 text
             })
             .collect();
+        let mut failure = None;
         let prompts: Vec<Vec<u32>> = texts
             .iter()
             .map(|text| {
-                encode(&r.tokenizer, text).unwrap_or_else(|_| {
+                encode(&r.tokenizer, text).unwrap_or_else(|e| {
                     unencodable += 1;
+                    failure.get_or_insert_with(|| {
+                        format!("the tokenizer cannot encode the observation {text:?}: {e}")
+                    });
                     vec![r.pad]
                 })
             })
             .collect();
         self.stats.errors += unencodable;
+        let model = self.source.describe();
+        if let Some(f) = failure {
+            self.failure.get_or_insert(format!("{model}: {f}"));
+        }
         let mut tokens = 0u64;
         let owners: Vec<usize> = batch
             .iter()
             .map(|d| r.owner.index(d.role, d.agent.slot))
             .collect();
-        let Ok((scores, values, mut forwards)) =
-            score_owned(r, &self.device, &prompts, &owners, &r.actions, &mut tokens)
-        else {
-            self.stats.errors += 1;
-            return;
-        };
+        let (scores, values, mut forwards) =
+            match score_owned(r, &self.device, &prompts, &owners, &r.actions, &mut tokens) {
+                Ok(scored) => scored,
+                Err(e) => {
+                    self.stats.errors += 1;
+                    self.failure.get_or_insert(format!("{model}: {e}"));
+                    return;
+                }
+            };
         for (i, ((d, s), p)) in batch.iter_mut().zip(&scores).zip(&prompts).enumerate() {
             let mask = d.mask;
             let (a, probs, logprob, entropy) = sample(s, |i| mask.allows(i as u8), d.rng);
@@ -529,8 +561,9 @@ impl LmPolicy {
                 })
                 .collect();
             let talked = score_owned(r, &self.device, &talk, &owners, words, &mut tokens);
-            if talked.is_err() {
+            if let Err(e) = &talked {
                 self.stats.errors += 1;
+                self.failure.get_or_insert(format!("{model}: {e}"));
             }
             if let Ok((scores, _, f)) = talked {
                 forwards += f;
