@@ -783,6 +783,22 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
                     cfg.out.display()
                 );
             }
+            if let Some(from) = &cfg.resume {
+                let older: Vec<String> = emergence::train::whole_checkpoints(&cfg.out)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(_, p)| p != from)
+                    .map(|(k, _)| format!("iter_{k}"))
+                    .collect();
+                if !older.is_empty() {
+                    anyhow::bail!(
+                        "{e:#}\nnote: the run also holds the whole checkpoints {}; to resume \
+                         from the newest of them, move {} aside",
+                        older.join(", "),
+                        from.display()
+                    );
+                }
+            }
             return Err(e);
         }
     };

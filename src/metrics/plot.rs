@@ -30,12 +30,12 @@ const HEIGHT: u32 = 520;
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {
     /// `metrics.jsonl` could not be read.
-    #[error("cannot read {}: {source}", .path.display())]
+    #[error("cannot read {}: {io}", .path.display())]
     Read {
         /// The file that could not be read.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, so not also a source that `{:#}` would print again).
+        io: std::io::Error,
     },
     /// A line of `metrics.jsonl` is not a JSON object.
     #[error("{}:{line}: {message}", .path.display())]
@@ -75,9 +75,9 @@ struct Panel {
 
 /// Reads `path` (a `metrics.jsonl`): one JSON object per non-blank line, in file order.
 pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, PlotError> {
-    let text = std::fs::read_to_string(path).map_err(|source| PlotError::Read {
+    let text = std::fs::read_to_string(path).map_err(|io| PlotError::Read {
         path: path.to_path_buf(),
-        source,
+        io,
     })?;
     let mut rows = Vec::new();
     for (index, line) in text.lines().enumerate() {

@@ -73,11 +73,16 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
 /// `iter_K` holding `trainer_state.json`; temporary folders of an interrupted save are
 /// ignored).
 pub fn newest_checkpoint(run_dir: &Path) -> Result<Option<(u32, PathBuf)>, TrainError> {
+    Ok(whole_checkpoints(run_dir)?.pop())
+}
+
+/// Every whole checkpoint in `run_dir/checkpoints` (see [`newest_checkpoint`]), oldest first.
+pub fn whole_checkpoints(run_dir: &Path) -> Result<Vec<(u32, PathBuf)>, TrainError> {
     let dir = run_dir.join("checkpoints");
     if !dir.exists() {
-        return Ok(None);
+        return Ok(Vec::new());
     }
-    let mut best: Option<(u32, PathBuf)> = None;
+    let mut whole = Vec::new();
     for entry in std::fs::read_dir(&dir).map_err(io_err(&dir))? {
         let entry = entry.map_err(io_err(&dir))?;
         let name = entry.file_name().to_string_lossy().to_string();
@@ -88,11 +93,12 @@ pub fn newest_checkpoint(run_dir: &Path) -> Result<Option<(u32, PathBuf)>, Train
             continue;
         };
         let path = entry.path();
-        if path.join("trainer_state.json").is_file() && best.as_ref().is_none_or(|b| k > b.0) {
-            best = Some((k, path));
+        if path.join("trainer_state.json").is_file() {
+            whole.push((k, path));
         }
     }
-    Ok(best)
+    whole.sort();
+    Ok(whole)
 }
 
 /// What a checkpoint's `trainer_state.json` holds.

@@ -41,7 +41,7 @@ use crate::policy::lm::{LmError, LmPolicy, ModelSource, Preset, TrainHandle};
 use crate::policy::{PolicyFactory, PolicyRegistry};
 use crate::scene::Scene;
 use checkpoint::{Learner, save_checkpoint};
-pub use checkpoint::{TrainerState, newest_checkpoint, resume_config};
+pub use checkpoint::{TrainerState, newest_checkpoint, resume_config, whole_checkpoints};
 use metrics_files::MetricsFiles;
 pub use rollout::{Batch, Rollouts, Step, Trajectory};
 pub use sharing::Sharing;
@@ -63,7 +63,7 @@ pub enum TrainError {
     Model(#[from] LmError),
     /// A tensor operation.
     #[error("tensor: {0}")]
-    Tensor(#[from] candle_core::Error),
+    Tensor(candle_core::Error),
     /// An output file.
     #[error("{path}: {io}")]
     Io {
@@ -72,6 +72,14 @@ pub enum TrainError {
         /// The error.
         io: std::io::Error,
     },
+}
+
+/// By hand rather than `#[from]`: the message already holds the error, which as a source too
+/// would be printed twice in a chain (`{:#}`).
+impl From<candle_core::Error> for TrainError {
+    fn from(e: candle_core::Error) -> Self {
+        TrainError::Tensor(e)
+    }
 }
 
 /// Checks every setting against [`limits`], naming the setting and where it can be given.

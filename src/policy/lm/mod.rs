@@ -111,5 +111,13 @@ pub enum LmError {
     },
     /// A tensor operation failed.
     #[error("tensor error: {0}")]
-    Candle(#[from] candle_core::Error),
+    Candle(candle_core::Error),
+}
+
+/// By hand rather than `#[from]`: the message already holds the error, which as a source too
+/// would be printed twice in a chain (`{:#}`).
+impl From<candle_core::Error> for LmError {
+    fn from(e: candle_core::Error) -> Self {
+        LmError::Candle(e)
+    }
 }
