@@ -167,6 +167,12 @@ fn real32(s: &str, limit: limits::Real) -> Result<f32, String> {
     limits::parse_real(s, limit).map(|v| v as f32)
 }
 
+/// A flag's whole number checked against a training limit, as `u32`.
+fn whole32(s: &str, limit: limits::Int) -> Result<u32, String> {
+    let v = limits::parse_int(s, limit)?;
+    u32::try_from(v).map_err(|_| format!("{v}: expected {}", limit.expected()))
+}
+
 /// A flag's whole number checked against a training limit, as `usize`.
 fn whole(s: &str, limit: limits::Int) -> Result<usize, String> {
     limits::parse_int(s, limit).map(|v| v as usize)
@@ -183,10 +189,10 @@ struct TrainArgs {
     algo: Option<emergence::train::Algo>,
     /// Updates to make: one per episode of every arena [default: 20]. With --resume: the new
     /// total.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    #[arg(long, value_parser = |s: &str| whole32(s, limits::ITERATIONS))]
     iterations: Option<u32>,
     /// Arenas run side by side (episodes per update) [default: 16].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, value_parser = |s: &str| whole32(s, limits::ARENAS))]
     arenas: Option<u32>,
     /// Run seed: the same seed gives the same run [default: 0].
     #[arg(long)]
@@ -202,7 +208,7 @@ struct TrainArgs {
     /// [default: tiny].
     #[arg(long)]
     model: Option<String>,
-    /// AdamW learning rate, decaying linearly to a tenth over the run, in (0, 1]
+    /// AdamW learning rate, decaying linearly to a tenth over the run, in [0, 1]
     /// [default: 0.001].
     #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::LR))]
     lr: Option<f64>,
@@ -226,7 +232,7 @@ struct TrainArgs {
     minibatch: Option<usize>,
     /// Consecutive arenas that share a seed: MAGRPO's group, Advantage Alignment's
     /// leave-one-out group [default: 1; magrpo: 4].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, value_parser = |s: &str| whole32(s, limits::GROUP_SIZE))]
     group_size: Option<u32>,
     /// Advantage Alignment's beta [default: 0.5].
     #[arg(long, value_parser = |s: &str| real32(s, limits::AA_BETA))]
@@ -236,13 +242,13 @@ struct TrainArgs {
     #[arg(long, value_enum)]
     sharing: Option<emergence::train::Sharing>,
     /// Rank of the LoRA adapters (`--sharing role-lora` or `agent-lora`) [default: 8].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, value_parser = |s: &str| whole32(s, limits::LORA_RANK))]
     lora_rank: Option<u32>,
     /// CORY: updates between pioneer/observer role swaps [default: 2].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_parser = |s: &str| whole32(s, limits::SWAP_EVERY))]
     swap_every: Option<u32>,
     /// Write a checkpoint every this many iterations (and after the last) [default: 10].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    #[arg(long, value_parser = |s: &str| whole32(s, limits::CHECKPOINT_EVERY))]
     checkpoint_every: Option<u32>,
     /// Stop after this many iterations, as if interrupted (the learning-rate schedule stays
     /// that of --iterations); a checkpoint is written, and --resume continues the run.
@@ -763,7 +769,9 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
     };
     // Whether this command makes the run folder (so a failure may leave it behind).
     let fresh_out = cfg.resume.is_none()
-        && std::fs::read_dir(&cfg.out).map_or(true, |mut d| d.next().is_none());
+        && (!cfg.out.exists()
+            || cfg.out.is_dir()
+                && std::fs::read_dir(&cfg.out).is_ok_and(|mut d| d.next().is_none()));
     let trained = if args.gui {
         train_with_window(&cfg, args.screenshot.clone(), args.frames, progress)
     } else {
@@ -774,7 +782,7 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
         Err(e) => {
             bar.abandon();
             if fresh_out
-                && cfg.out.exists()
+                && cfg.out.is_dir()
                 && matches!(emergence::train::newest_checkpoint(&cfg.out), Ok(None))
             {
                 anyhow::bail!(
@@ -783,21 +791,23 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
                     cfg.out.display()
                 );
             }
-            if let Some(from) = &cfg.resume {
-                let older: Vec<String> = emergence::train::whole_checkpoints(&cfg.out)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|(_, p)| p != from)
+            // Failed before writing a checkpoint of its own: the one it resumed from may
+            // be at fault, so name the older ones.
+            let whole = emergence::train::whole_checkpoints(&cfg.out).unwrap_or_default();
+            if let Some(from) = &cfg.resume
+                && whole.last().is_some_and(|(_, p)| p == from)
+                && whole.len() > 1
+            {
+                let older: Vec<String> = whole[..whole.len() - 1]
+                    .iter()
                     .map(|(k, _)| format!("iter_{k}"))
                     .collect();
-                if !older.is_empty() {
-                    anyhow::bail!(
-                        "{e:#}\nnote: the run also holds the whole checkpoints {}; to resume \
-                         from the newest of them, move {} aside",
-                        older.join(", "),
-                        from.display()
-                    );
-                }
+                anyhow::bail!(
+                    "{e:#}\nnote: if {} is at fault, the run also holds the whole checkpoints \
+                     {}; to resume from the newest of them, move it aside",
+                    from.display(),
+                    older.join(", ")
+                );
             }
             return Err(e);
         }

@@ -169,7 +169,7 @@ fn training_defaults_out_of_range_are_scene_errors() {
         &e,
         3,
         17,
-        "train.lr is NaN; expected a finite number in (0, 1]",
+        "train.lr is NaN; expected a finite number in [0, 1]",
     );
     let e = with("iterations: 0");
     assert_at(
@@ -199,6 +199,20 @@ fn training_defaults_out_of_range_are_scene_errors() {
         "    name: \"ok\",\n    train: (lr: 0.5, arenas: 8, group_size: 4, gamma: 1.0),\n",
     );
     parse_scene(&ok, Path::new("ok.scene.ron")).expect("in range");
+    // A training run's own scene copy is read without its train block (the run's settings
+    // are in its config.json), so a copy saved before these checks still loads.
+    let dir = tempfile::tempdir().expect("tmp");
+    let copy = dir.path().join("scene.ron");
+    std::fs::write(
+        &copy,
+        GOOD.replace(
+            "    name: \"ok\",\n",
+            "    name: \"ok\",\n    train: (checkpoint_every: 0),\n",
+        ),
+    )
+    .expect("write");
+    assert!(emergence::scene::load_scene(&copy).is_err());
+    emergence::scene::load_run_scene(&copy).expect("a run's copy");
 }
 
 #[test]

@@ -110,24 +110,25 @@ pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, PlotError> {
                 }
                 // The fields drawn hold numbers (null: none that iteration); others are
                 // left alone.
-                let numbers = |v: &Value| matches!(v, Value::Number(_) | Value::Null);
+                let number = |v: &Value| matches!(v, Value::Number(_) | Value::Null);
                 for (key, v) in &row {
-                    let ok = match key.as_str() {
-                        "team_returns" | "metrics" => {
-                            matches!(v, Value::Object(m) if m.values().all(numbers))
+                    let wrong = match (key.as_str(), v) {
+                        ("team_returns" | "metrics", Value::Object(m)) => m
+                            .iter()
+                            .find(|(_, x)| !number(x))
+                            .map(|(k, x)| (format!("{key}.{k}"), x, "a number")),
+                        ("team_returns" | "metrics", v) => {
+                            Some((key.clone(), v, "an object of numbers"))
                         }
-                        k if LOSSES.contains(&k) || SPEEDS.contains(&k) => numbers(v),
-                        _ => true,
+                        (k, v) if LOSSES.contains(&k) || SPEEDS.contains(&k) => {
+                            (!number(v)).then(|| (key.clone(), v, "a number"))
+                        }
+                        _ => None,
                     };
-                    if !ok {
+                    if let Some((field, v, expected)) = wrong {
                         return Err(bad(format!(
-                            "field `{key}` holds {}; expected {}",
-                            kind(v),
-                            if matches!(key.as_str(), "team_returns" | "metrics") {
-                                "an object of numbers"
-                            } else {
-                                "a number"
-                            }
+                            "field `{field}` holds {}; expected {expected}",
+                            kind(v)
                         )));
                     }
                 }
@@ -565,7 +566,7 @@ mod tests {
             ),
             (
                 "{\"iteration\":1,\"team_returns\":{\"a\":\"high\"}}\n",
-                "field `team_returns` holds an object",
+                "field `team_returns.a` holds a string; expected a number",
             ),
             (
                 "{\"iteration\":1,\"entropy\":true}\n",

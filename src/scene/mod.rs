@@ -73,7 +73,13 @@ pub fn ron_options() -> ron::Options {
 
 /// Parses and validates a scene from its text; `path` is used in errors.
 pub fn parse_scene(src: &str, path: &Path) -> Result<Scene, SceneError> {
-    let spec: SceneSpec = ron_options()
+    parse_with(src, path, true)
+}
+
+/// [`parse_scene`], ignoring the `train:` block unless `train` (a resumed run takes its
+/// settings from its `config.json`, not from its scene copy).
+fn parse_with(src: &str, path: &Path, train: bool) -> Result<Scene, SceneError> {
+    let mut spec: SceneSpec = ron_options()
         .from_str(src)
         .map_err(|e| SceneError::Invalid {
             path: path.to_path_buf(),
@@ -81,11 +87,26 @@ pub fn parse_scene(src: &str, path: &Path) -> Result<Scene, SceneError> {
             col: e.span.start.col.max(1),
             kind: SceneErrorKind::Syntax(e.code.to_string()),
         })?;
+    if !train {
+        spec.train = TrainDefaults::default();
+    }
     validate::validate(spec, path, src)
 }
 
 /// Reads, parses and validates a scene file.
 pub fn load_scene(path: &Path) -> Result<Scene, SceneError> {
+    parse_scene(&read_source(path)?, path)
+}
+
+/// [`load_scene`] for a training run's own scene copy: its `train:` block is ignored (the
+/// run's settings are in its `config.json`; a copy saved before a range was checked still
+/// loads).
+pub fn load_run_scene(path: &Path) -> Result<Scene, SceneError> {
+    parse_with(&read_source(path)?, path, false)
+}
+
+/// A scene file's text.
+fn read_source(path: &Path) -> Result<String, SceneError> {
     let bytes = std::fs::read(path).map_err(|source| SceneError::Io {
         path: path.to_path_buf(),
         io: source,
@@ -105,7 +126,7 @@ pub fn load_scene(path: &Path) -> Result<Scene, SceneError> {
             },
         }
     })?;
-    parse_scene(&src, path)
+    Ok(src)
 }
 
 /// The shipped scenes: every `*.scene.ron` under `dir`, sorted by path.

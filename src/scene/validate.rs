@@ -338,27 +338,23 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
             )
     };
     // A key written twice: the map kept one of the two, silently.
-    let mut keys: Vec<&str> = Vec::new();
+    let mut keys: Vec<char> = Vec::new();
     for k in 0.. {
         let Some(at) = locate(src, &[Seg::Field("legend"), Seg::Index(k)]) else {
             break;
         };
-        // The key as written, up to its closing quote (escapes included).
-        let key = src[at..]
-            .char_indices()
-            .skip(1)
-            .find(|&(i, c)| c == '\'' && !src[at..at + i].ends_with('\\'))
-            .map_or(&src[at..at], |(i, _)| &src[at..=at + i]);
-        if !key.is_empty() && keys.contains(&key) {
-            return Err(cx.at(
-                at,
-                rule(
-                    format!("legend key {key} is given twice"),
-                    "each map character once in the legend",
-                ),
-            ));
+        if let Some(key) = char_literal(&src[at..]) {
+            if keys.contains(&key) {
+                return Err(cx.at(
+                    at,
+                    rule(
+                        format!("legend key {key:?} is given twice"),
+                        "each map character once in the legend",
+                    ),
+                ));
+            }
+            keys.push(key);
         }
-        keys.push(key);
     }
     for (ch, thing) in spec.legend.iter() {
         if !family_allows(&spec.family, thing) {
@@ -554,6 +550,22 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
     })
 }
 
+/// The RON char literal at the start of `text` (`'W'`, `'\\''`, `'\\u{41}'`), read as RON
+/// reads it.
+fn char_literal(text: &str) -> Option<char> {
+    let mut escaped = false;
+    let end = text.char_indices().skip(1).find_map(|(i, c)| {
+        match (escaped, c) {
+            (true, _) => escaped = false,
+            (false, '\\') => escaped = true,
+            (false, '\'') => return Some(i),
+            _ => {}
+        }
+        None
+    })?;
+    ron::from_str(&text[..=end]).ok()
+}
+
 /// The agents of families without spawn cells: `count` (default 1) per team, in order.
 fn agents_by_count(
     teams: &[TeamSpec],
@@ -571,4 +583,19 @@ fn agents_by_count(
         }
     }
     agents
+}
+
+#[cfg(test)]
+mod tests {
+    use super::char_literal;
+
+    #[test]
+    fn char_literals_are_read_as_ron_reads_them() {
+        assert_eq!(char_literal("'W': Wall"), Some('W'));
+        assert_eq!(char_literal("'\\\\': Wall, 'X'"), Some('\\'));
+        assert_eq!(char_literal("'\\'': Wall"), Some('\''));
+        assert_eq!(char_literal("'\\u{41}': Wall"), Some('A'));
+        assert_eq!(char_literal("'é': Wall"), Some('é'));
+        assert_eq!(char_literal("'W"), None);
+    }
 }

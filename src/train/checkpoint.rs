@@ -41,7 +41,7 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
         ))
     })?;
     let spath = run_dir.join("scene.ron");
-    let scene = crate::scene::load_scene(&spath)
+    let scene = crate::scene::load_run_scene(&spath)
         .map_err(|e| TrainError::Config(format!("the run's scene copy: {e}")))?;
     let checkpoint = newest_checkpoint(run_dir)?.ok_or_else(|| {
         TrainError::Config(format!(
@@ -62,7 +62,8 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
         hyper: saved.hyper,
         sharing: saved.sharing,
         threads: saved.threads,
-        checkpoint_every: saved.checkpoint_every,
+        // 0 meant every iteration (`max(1)`) before the limits were checked.
+        checkpoint_every: saved.checkpoint_every.max(1),
         resume: Some(checkpoint.1),
         stop_after: None,
         tap: None,

@@ -31,16 +31,13 @@ impl Int {
     }
 }
 
-/// A real-valued setting's range: finite, at most `hi`, and above `lo` (at least `lo` when
-/// `lo_included`).
+/// A real-valued setting's range: finite, in `[lo, hi]`.
 #[derive(Debug, Clone, Copy)]
 pub struct Real {
     /// The setting's name in a scene's `train:` block and in `config.json`.
     pub name: &'static str,
-    /// Lower end.
+    /// Lower end (included).
     pub lo: f64,
-    /// Whether the lower end itself is accepted.
-    pub lo_included: bool,
     /// Upper end (included).
     pub hi: f64,
 }
@@ -48,35 +45,15 @@ pub struct Real {
 impl Real {
     /// `[lo, hi]`.
     const fn closed(name: &'static str, lo: f64, hi: f64) -> Self {
-        Self {
-            name,
-            lo,
-            lo_included: true,
-            hi,
-        }
-    }
-    /// `(lo, hi]`.
-    const fn above(name: &'static str, lo: f64, hi: f64) -> Self {
-        Self {
-            name,
-            lo,
-            lo_included: false,
-            hi,
-        }
+        Self { name, lo, hi }
     }
     /// What is expected, for messages.
     pub fn expected(&self) -> String {
-        let open = if self.lo_included { '[' } else { '(' };
-        format!("a finite number in {open}{}, {}]", self.lo, self.hi)
+        format!("a finite number in [{}, {}]", self.lo, self.hi)
     }
     /// `Err(expected)` when `v` is not finite or out of range.
     pub fn check(&self, v: f64) -> Result<(), String> {
-        let above = if self.lo_included {
-            v >= self.lo
-        } else {
-            v > self.lo
-        };
-        if v.is_finite() && above && v <= self.hi {
+        if v.is_finite() && v >= self.lo && v <= self.hi {
             Ok(())
         } else {
             Err(self.expected())
@@ -100,8 +77,8 @@ pub const SWAP_EVERY: Int = Int::new("swap_every", 1, 1_000_000);
 pub const LORA_RANK: Int = Int::new("lora_rank", 1, 1_024);
 /// Iterations between checkpoints.
 pub const CHECKPOINT_EVERY: Int = Int::new("checkpoint_every", 1, 1_000_000);
-/// AdamW's learning rate.
-pub const LR: Real = Real::above("lr", 0.0, 1.0);
+/// AdamW's learning rate (0: a run that does not learn, a baseline).
+pub const LR: Real = Real::closed("lr", 0.0, 1.0);
 /// Weight of the KL to the starting model.
 pub const KL_COEF: Real = Real::closed("kl_coef", 0.0, 1e6);
 /// Weight of the entropy bonus.
@@ -140,10 +117,11 @@ mod tests {
     #[test]
     fn ranges_take_their_ends_and_refuse_what_lies_outside() {
         assert!(LR.check(1e-3).is_ok() && LR.check(1.0).is_ok());
-        for bad in [0.0, -1e-3, 1.5, f64::NAN, f64::INFINITY] {
+        assert!(LR.check(0.0).is_ok());
+        for bad in [-1e-3, 1.5, f64::NAN, f64::INFINITY] {
             assert_eq!(
                 LR.check(bad),
-                Err("a finite number in (0, 1]".into()),
+                Err("a finite number in [0, 1]".into()),
                 "{bad}"
             );
         }
@@ -156,7 +134,7 @@ mod tests {
         assert_eq!(parse_real("0.5", LAMBDA), Ok(0.5));
         assert_eq!(
             parse_real("nan", LR),
-            Err("NaN: expected a finite number in (0, 1]".into())
+            Err("NaN: expected a finite number in [0, 1]".into())
         );
         assert!(parse_real("fast", LR).is_err_and(|e| e.contains("\"fast\" is not a number")));
         assert_eq!(parse_int("4", EPOCHS), Ok(4));

@@ -489,6 +489,9 @@ impl LmPolicy {
         let Some(r) = &self.ready else {
             return;
         };
+        if batch.is_empty() {
+            return;
+        }
         let start = Instant::now();
         let mut unencodable = 0u64;
         let mut texts: Vec<String> = batch
