@@ -339,35 +339,12 @@ fn check_maze(cx: &Ctx<'_>, m: &MazeParams) -> Result<(), SceneError> {
 
 /// The `train:` block's settings, against the limits the command's flags have.
 pub(crate) fn check_train(cx: &Ctx<'_>, t: &TrainDefaults) -> Result<(), SceneError> {
-    use crate::train::limits::*;
-    let int = |limit: Int, v: Option<u64>| match v {
-        Some(v) if limit.check(v).is_err() => Err(cx.value_at(
-            &[Seg::Field("train"), Seg::Field(limit.name)],
-            out_of_range(&format!("train.{}", limit.name), v, &limit.expected()),
-        )),
-        _ => Ok(()),
-    };
-    int(ITERATIONS, t.iterations.map(u64::from))?;
-    int(ARENAS, t.arenas.map(u64::from))?;
-    int(EPOCHS, t.epochs.map(|v| v as u64))?;
-    int(MINIBATCH, t.minibatch.map(|v| v as u64))?;
-    int(GROUP_SIZE, t.group_size.map(u64::from))?;
-    int(SWAP_EVERY, t.swap_every.map(u64::from))?;
-    int(LORA_RANK, t.lora_rank.map(|v| v as u64))?;
-    int(CHECKPOINT_EVERY, t.checkpoint_every.map(u64::from))?;
-    let real = |limit: Real, v: Option<f64>| match v {
-        Some(v) if limit.check(v).is_err() => Err(cx.value_at(
-            &[Seg::Field("train"), Seg::Field(limit.name)],
-            out_of_range(&format!("train.{}", limit.name), v, &limit.expected()),
-        )),
-        _ => Ok(()),
-    };
-    real(LR, t.lr)?;
-    real(KL_COEF, t.kl_coef)?;
-    real(ENTROPY_COEF, t.entropy_coef)?;
-    real(GAMMA, t.gamma.map(f64::from))?;
-    real(LAMBDA, t.lambda.map(f64::from))?;
-    real(AA_BETA, t.aa_beta.map(f64::from))?;
+    if let Err(bad) = crate::train::limits::check_settings(t) {
+        return Err(cx.value_at(
+            &[Seg::Field("train"), Seg::Field(bad.name)],
+            out_of_range(&format!("train.{}", bad.name), bad.value, &bad.expected),
+        ));
+    }
     if let (Some(g), Some(a)) = (t.group_size, t.arenas)
         && !a.is_multiple_of(g)
     {

@@ -90,6 +90,60 @@ pub const LAMBDA: Real = Real::closed("lambda", 0.0, 1.0);
 /// Advantage Alignment's β.
 pub const AA_BETA: Real = Real::closed("aa_beta", 0.0, 1e6);
 
+/// A setting out of its range: its name, its value and what was expected.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutOfRange {
+    /// The setting's name (as in a scene's `train:` block and `config.json`).
+    pub name: &'static str,
+    /// Its value.
+    pub value: String,
+    /// What is expected.
+    pub expected: String,
+}
+
+/// Checks every setting `t` gives (a scene's `train:` block, or a run's whole settings with
+/// every field given) against its limit: the first out of range.
+pub fn check_settings(t: &crate::scene::TrainDefaults) -> Result<(), OutOfRange> {
+    let out = |name, value, expected| OutOfRange {
+        name,
+        value,
+        expected,
+    };
+    let ints = [
+        (ITERATIONS, t.iterations.map(u64::from)),
+        (ARENAS, t.arenas.map(u64::from)),
+        (EPOCHS, t.epochs.map(|v| v as u64)),
+        (MINIBATCH, t.minibatch.map(|v| v as u64)),
+        (GROUP_SIZE, t.group_size.map(u64::from)),
+        (SWAP_EVERY, t.swap_every.map(u64::from)),
+        (LORA_RANK, t.lora_rank.map(|v| v as u64)),
+        (CHECKPOINT_EVERY, t.checkpoint_every.map(u64::from)),
+    ];
+    for (limit, v) in ints {
+        if let Some(v) = v {
+            limit
+                .check(v)
+                .map_err(|e| out(limit.name, v.to_string(), e))?;
+        }
+    }
+    let reals = [
+        (LR, t.lr),
+        (KL_COEF, t.kl_coef),
+        (ENTROPY_COEF, t.entropy_coef),
+        (GAMMA, t.gamma.map(f64::from)),
+        (LAMBDA, t.lambda.map(f64::from)),
+        (AA_BETA, t.aa_beta.map(f64::from)),
+    ];
+    for (limit, v) in reals {
+        if let Some(v) = v {
+            limit
+                .check(v)
+                .map_err(|e| out(limit.name, v.to_string(), e))?;
+        }
+    }
+    Ok(())
+}
+
 /// Parses a flag's number and checks it against `limit` (for clap's `value_parser`).
 pub fn parse_real(s: &str, limit: Real) -> Result<f64, String> {
     let v: f64 = s

@@ -84,44 +84,34 @@ impl From<candle_core::Error> for TrainError {
 
 /// Checks every setting against [`limits`], naming the setting and where it can be given.
 fn check_settings(cfg: &TrainConfig) -> Result<(), TrainError> {
-    use limits::*;
     let h = &cfg.hyper;
-    let named = |name: &str, v: String, expected: String| {
+    let given = crate::scene::TrainDefaults {
+        iterations: Some(cfg.iterations),
+        arenas: Some(cfg.arenas),
+        epochs: Some(h.epochs),
+        minibatch: Some(h.minibatch),
+        group_size: Some(h.group_size),
+        swap_every: Some(h.swap_every),
+        lora_rank: Some(h.lora_rank),
+        checkpoint_every: Some(cfg.checkpoint_every),
+        lr: Some(h.lr),
+        kl_coef: Some(h.kl_coef),
+        entropy_coef: Some(h.entropy_coef),
+        gamma: Some(h.gamma),
+        lambda: Some(h.lambda),
+        aa_beta: Some(h.aa_beta),
+        ..Default::default()
+    };
+    limits::check_settings(&given).map_err(|bad| {
+        let name = bad.name;
         TrainError::Config(format!(
-            "{name} = {v}: expected {expected} (--{}, or {name} in the scene's train block or \
-             in a resumed run's config.json)",
+            "{name} = {}: expected {} (--{}, or {name} in the scene's train block or in a \
+             resumed run's config.json)",
+            bad.value,
+            bad.expected,
             name.replace('_', "-")
         ))
-    };
-    let ints = [
-        (ITERATIONS, u64::from(cfg.iterations)),
-        (ARENAS, u64::from(cfg.arenas)),
-        (EPOCHS, h.epochs as u64),
-        (MINIBATCH, h.minibatch as u64),
-        (GROUP_SIZE, u64::from(h.group_size)),
-        (SWAP_EVERY, u64::from(h.swap_every)),
-        (LORA_RANK, h.lora_rank as u64),
-        (CHECKPOINT_EVERY, u64::from(cfg.checkpoint_every)),
-    ];
-    for (limit, v) in ints {
-        limit
-            .check(v)
-            .map_err(|e| named(limit.name, v.to_string(), e))?;
-    }
-    let reals = [
-        (LR, h.lr),
-        (KL_COEF, h.kl_coef),
-        (ENTROPY_COEF, h.entropy_coef),
-        (GAMMA, f64::from(h.gamma)),
-        (LAMBDA, f64::from(h.lambda)),
-        (AA_BETA, f64::from(h.aa_beta)),
-    ];
-    for (limit, v) in reals {
-        limit
-            .check(v)
-            .map_err(|e| named(limit.name, v.to_string(), e))?;
-    }
-    Ok(())
+    })
 }
 
 /// Where the trained model starts from.
