@@ -30,6 +30,9 @@ enum Command {
     Run(RunArgs),
     /// Train the scene's `lm` agents with a multi-agent RL algorithm between episodes.
     Train(TrainArgs),
+    /// Play a trained model (a run, a checkpoint or a model folder) against fixed partners
+    /// without learning, and print its returns and, in matrix games, its strategy.
+    Eval(EvalArgs),
     /// Redraw a training run's plots (RUN/plots/*.png) from its metrics.jsonl.
     Plot(PlotArgs),
     /// Watch an arena in a window (built with the `gui` feature): live, or a replay.
@@ -63,7 +66,8 @@ struct RunArgs {
     /// Run seed: the same seed gives the same trajectories.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Worker threads for Bevy's task pools (default: one per core).
+    /// Threads for all the run's compute: Bevy's task pools, and the model's kernels and
+    /// matrix products (rayon's pool) [default: one per core].
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
     /// Write one JSON line per finished episode per arena to this file.
@@ -136,7 +140,9 @@ struct ViewArgs {
     /// Where language models run: `cpu`, or `cuda:N`.
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// Worker threads for Bevy's task pools.
+    /// Threads for all the run's compute: Bevy's task pools, and the model's kernels and
+    /// matrix products (rayon's pool) [default: one per core]. Several runs with a share each
+    /// can run side by side.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
     /// Record the shown arenas' steps to this replay file.
@@ -179,6 +185,148 @@ fn whole(s: &str, limit: limits::Int) -> Result<usize, String> {
 }
 
 #[derive(clap::Args)]
+struct EvalArgs {
+    /// A run folder (its newest whole checkpoint plays), a checkpoint
+    /// (`RUN/checkpoints/iter_K`) or a model folder.
+    model: PathBuf,
+    /// The scene [default: a run's own scene copy]. Its teams on `lm` are the model's seats
+    /// (every team when none is).
+    scene: Option<PathBuf>,
+    /// Partners, comma-separated: policy names (`always_defect`, `tit_for_tat`, `random`,
+    /// ...), `self`, or `lm(model: "DIR")`.
+    #[arg(long, value_parser = parse_partners, required = true)]
+    against: Vec<Partners>,
+    /// Arenas per partner (one episode each unless --episodes).
+    #[arg(long, default_value_t = 64, value_parser = |s: &str| whole32(s, limits::ARENAS))]
+    arenas: u32,
+    /// Episodes per arena.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    episodes: u32,
+    /// Seed of the evaluation's arenas.
+    #[arg(long, default_value_t = 1_000_003)]
+    seed: u64,
+    /// Threads for all the run's compute: Bevy's task pools, and the model's kernels and
+    /// matrix products (rayon's pool) [default: one per core]. Several runs with a share each
+    /// can run side by side.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
+    /// Also write the results as JSON to this file (refused if it exists).
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// A comma-separated list of partners, checked.
+#[derive(Debug, Clone)]
+struct Partners(Vec<String>);
+
+fn parse_partners(s: &str) -> Result<Partners, String> {
+    emergence::train::eval::parse_partners(s).map(Partners)
+}
+
+fn cmd_eval(args: EvalArgs) -> Result<()> {
+    use emergence::train::eval::{EvalSpec, evaluate};
+    let (model, scene_path) = if args.model.join("checkpoints").is_dir() {
+        let (_, ckpt) = emergence::train::newest_checkpoint(&args.model)?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: the run holds no whole checkpoint to evaluate",
+                args.model.display()
+            )
+        })?;
+        let scene = args
+            .scene
+            .clone()
+            .unwrap_or_else(|| args.model.join("scene.ron"));
+        (ckpt, scene)
+    } else {
+        let scene = match &args.scene {
+            Some(s) => s.clone(),
+            None => {
+                let run_scene = args.model.join("../../scene.ron");
+                if !run_scene.is_file() {
+                    anyhow::bail!(
+                        "{}: give the SCENE to play (only a run folder or one of its checkpoints \
+                         brings its own)",
+                        args.model.display()
+                    );
+                }
+                run_scene
+            }
+        };
+        (args.model.clone(), scene)
+    };
+    if !model.is_dir() {
+        anyhow::bail!(
+            "{}: expected a run, a checkpoint or a model folder",
+            model.display()
+        );
+    }
+    if let Some(j) = &args.json
+        && j.exists()
+    {
+        anyhow::bail!(
+            "{}: exists; choose another --json file (nothing was written)",
+            j.display()
+        );
+    }
+    let scene = if scene_path.file_name().is_some_and(|f| f == "scene.ron") {
+        emergence::scene::load_run_scene(&scene_path)?
+    } else {
+        load_scene(&scene_path)?
+    };
+    let spec = EvalSpec {
+        scene,
+        model: model.clone(),
+        arenas: args.arenas,
+        episodes: args.episodes,
+        seed: args.seed,
+        threads: args.threads.map(usize::from),
+    };
+    println!(
+        "{} on {} ({} arenas x {} episodes per seat, seed {})",
+        model.display(),
+        scene_path.display(),
+        args.arenas,
+        args.episodes,
+        args.seed
+    );
+    println!(
+        "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "partner", "return", "per step", "partner", "first C", "C|C", "C|D"
+    );
+    let mut results = Vec::new();
+    for partner in args.against.iter().flat_map(|p| &p.0) {
+        let r = evaluate(&spec, partner)?;
+        let f = |k: &str| {
+            r.strategy
+                .get(k)
+                .map_or("-".to_string(), |v| format!("{v:.3}"))
+        };
+        println!(
+            "{:<24} {:>10.3} {:>10.3} {:>10} {:>10} {:>10} {:>10}",
+            emergence::train::eval::label(partner),
+            r.model_return,
+            r.model_return_per_step,
+            r.partner_return
+                .map_or("-".to_string(), |p| format!("{p:.3}")),
+            f("first_cooperation"),
+            f("coop_after_coop"),
+            f("coop_after_defect"),
+        );
+        results.push(r);
+    }
+    if let Some(j) = &args.json {
+        let text = serde_json::to_string_pretty(&results)?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(j)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .with_context(|| j.display().to_string())?;
+    }
+    Ok(())
+}
+
+#[derive(clap::Args)]
 struct TrainArgs {
     /// The `.scene.ron` file. Teams on `lm` learn (all teams when none is). Its `train:`
     /// block gives defaults that these flags override.
@@ -212,13 +360,13 @@ struct TrainArgs {
     /// [default: 0.001].
     #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::LR))]
     lr: Option<f64>,
-    /// Weight of the k3 KL to the frozen starting model (0: none) [default: 0].
+    /// Weight of the k3 KL to the frozen starting model (0: none) [default: 0; cory: 0.05].
     #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::KL_COEF))]
     kl_coef: Option<f64>,
     /// Weight of the entropy bonus [default: 0.01].
     #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::ENTROPY_COEF))]
     entropy_coef: Option<f64>,
-    /// Discount, in [0, 1] [default: 0.99].
+    /// Discount, in [0, 1] [default: 0.99; advantage-alignment: 0.9].
     #[arg(long, value_parser = |s: &str| real32(s, limits::GAMMA))]
     gamma: Option<f32>,
     /// GAE lambda, in [0, 1] [default: 0.95].
@@ -231,7 +379,7 @@ struct TrainArgs {
     #[arg(long, value_parser = |s: &str| whole(s, limits::MINIBATCH))]
     minibatch: Option<usize>,
     /// Consecutive arenas that share a seed: MAGRPO's group, Advantage Alignment's
-    /// leave-one-out group [default: 1; magrpo: 4].
+    /// leave-one-out group (2 or more) [default: 1; magrpo: 4; advantage-alignment: 8].
     #[arg(long, value_parser = |s: &str| whole32(s, limits::GROUP_SIZE))]
     group_size: Option<u32>,
     /// Advantage Alignment's beta [default: 0.5].
@@ -254,7 +402,19 @@ struct TrainArgs {
     /// that of --iterations); a checkpoint is written, and --resume continues the run.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     stop_after: Option<u32>,
-    /// Worker threads for Bevy's task pools.
+    /// Every --eval-every iterations (and at the first and the last), the learning teams
+    /// play these partners on fresh seeds without learning: comma-separated policy names
+    /// (`always_defect`, `tit_for_tat`, `random`, ...), `self`, or `lm(model: "DIR")`. The
+    /// returns (and, in matrix games, the strategy) go into the metrics rows (`eval.*`) and
+    /// plots/eval.png.
+    #[arg(long, value_parser = parse_partners)]
+    eval_against: Option<Partners>,
+    /// Iterations between evaluations [default: 10].
+    #[arg(long, value_parser = |s: &str| whole32(s, limits::CHECKPOINT_EVERY))]
+    eval_every: Option<u32>,
+    /// Threads for all the run's compute: Bevy's task pools, and the model's kernels and
+    /// matrix products (rayon's pool) [default: one per core]. Several runs with a share each
+    /// can run side by side.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
     /// No progress bar.
@@ -304,9 +464,27 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     emergence::alloc::keep_freed_memory();
     let cli = Cli::parse();
+    let threads = match &cli.command {
+        Command::Run(a) => a.threads,
+        Command::Train(a) => a.threads,
+        Command::Eval(a) => a.threads,
+        Command::View(a) => a.threads,
+        _ => None,
+    };
+    // --threads bounds all the compute: Bevy's pools (through the run's settings) and rayon's
+    // global pool, which the model's kernels and candle's gemm run on.
+    if let Some(n) = threads
+        && let Err(e) = rayon::ThreadPoolBuilder::new()
+            .num_threads(usize::from(n))
+            .build_global()
+    {
+        eprintln!("error: --threads {n}: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Run(args) => cmd_run(args),
         Command::Train(args) => cmd_train(args),
+        Command::Eval(args) => cmd_eval(args),
         Command::Plot(args) => cmd_plot(args),
         Command::View(args) => cmd_view(args),
         Command::Check { scene } => cmd_check(&scene),
@@ -640,6 +818,8 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             ("--sharing", args.sharing.is_some()),
             ("--lora-rank", args.lora_rank.is_some()),
             ("--checkpoint-every", args.checkpoint_every.is_some()),
+            ("--eval-against", args.eval_against.is_some()),
+            ("--eval-every", args.eval_every.is_some()),
             ("SCENE", args.scene.is_some()),
         ];
         if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
@@ -681,7 +861,7 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             }
         };
         let algo = args.algo.or(d.algo).unwrap_or(Algo::Ippo);
-        let base = Hyper::default();
+        let base = Hyper::for_algo(algo);
         let hyper = Hyper {
             lr: args.lr.or(d.lr).unwrap_or(base.lr),
             kl_coef: args.kl_coef.or(d.kl_coef).unwrap_or(base.kl_coef),
@@ -693,10 +873,7 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             lambda: args.lambda.or(d.lambda).unwrap_or(base.lambda),
             epochs: args.epochs.or(d.epochs).unwrap_or(base.epochs),
             minibatch: args.minibatch.or(d.minibatch).unwrap_or(base.minibatch),
-            group_size: args
-                .group_size
-                .or(d.group_size)
-                .unwrap_or(if algo == Algo::Magrpo { 4 } else { 1 }),
+            group_size: args.group_size.or(d.group_size).unwrap_or(base.group_size),
             aa_beta: args.aa_beta.or(d.aa_beta).unwrap_or(base.aa_beta),
             swap_every: args.swap_every.or(d.swap_every).unwrap_or(base.swap_every),
             lora_rank: args
@@ -722,6 +899,10 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             resume: None,
             stop_after: None,
             tap: None,
+            eval_against: args.eval_against.clone().map(|p| p.0).unwrap_or_default(),
+            eval_every: args
+                .eval_every
+                .unwrap_or(emergence::train::default_eval_every()),
         }
     };
     let cfg = TrainConfig {

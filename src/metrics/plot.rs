@@ -232,8 +232,15 @@ pub fn plot_run(dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
     .flatten()
     .collect();
 
-    let files: [(&str, Option<&str>, Vec<Panel>); 4] = [
+    let evals = eval_panels(&rows);
+
+    let files: [(&str, Option<&str>, Vec<Panel>); 5] = [
         ("returns.png", None, returns.into_iter().collect()),
+        (
+            "eval.png",
+            Some("Evaluation against fixed partners (no learning, fresh seeds)"),
+            evals,
+        ),
         ("metrics.png", Some("Environment metrics"), family),
         ("losses.png", Some("Losses and update statistics"), losses),
         (
@@ -252,6 +259,40 @@ pub fn plot_run(dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
         written.push(png);
     }
     Ok(written)
+}
+
+/// `--eval-against`: the learners' return per step against every partner in one panel, and
+/// in matrix games one panel per partner with the learners' strategy.
+fn eval_panels(rows: &[Map<String, Value>]) -> Vec<Panel> {
+    let keys = keys_of(rows, "eval");
+    let series = |key: &str| points(rows, |r| num(r.get("eval").and_then(|e| e.get(key))));
+    let partners: Vec<String> = keys
+        .iter()
+        .filter_map(|k| k.strip_suffix(".return_per_step"))
+        .map(str::to_string)
+        .collect();
+    let mut out: Vec<Panel> = panel(
+        "learners' return per step against each partner",
+        Some("return per step"),
+        partners
+            .iter()
+            .map(|p| (p.clone(), series(&format!("{p}.return_per_step"))))
+            .collect(),
+    )
+    .into_iter()
+    .collect();
+    for p in &partners {
+        let lines = ["first_cooperation", "coop_after_coop", "coop_after_defect"]
+            .iter()
+            .map(|m| (m.to_string(), series(&format!("{p}.{m}"))))
+            .collect();
+        out.extend(panel(
+            &format!("strategy against {p}"),
+            Some("probability"),
+            lines,
+        ));
+    }
+    out
 }
 
 /// Registers the embedded font once per process; later calls return the first outcome.

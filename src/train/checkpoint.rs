@@ -25,6 +25,10 @@ struct SavedConfig {
     sharing: Sharing,
     threads: Option<usize>,
     checkpoint_every: u32,
+    #[serde(default)]
+    eval_against: Vec<String>,
+    #[serde(default = "super::default_eval_every")]
+    eval_every: u32,
 }
 
 /// The settings of the run in `run_dir` with its newest whole checkpoint to resume from;
@@ -67,6 +71,8 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
         resume: Some(checkpoint.1),
         stop_after: None,
         tap: None,
+        eval_against: saved.eval_against,
+        eval_every: saved.eval_every.max(1),
     })
 }
 

@@ -15,9 +15,10 @@
 //! ([`resume_config`]) continues exactly where a checkpoint left off.
 
 pub mod advantage;
+pub mod algo;
 mod checkpoint;
-pub mod cory;
 pub mod critic;
+pub mod eval;
 pub mod limits;
 pub mod loss;
 mod metrics_files;
@@ -40,6 +41,7 @@ use crate::headless::{RunConfig, RunError, build_app};
 use crate::policy::lm::{LmError, LmPolicy, ModelSource, Preset, TrainHandle};
 use crate::policy::{PolicyFactory, PolicyRegistry};
 use crate::scene::Scene;
+pub use algo::cory;
 use checkpoint::{Learner, save_checkpoint};
 pub use checkpoint::{TrainerState, newest_checkpoint, resume_config, whole_checkpoints};
 use metrics_files::MetricsFiles;
@@ -163,7 +165,22 @@ pub struct TrainConfig {
     /// `--gui`: arena 0's frames are pushed here every step, for a window on another thread.
     #[serde(skip)]
     pub tap: Option<crate::inspect::FrameTap>,
+    /// `--eval-against`: partners the learning teams play without learning, at the first
+    /// iteration, every `eval_every` and at the last (see [`eval`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub eval_against: Vec<String>,
+    /// Iterations between evaluations.
+    #[serde(default = "default_eval_every")]
+    pub eval_every: u32,
 }
+
+/// Evaluations every 10 iterations unless told.
+pub fn default_eval_every() -> u32 {
+    10
+}
+
+/// Arenas of each evaluation (one episode each, on seeds training never uses).
+pub const EVAL_ARENAS: u32 = 32;
 
 /// One iteration's report.
 #[derive(Debug, Clone, Serialize)]
@@ -174,6 +191,11 @@ pub struct IterationReport {
     pub team_returns: BTreeMap<String, f64>,
     /// Means of the family's metrics over the iteration's episodes.
     pub metrics: BTreeMap<String, f64>,
+    /// `--eval-against`: per partner, `PARTNER.return` (the learners' mean episode return),
+    /// `PARTNER.return_per_step`, `PARTNER.partner_return` and, in matrix games, the
+    /// learners' strategy (`PARTNER.coop_after_coop`, ...). Empty when not evaluated.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub eval: BTreeMap<String, f64>,
     /// The update.
     #[serde(flatten)]
     pub update: UpdateStats,
@@ -223,6 +245,9 @@ pub fn train(
              divide the arenas {} (--arenas, or arenas there)",
             cfg.arenas
         )));
+    }
+    if cfg.algo == Algo::AdvantageAlignment {
+        algo::advantage_alignment::check_group(g)?;
     }
     if cfg.algo == Algo::Magrpo && g < 2 {
         return Err(TrainError::Config(
@@ -324,7 +349,10 @@ pub fn train(
         .collect();
     let mut run = RunConfig::new(scene.clone());
     run.arenas = cfg.arenas;
-    run.episodes = cfg.iterations;
+    // One episode more than the updates: after the last one the arenas wait (gated) rather
+    // than go idle, so the state after a truncated episode's last step is still observed
+    // and valued (the bootstrap of its advantages). That episode never starts.
+    run.episodes = cfg.iterations + 1;
     run.seed = cfg.seed;
     run.threads = cfg.threads;
     run.group_size = g;
@@ -443,6 +471,13 @@ pub fn train(
                 return Err(RunError::Policy(e).into());
             }
             if app.world().resource::<Rollouts>().complete(k, cfg.arenas) {
+                // Arenas that ended at this very step value their last state at the next.
+                if app.world().resource::<Rollouts>().missing_bootstrap(k) {
+                    app.update();
+                    if let Some(e) = app.world().resource::<PolicyRegistry>().failure() {
+                        return Err(RunError::Policy(e).into());
+                    }
+                }
                 break;
             }
             let p = app.world().resource::<RunProgress>();
@@ -478,9 +513,22 @@ pub fn train(
             pioneer.fetch_xor(1, Ordering::Relaxed);
         }
         app.world_mut().resource_mut::<Arenas>().gate = Some(k + 2);
+        let evaluate_now = !cfg.eval_against.is_empty()
+            && (k == 0 || (k + 1) % cfg.eval_every.max(1) == 0 || k + 1 == cfg.iterations);
+        let checkpoint_now = (k + 1) % cfg.checkpoint_every.max(1) == 0 || k + 1 == end;
+        let mut eval = BTreeMap::new();
+        if evaluate_now || checkpoint_now {
+            let dir = cfg.out.join("checkpoints").join(format!("iter_{}", k + 1));
+            set_aside.extend(save_checkpoint(&learners, &dir, k + 1, cfg)?);
+            checkpoints.push(dir.clone());
+            if evaluate_now {
+                eval = evaluate_iteration(cfg, &scene, &dir, k + 1)?;
+            }
+        }
         let report = IterationReport {
             iteration: k + 1,
             team_returns,
+            eval,
             metrics,
             rollout_seconds,
             inference_seconds: stats.seconds - last_stats.seconds,
@@ -494,14 +542,9 @@ pub fn train(
         writer.write(&report)?;
         on_iteration(&report);
         reports.push(report);
-        if (k + 1) % cfg.checkpoint_every.max(1) == 0 || k + 1 == end {
-            let dir = cfg.out.join("checkpoints").join(format!("iter_{}", k + 1));
-            set_aside.extend(save_checkpoint(&learners, &dir, k + 1, cfg)?);
-            checkpoints.push(dir);
-            // Curves so far, for a look while the run goes on (drawn again at the end).
-            if k + 1 < end {
-                let _ = crate::metrics::plot::plot_run(&cfg.out);
-            }
+        // Curves so far, for a look while the run goes on (drawn again at the end).
+        if checkpoint_now && k + 1 < end {
+            let _ = crate::metrics::plot::plot_run(&cfg.out);
         }
         last_progress = progress;
         last_stats = stats;
@@ -514,6 +557,39 @@ pub fn train(
         set_aside,
         plots,
     })
+}
+
+/// The learners of checkpoint `dir` against every partner of `--eval-against`, as the row's
+/// `eval` object. The arenas' seed depends on the run seed and the iteration only, so a
+/// resumed run evaluates as the uninterrupted one did.
+fn evaluate_iteration(
+    cfg: &TrainConfig,
+    scene: &Scene,
+    dir: &Path,
+    iteration: u32,
+) -> Result<BTreeMap<String, f64>, TrainError> {
+    let spec = eval::EvalSpec {
+        scene: scene.clone(),
+        model: dir.to_path_buf(),
+        arenas: EVAL_ARENAS,
+        episodes: 1,
+        seed: cfg.seed ^ 0x6576_616c_0000_0000 ^ (u64::from(iteration) << 16),
+        threads: cfg.threads,
+    };
+    let mut out = BTreeMap::new();
+    for partner in &cfg.eval_against {
+        let r = eval::evaluate(&spec, partner)?;
+        let label = eval::label(partner);
+        out.insert(format!("{label}.return"), r.model_return);
+        out.insert(format!("{label}.return_per_step"), r.model_return_per_step);
+        if let Some(p) = r.partner_return {
+            out.insert(format!("{label}.partner_return"), p);
+        }
+        for (k, v) in r.strategy {
+            out.insert(format!("{label}.{k}"), v);
+        }
+    }
+    Ok(out)
 }
 
 fn lm_stats(app: &bevy::app::App) -> crate::policy::PolicyStats {

@@ -46,6 +46,9 @@ pub struct Trajectory {
     pub steps: Vec<Step>,
     /// The rules ended the episode (no value to bootstrap from).
     pub terminated: bool,
+    /// A truncated episode: the value of the state after its last step, where the rollout
+    /// recorded it (GAE bootstraps from it; see [`crate::train::algo::ippo`]).
+    pub bootstrap: Option<f32>,
 }
 
 /// The buffer, a resource.
@@ -63,6 +66,8 @@ pub struct Rollouts {
     /// Global states by (episode, arena), one row per step: every agent's feature row in
     /// slot order.
     states: BTreeMap<(u32, u32), Vec<Vec<f32>>>,
+    /// The global state after the last step of a truncated episode, by (episode, arena).
+    final_states: BTreeMap<(u32, u32), Vec<f32>>,
     /// Finished episodes, by (episode, arena).
     ended: BTreeMap<(u32, u32), EpisodeEnded>,
 }
@@ -76,6 +81,9 @@ pub struct Batch {
     pub episodes: Vec<EpisodeEnded>,
     /// With [`Rollouts::global`]: each arena's global state per step.
     pub states: BTreeMap<u32, Vec<Vec<f32>>>,
+    /// With [`Rollouts::global`]: the global state after the last step of each arena whose
+    /// episode was truncated (MAPPO's critic bootstraps from it).
+    pub final_states: BTreeMap<u32, Vec<f32>>,
     /// Agents per arena.
     pub slots: usize,
 }
@@ -107,8 +115,19 @@ impl Rollouts {
             states: drain(&mut self.states, |k| k.0 == episode)
                 .map(|(k, s)| (k.1, s))
                 .collect(),
+            final_states: drain(&mut self.final_states, |k| k.0 == episode)
+                .map(|(k, s)| (k.1, s))
+                .collect(),
             slots: self.slots,
         }
+    }
+
+    /// Whether a truncated trajectory of `episode` still waits for the value of the state
+    /// after its last step (recorded the step after its arena ended: [`collect_steps`]).
+    pub fn missing_bootstrap(&self, episode: u32) -> bool {
+        self.open
+            .iter()
+            .any(|(k, t)| k.1 == episode && !t.terminated && t.bootstrap.is_none())
     }
 }
 
@@ -165,6 +184,42 @@ pub fn collect_steps(
     let n = rollouts.actions;
     let mut row = Vec::new();
     for (arena, clock, members) in &arenas {
+        if clock.phase == ArenaPhase::PendingReset && clock.episode > 0 {
+            // An arena that ended its episode and waits for the update: this step observed
+            // and valued the state after its last step. A truncated episode bootstraps from
+            // that value (a terminated one from 0).
+            let episode = clock.episode - 1;
+            let mut state = Vec::new();
+            for &e in members.entities() {
+                let Ok((agent, _, handle, trace, _, _, _, _, obs, _)) = agents.get(e) else {
+                    continue;
+                };
+                if rollouts.global {
+                    crate::policy::mlp::features(obs, &mut row);
+                    state.extend_from_slice(&row);
+                }
+                if *handle != policy {
+                    continue;
+                }
+                if let Some(t) = rollouts.open.get_mut(&(arena.index, episode, agent.slot))
+                    && !t.terminated
+                    && t.bootstrap.is_none()
+                {
+                    t.bootstrap = Some(trace.value.unwrap_or(0.0));
+                }
+            }
+            let truncated = rollouts
+                .open
+                .range((arena.index, episode, 0)..=(arena.index, episode, u16::MAX))
+                .any(|(_, t)| !t.terminated);
+            if rollouts.global && truncated {
+                rollouts
+                    .final_states
+                    .entry((episode, arena.index))
+                    .or_insert(state);
+            }
+            continue;
+        }
         if !matches!(clock.phase, ArenaPhase::Running | ArenaPhase::Ending) {
             continue;
         }

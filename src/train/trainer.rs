@@ -6,14 +6,11 @@ use candle_core::{Device, Tensor, Var};
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::TrainError;
-use super::advantage::{
-    advantage_alignment, explained_variance, gae, group_relative, leave_one_out, normalise,
-    returns_to_go,
-};
+use super::advantage::{explained_variance, normalise};
+use super::algo;
 use super::critic::Critic;
 use super::loss::{
     chosen, clip_grad_norm, entropy, k3_kl, masked_action_logprobs, ppo_clip, reinforce, value_loss,
@@ -42,10 +39,13 @@ pub enum Algo {
     /// choice; both learn (PPO, GAE) from the summed reward; roles swap every
     /// `swap_every` updates.
     Cory,
-    /// Advantage Alignment (two-player dilemmas): each player's credit adds its opponent's
-    /// advantage weighted by its own past advantages; leave-one-out baselines over the group
-    /// (the value head when groups are of one); clipped surrogate.
-    Adalign,
+    /// Advantage Alignment (social dilemmas): each learner's credit adds the others'
+    /// advantages weighted by its own past advantages (normalised, so β does not depend on
+    /// the reward's scale); leave-one-out baselines over the group (2 or more arenas that
+    /// share a seed); clipped surrogate.
+    #[value(name = "advantage-alignment", alias = "adalign")]
+    #[serde(rename = "advantage_alignment", alias = "adalign")]
+    AdvantageAlignment,
 }
 
 impl Algo {
@@ -53,8 +53,20 @@ impl Algo {
     pub fn uses_value_head(self) -> bool {
         matches!(
             self,
-            Algo::Reinforce | Algo::Ippo | Algo::Adalign | Algo::Cory
+            Algo::Reinforce | Algo::Ippo | Algo::AdvantageAlignment | Algo::Cory
         )
+    }
+
+    /// The name `--algo` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Reinforce => "reinforce",
+            Algo::Ippo => "ippo",
+            Algo::Mappo => "mappo",
+            Algo::Magrpo => "magrpo",
+            Algo::Cory => "cory",
+            Algo::AdvantageAlignment => "advantage-alignment",
+        }
     }
 }
 
@@ -96,6 +108,35 @@ pub struct Hyper {
     pub swap_every: u32,
     /// LoRA rank of the adapters (`--sharing role-lora` or `agent-lora`).
     pub lora_rank: usize,
+}
+
+impl Hyper {
+    /// The defaults for `algo`, where its paper's differ from the shared ones: MAGRPO and
+    /// Advantage Alignment compare rollouts that share a seed (groups of 4 and 8 arenas);
+    /// Advantage Alignment discounts with γ 0.9 as AdAlignLLM's Prisoner's Dilemma runs do,
+    /// and makes 2 passes over each batch (the authors make one policy-gradient step per
+    /// batch; on the Prisoner's Dilemma, 4 passes learned no faster per second here);
+    /// CORY keeps its KL penalty to the frozen reference on (coefficient 0.05), as the paper.
+    pub fn for_algo(algo: Algo) -> Self {
+        let base = Self::default();
+        match algo {
+            Algo::Magrpo => Self {
+                group_size: 4,
+                ..base
+            },
+            Algo::AdvantageAlignment => Self {
+                group_size: 8,
+                gamma: 0.9,
+                epochs: 2,
+                ..base
+            },
+            Algo::Cory => Self {
+                kl_coef: 0.05,
+                ..base
+            },
+            _ => base,
+        }
+    }
 }
 
 impl Default for Hyper {
@@ -189,6 +230,13 @@ struct Sample {
     value: f32,
     adv: f32,
     target: f32,
+}
+
+/// MAPPO's critic input: a global state and the valued agent's one-hot slot.
+fn with_slot(state: &[f32], slot: u16, slots: usize) -> Vec<f32> {
+    let mut row = state.to_vec();
+    row.extend((0..slots).map(|k| f32::from(u8::from(k == usize::from(slot)))));
+    row
 }
 
 /// The trainer of one language-model policy.
@@ -353,40 +401,15 @@ impl Trainer {
     fn advantages(
         &self,
         batch: &Batch,
-        critic_values: Option<&[Vec<f32>]>,
+        critic_values: Option<&(Vec<Vec<f32>>, Vec<Option<f32>>)>,
     ) -> Result<Vec<(Vec<f32>, Vec<f32>)>, TrainError> {
         let h = &self.hyper;
-        let rewards =
-            |tr: &super::Trajectory| -> Vec<f32> { tr.steps.iter().map(|s| s.reward).collect() };
-        let values =
-            |tr: &super::Trajectory| -> Vec<f32> { tr.steps.iter().map(|s| s.value).collect() };
-        Ok(match self.algo {
-            Algo::Reinforce => batch
-                .trajectories
-                .iter()
-                .map(|tr| {
-                    let g = returns_to_go(&rewards(tr), h.gamma);
-                    let adv = g.iter().zip(values(tr)).map(|(g, v)| g - v).collect();
-                    (adv, g)
-                })
-                .collect(),
-            // Truncated episodes bootstrap from the last value estimate.
-            Algo::Ippo | Algo::Mappo | Algo::Cory => batch
-                .trajectories
-                .iter()
-                .enumerate()
-                .map(|(i, tr)| {
-                    let v = critic_values.map_or_else(|| values(tr), |c| c[i].clone());
-                    let last = if tr.terminated {
-                        0.0
-                    } else {
-                        v.last().copied().unwrap_or(0.0)
-                    };
-                    gae(&rewards(tr), &v, last, h.gamma, h.lambda)
-                })
-                .collect(),
-            Algo::Magrpo => magrpo_advantages(batch, h),
-            Algo::Adalign => adalign_advantages(batch, h)?,
+        Ok(match (self.algo, critic_values) {
+            (Algo::Reinforce, _) => algo::reinforce::advantages(batch, h),
+            (Algo::Mappo, Some((c, after))) => algo::mappo::advantages(batch, h, c, after),
+            (Algo::Ippo | Algo::Mappo | Algo::Cory, _) => algo::ippo::advantages(batch, h),
+            (Algo::Magrpo, _) => algo::magrpo::advantages(batch, h),
+            (Algo::AdvantageAlignment, _) => algo::advantage_alignment::advantages(batch, h)?,
         })
     }
 
@@ -400,14 +423,7 @@ impl Trainer {
                     TrainError::Config(format!("no global state for arena {}", tr.arena))
                 })?;
                 Ok((0..tr.steps.len())
-                    .map(|t| {
-                        let mut row = states.get(t).cloned().unwrap_or_default();
-                        row.extend(
-                            (0..batch.slots)
-                                .map(|k| f32::from(u8::from(k == usize::from(tr.slot)))),
-                        );
-                        row
-                    })
+                    .map(|t| with_slot(states.get(t).map_or(&[][..], |s| s), tr.slot, batch.slots))
                     .collect())
             })
             .collect()
@@ -436,30 +452,49 @@ impl Trainer {
         } else {
             None
         };
-        let critic_values: Option<Vec<Vec<f32>>> = match (&globals, &self.critic) {
-            (Some(g), Some(c)) => {
-                if g.iter()
-                    .flatten()
-                    .next()
-                    .is_some_and(|r| r.len() != c.inputs())
-                {
-                    return Err(TrainError::Config(format!(
-                        "the critic reads {} features; this scene's global state has {}",
-                        c.inputs(),
-                        g.iter().flatten().next().map_or(0, |r| r.len())
-                    )));
-                }
-                Some(
-                    g.iter()
+        let critic_values: Option<(Vec<Vec<f32>>, Vec<Option<f32>>)> =
+            match (&globals, &self.critic) {
+                (Some(g), Some(c)) => {
+                    if g.iter()
+                        .flatten()
+                        .next()
+                        .is_some_and(|r| r.len() != c.inputs())
+                    {
+                        return Err(TrainError::Config(format!(
+                            "the critic reads {} features; this scene's global state has {}",
+                            c.inputs(),
+                            g.iter().flatten().next().map_or(0, |r| r.len())
+                        )));
+                    }
+                    let values = g
+                        .iter()
                         .map(|rows| {
                             c.values(&rows.iter().map(|r| r.as_slice()).collect::<Vec<_>>())
                         })
-                        .collect::<Result<_, _>>()?,
-                )
-            }
-            _ => None,
-        };
-        let advantages = self.advantages(batch, critic_values.as_deref())?;
+                        .collect::<Result<Vec<_>, _>>()?;
+                    // A truncated episode: the critic's value of the state after its last step.
+                    let after = batch
+                        .trajectories
+                        .iter()
+                        .map(|tr| {
+                            if tr.terminated {
+                                return Ok(None);
+                            }
+                            let Some(state) = batch.final_states.get(&tr.arena) else {
+                                return Ok(None);
+                            };
+                            let row = with_slot(state, tr.slot, batch.slots);
+                            if row.len() != c.inputs() {
+                                return Ok(None);
+                            }
+                            Ok(c.values(&[row.as_slice()])?.first().copied())
+                        })
+                        .collect::<Result<Vec<_>, TrainError>>()?;
+                    Some((values, after))
+                }
+                _ => None,
+            };
+        let advantages = self.advantages(batch, critic_values.as_ref())?;
         let mut out = Vec::new();
         for (i, (traj, (adv, targets))) in batch.trajectories.iter().zip(advantages).enumerate() {
             for (t, ((s, a), target)) in traj.steps.iter().zip(adv).zip(targets).enumerate() {
@@ -473,14 +508,16 @@ impl Trainer {
                     legal: s.legal.clone(),
                     action: s.action,
                     logprob: s.logprob,
-                    value: critic_values.as_ref().map_or(s.value, |c| c[i][t]),
+                    value: critic_values.as_ref().map_or(s.value, |c| c.0[i][t]),
                     adv: a,
                     target,
                 });
             }
         }
-        // MAGRPO's advantages are already in units of their group's spread.
-        if self.algo != Algo::Magrpo {
+        // MAGRPO's advantages are already in units of their group's spread, Advantage
+        // Alignment's credits in units of the batch's advantage spread (normalised before the
+        // product, as its paper's code does, and not again after it).
+        if !matches!(self.algo, Algo::Magrpo | Algo::AdvantageAlignment) {
             let mut adv: Vec<f32> = out.iter().map(|s| s.adv).collect();
             normalise(&mut adv);
             for (s, a) in out.iter_mut().zip(adv) {
@@ -677,212 +714,5 @@ impl Trainer {
         }
         self.opt.step(&grads)?;
         Ok(Some(out))
-    }
-}
-
-/// The groups of `batch`'s arenas (`group_size` consecutive arenas each), as
-/// group → arena → its trajectories' indices in the batch.
-fn groups(batch: &Batch, group_size: u32) -> BTreeMap<u32, BTreeMap<u32, Vec<usize>>> {
-    let mut out: BTreeMap<u32, BTreeMap<u32, Vec<usize>>> = BTreeMap::new();
-    for (i, tr) in batch.trajectories.iter().enumerate() {
-        out.entry(tr.arena / group_size.max(1))
-            .or_default()
-            .entry(tr.arena)
-            .or_default()
-            .push(i);
-    }
-    out
-}
-
-/// MAGRPO: each arena's shared reward (the sum over its trained agents) as returns-to-go,
-/// minus the mean over its group's arenas at the same step (over their std when
-/// `group_std`); every agent of the arena gets the arena's advantage. Targets are the
-/// shared returns-to-go.
-fn magrpo_advantages(batch: &Batch, h: &Hyper) -> Vec<(Vec<f32>, Vec<f32>)> {
-    let mut out = vec![(Vec::new(), Vec::new()); batch.trajectories.len()];
-    let summed = batch.shared_rewards();
-    for arenas in groups(batch, h.group_size).values() {
-        let shared: Vec<(u32, Vec<f32>)> = arenas
-            .keys()
-            .map(|a| (*a, returns_to_go(&summed[a], h.gamma)))
-            .collect();
-        let len = shared.iter().map(|(_, g)| g.len()).max().unwrap_or(0);
-        let mut adv: BTreeMap<u32, Vec<f32>> = shared
-            .iter()
-            .map(|(a, g)| (*a, vec![0.0; g.len()]))
-            .collect();
-        for t in 0..len {
-            let present: Vec<(u32, f32)> = shared
-                .iter()
-                .filter_map(|(a, g)| g.get(t).map(|&x| (*a, x)))
-                .collect();
-            let rel = group_relative(
-                &present.iter().map(|p| p.1).collect::<Vec<_>>(),
-                h.group_std,
-                1e-6,
-            );
-            for ((a, _), r) in present.iter().zip(rel) {
-                if let Some(v) = adv.get_mut(a) {
-                    v[t] = r;
-                }
-            }
-        }
-        for (a, g) in &shared {
-            for &i in &arenas[a] {
-                let n = batch.trajectories[i].steps.len();
-                out[i] = (adv[a][..n].to_vec(), g[..n].to_vec());
-            }
-        }
-    }
-    out
-}
-
-/// Advantage Alignment over two-player arenas: each player's advantage is its
-/// return-to-go minus the leave-one-out mean of the same player's in the other arenas of
-/// its group at that step (minus its value estimate when the group is one arena); its
-/// credit is [`advantage_alignment`] of its own and its opponent's advantages.
-fn adalign_advantages(batch: &Batch, h: &Hyper) -> Result<Vec<(Vec<f32>, Vec<f32>)>, TrainError> {
-    let n = batch.trajectories.len();
-    let rtg: Vec<Vec<f32>> = batch
-        .trajectories
-        .iter()
-        .map(|tr| {
-            returns_to_go(
-                &tr.steps.iter().map(|s| s.reward).collect::<Vec<_>>(),
-                h.gamma,
-            )
-        })
-        .collect();
-    let mut own: Vec<Vec<f32>> = rtg.clone();
-    for arenas in groups(batch, h.group_size).values() {
-        if let Some((a, idx)) = arenas.iter().find(|(_, idx)| idx.len() != 2) {
-            return Err(TrainError::Config(format!(
-                "adalign needs two learning players per arena; arena {a} has {}",
-                idx.len()
-            )));
-        }
-        let members: Vec<&Vec<usize>> = arenas.values().collect();
-        for player in 0..2 {
-            let trajs: Vec<usize> = members.iter().map(|idx| idx[player]).collect();
-            let len = trajs.iter().map(|&i| rtg[i].len()).max().unwrap_or(0);
-            for t in 0..len {
-                let present: Vec<usize> = trajs
-                    .iter()
-                    .copied()
-                    .filter(|&i| t < rtg[i].len())
-                    .collect();
-                if present.len() < 2 {
-                    for &i in &present {
-                        own[i][t] = rtg[i][t] - batch.trajectories[i].steps[t].value;
-                    }
-                    continue;
-                }
-                let loo = leave_one_out(&present.iter().map(|&i| rtg[i][t]).collect::<Vec<_>>());
-                for (&i, a) in present.iter().zip(loo) {
-                    own[i][t] = a;
-                }
-            }
-        }
-    }
-    let mut out = vec![(Vec::new(), Vec::new()); n];
-    for arenas in groups(batch, h.group_size).values() {
-        for idx in arenas.values() {
-            let (i, j) = (idx[0], idx[1]);
-            let len = own[i].len().min(own[j].len());
-            let ci = advantage_alignment(&own[i][..len], &own[j][..len], h.gamma, h.aa_beta);
-            let cj = advantage_alignment(&own[j][..len], &own[i][..len], h.gamma, h.aa_beta);
-            out[i] = (ci, rtg[i][..len].to_vec());
-            out[j] = (cj, rtg[j][..len].to_vec());
-        }
-    }
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::train::{Step, Trajectory};
-
-    fn traj(arena: u32, slot: u16, rewards: &[f32]) -> Trajectory {
-        Trajectory {
-            arena,
-            slot,
-            steps: rewards
-                .iter()
-                .map(|&reward| Step {
-                    tokens: vec![],
-                    legal: vec![true, true],
-                    action: 0,
-                    logprob: 0.0,
-                    value: 0.0,
-                    reward,
-                })
-                .collect(),
-            ..Default::default()
-        }
-    }
-
-    fn hyper(std: bool) -> Hyper {
-        Hyper {
-            gamma: 1.0,
-            group_size: 2,
-            group_std: std,
-            ..Hyper::default()
-        }
-    }
-
-    /// Arena 0: rewards [1, 0] and [1, 2], shared [2, 2], returns-to-go [4, 2];
-    /// arena 1: [0, 0] and [0, 1], shared [0, 1], returns-to-go [1, 1]. Group means
-    /// [2.5, 1.5], so arena 0 gets [1.5, 0.5] and arena 1 [−1.5, −0.5]; over the group std
-    /// ([1.5, 0.5]) both become ±[1, 1].
-    #[test]
-    fn magrpo_credits_the_shared_return_against_the_group() {
-        let batch = Batch {
-            trajectories: vec![
-                traj(0, 0, &[1.0, 0.0]),
-                traj(0, 1, &[1.0, 2.0]),
-                traj(1, 0, &[0.0, 0.0]),
-                traj(1, 1, &[0.0, 1.0]),
-            ],
-            ..Default::default()
-        };
-        let plain = magrpo_advantages(&batch, &hyper(false));
-        assert_eq!(plain[0].0, vec![1.5, 0.5]);
-        assert_eq!(plain[1].0, vec![1.5, 0.5]);
-        assert_eq!(plain[2].0, vec![-1.5, -0.5]);
-        assert_eq!(plain[0].1, vec![4.0, 2.0]);
-        let scaled = magrpo_advantages(&batch, &hyper(true));
-        for (i, sign) in [(0, 1.0f32), (3, -1.0)] {
-            for a in &scaled[i].0 {
-                assert!((a - sign).abs() < 1e-4, "{:?}", scaled[i].0);
-            }
-        }
-    }
-
-    /// Player 0 returns-to-go: [1, 0] (arena 0), [4, 1] (arena 1); player 1: [2, 2], [0, 0].
-    /// Leave-one-out over the group of two: player 0 [−3, −1] and [3, 1], player 1 [2, 2] and
-    /// [−2, −2]. Arena 0's credits (γ 1, β 0.5): player 0 [−3, −1 + 0.5·(−3)·2] = [−3, −4];
-    /// player 1 [2, 2 + 0.5·2·(−1)] = [2, 1].
-    #[test]
-    fn advantage_alignment_pairs_each_player_with_its_opponent() {
-        let batch = Batch {
-            trajectories: vec![
-                traj(0, 0, &[1.0, 0.0]),
-                traj(0, 1, &[0.0, 2.0]),
-                traj(1, 0, &[3.0, 1.0]),
-                traj(1, 1, &[0.0, 0.0]),
-            ],
-            ..Default::default()
-        };
-        let out = adalign_advantages(&batch, &hyper(false)).expect("two players");
-        assert_eq!(out[0].0, vec![-3.0, -4.0]);
-        assert_eq!(out[1].0, vec![2.0, 1.0]);
-        assert_eq!(out[0].1, vec![1.0, 0.0]);
-        let three = Batch {
-            trajectories: vec![traj(0, 0, &[1.0]), traj(0, 1, &[1.0]), traj(0, 2, &[1.0])],
-            ..Default::default()
-        };
-        let err = adalign_advantages(&three, &hyper(false)).unwrap_err();
-        assert!(err.to_string().contains("two learning players"), "{err}");
     }
 }

@@ -7,7 +7,7 @@
 //! | observation | the last `history` rounds as (own, other) pairs, oldest first, and how often the other chose each action |
 //! | reward | `payoffs[mine][theirs]` every round |
 //! | termination | after `rounds` rounds; truncation at `episode.max_steps` if smaller |
-//! | metrics | `cooperation_rate`, `mutual_cooperation`, `mutual_defection`, `payoff_per_round`, plus the social outcomes |
+//! | metrics | `cooperation_rate`, `mutual_cooperation`, `mutual_defection`, `payoff_per_round`; the strategy: `first_cooperation` (share of players cooperating in round 1), `coop_after_coop` (P(cooperate \| the other cooperated last round)), `coop_after_defect` (P(cooperate \| the other defected last round)), pooled over both players and left out of an episode where the condition never held; plus the social outcomes |
 
 use bevy::prelude::*;
 
@@ -52,6 +52,76 @@ impl MatrixGame {
     pub fn payoff(&self, a0: u8, a1: u8) -> (f32, f32) {
         let (a0, a1) = (usize::from(a0.min(1)), usize::from(a1.min(1)));
         (self.payoffs[a0][a1], self.payoffs[a1][a0])
+    }
+}
+
+/// How one player answered the other over an episode: the counts behind the strategy
+/// metrics (reciprocity is a high `coop_after_coop` with a low `coop_after_defect`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StrategyCounts {
+    /// Episodes with a first round.
+    pub first: u32,
+    /// Of which the player cooperated in the first round.
+    pub first_coop: u32,
+    /// Rounds after one where the other cooperated.
+    pub after_coop: u32,
+    /// Of which the player cooperated.
+    pub coop_after_coop: u32,
+    /// Rounds after one where the other defected.
+    pub after_defect: u32,
+    /// Of which the player cooperated.
+    pub coop_after_defect: u32,
+}
+
+impl StrategyCounts {
+    /// The counts of `slot` (0 or 1) over `history` (action 0 cooperates).
+    pub fn of(history: &[[u8; 2]], slot: usize) -> Self {
+        let other = 1 - slot.min(1);
+        let mut c = Self::default();
+        if let Some(h) = history.first() {
+            c.first = 1;
+            c.first_coop = u32::from(h[slot] == 0);
+        }
+        for w in history.windows(2) {
+            let mine = u32::from(w[1][slot] == 0);
+            if w[0][other] == 0 {
+                c.after_coop += 1;
+                c.coop_after_coop += mine;
+            } else {
+                c.after_defect += 1;
+                c.coop_after_defect += mine;
+            }
+        }
+        c
+    }
+
+    /// Both counts together.
+    pub fn add(&mut self, o: &Self) {
+        self.first += o.first;
+        self.first_coop += o.first_coop;
+        self.after_coop += o.after_coop;
+        self.coop_after_coop += o.coop_after_coop;
+        self.after_defect += o.after_defect;
+        self.coop_after_defect += o.coop_after_defect;
+    }
+
+    /// The three strategy metrics by name; each is left out when its condition never held.
+    pub fn metrics(&self) -> Vec<(&'static str, f64)> {
+        let ratio = |n: u32, d: u32| (d > 0).then(|| f64::from(n) / f64::from(d));
+        [
+            ("first_cooperation", ratio(self.first_coop, self.first)),
+            (
+                "coop_after_coop",
+                ratio(self.coop_after_coop, self.after_coop),
+            ),
+            (
+                "coop_after_defect",
+                ratio(self.coop_after_defect, self.after_defect),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect()
     }
 }
 
@@ -168,6 +238,11 @@ pub fn summarize_matrix_games(
             "payoff_per_round",
             total / (returns.len().max(1) as f64 * n),
         );
+        let mut counts = StrategyCounts::of(&game.history, 0);
+        counts.add(&StrategyCounts::of(&game.history, 1));
+        for (k, v) in counts.metrics() {
+            metrics.0.insert(k, v);
+        }
     }
 }
 
@@ -191,6 +266,32 @@ mod tests {
         assert_eq!(g.payoff(0, 1), (0.0, 5.0));
         assert_eq!(g.payoff(1, 0), (5.0, 0.0));
         assert_eq!(g.payoff(1, 1), (1.0, 1.0));
+    }
+
+    /// Slot 0 plays C C D C, slot 1 plays D C C D. Slot 0 after slot 1's D (round 2): C;
+    /// after its C (rounds 3, 4): D, C. Slot 1 after slot 0's C (rounds 2, 3): C, C; after
+    /// its D (round 4): D.
+    #[test]
+    fn strategy_counts_by_hand() {
+        let h = [[0, 1], [0, 0], [1, 0], [0, 1]];
+        let s0 = StrategyCounts::of(&h, 0);
+        assert_eq!((s0.first, s0.first_coop), (1, 1));
+        assert_eq!((s0.after_coop, s0.coop_after_coop), (2, 1));
+        assert_eq!((s0.after_defect, s0.coop_after_defect), (1, 1));
+        let s1 = StrategyCounts::of(&h, 1);
+        assert_eq!(
+            (s1.first_coop, s1.after_coop, s1.coop_after_coop),
+            (0, 2, 2)
+        );
+        assert_eq!((s1.after_defect, s1.coop_after_defect), (1, 0));
+        let mut both = s0;
+        both.add(&s1);
+        let m: std::collections::BTreeMap<_, _> = both.metrics().into_iter().collect();
+        assert_eq!(m["first_cooperation"], 0.5);
+        assert_eq!(m["coop_after_coop"], 0.75);
+        assert_eq!(m["coop_after_defect"], 0.5);
+        // One round: no round follows another, so only the first move is measured.
+        assert_eq!(StrategyCounts::of(&[[0, 0]], 0).metrics().len(), 1);
     }
 
     #[test]

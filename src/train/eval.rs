@@ -1,0 +1,340 @@
+//! Evaluation without learning: a trained model plays fixed partners on fresh seeds, and
+//! what it earned and how it played are measured. A learning test, `train --eval-against`
+//! and `emergence eval` all go through [`evaluate`].
+//!
+//! The evaluated model is a model folder or a checkpoint (`checkpoints/iter_K`; one model,
+//! or a `team_NAME/` folder per team of a `--sharing separate` run). Against a partner
+//! `P`, each team that learned takes the model in turn while every other team plays `P`; the
+//! figures are the means over those seats. Against `self` every learning team plays the
+//! model at once. Partners: any policy a scene may name (`always_defect`, `tit_for_tat`,
+//! `random`, ...), `lm(model: "DIR")` or `lm:DIR` for another model folder, and `self`.
+
+use bevy::prelude::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::TrainError;
+use crate::core::{ArenaAgents, ArenaPhase, EpisodeClock, RecordSystems, SimSchedule};
+use crate::envs::dilemma::matrix::{MatrixGame, StrategyCounts};
+use crate::headless::{RunConfig, build_app};
+use crate::metrics::EpisodeLog;
+use crate::policy::PolicyRegistry;
+use crate::scene::Scene;
+
+/// The partner that plays the model itself.
+pub const SELF: &str = "self";
+
+/// What to evaluate.
+#[derive(Debug, Clone)]
+pub struct EvalSpec {
+    /// The scene (its teams on `lm` are the ones that learned).
+    pub scene: Scene,
+    /// The model folder or checkpoint.
+    pub model: PathBuf,
+    /// Arenas side by side.
+    pub arenas: u32,
+    /// Episodes per arena.
+    pub episodes: u32,
+    /// Seed of the evaluation's arenas (choose one training never used).
+    pub seed: u64,
+    /// Bevy worker threads.
+    pub threads: Option<usize>,
+}
+
+/// How the model did against one partner.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EvalResult {
+    /// The partner's name as given.
+    pub partner: String,
+    /// Mean episode return of the model's agents.
+    pub model_return: f64,
+    /// The same per step of the episode (per round in a matrix game).
+    pub model_return_per_step: f64,
+    /// Mean episode return of the partner's agents (`None` against `self`).
+    pub partner_return: Option<f64>,
+    /// Matrix games: the model's agents' strategy (`first_cooperation`, `coop_after_coop`,
+    /// `coop_after_defect`).
+    pub strategy: BTreeMap<String, f64>,
+    /// Episodes played.
+    pub episodes: u64,
+}
+
+/// The partners of a comma-separated list (`always_defect,tit_for_tat,self`), each checked:
+/// a policy of the catalogue, `self`, or a model folder as `lm(model: "DIR")` or `lm:DIR`.
+pub fn parse_partners(list: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for raw in split_partners(list) {
+        let p = raw.trim();
+        if p.is_empty() {
+            return Err(format!("{list:?}: an empty partner name"));
+        }
+        let key = if p == SELF {
+            SELF.to_string()
+        } else if let Some(dir) = p.strip_prefix("lm:") {
+            format!("lm:{dir}")
+        } else if p.starts_with("lm(") {
+            let spec: crate::scene::PolicySpec =
+                ron::from_str(p).map_err(|e| format!("{p:?}: {e}; expected lm(model: \"DIR\")"))?;
+            spec.key()
+        } else if crate::policy::catalogue().iter().any(|c| c.name == p) {
+            p.to_string()
+        } else {
+            let names: Vec<&str> = crate::policy::catalogue().iter().map(|c| c.name).collect();
+            return Err(format!(
+                "{p:?} is not a partner: expected self, lm(model: \"DIR\") or one of {}",
+                names.join(", ")
+            ));
+        };
+        if let Some(dir) = key.strip_prefix("lm:")
+            && !Path::new(dir).is_dir()
+        {
+            return Err(format!("{p:?}: {dir} is not a model folder"));
+        }
+        if key == "lm" {
+            return Err(format!(
+                "{p:?}: name the partner's model folder, lm(model: \"DIR\"), or use self"
+            ));
+        }
+        out.push(key);
+    }
+    Ok(out)
+}
+
+/// A partner's short name for metric keys: the policy's name, `self`, or `lm_FOLDER` for a
+/// model folder (its last path component).
+pub fn label(partner: &str) -> String {
+    match partner.strip_prefix("lm:") {
+        Some(dir) => format!(
+            "lm_{}",
+            Path::new(dir)
+                .file_name()
+                .map_or_else(|| dir.to_string(), |f| f.to_string_lossy().into_owned())
+        ),
+        None => partner.to_string(),
+    }
+}
+
+/// Splits at commas outside parentheses and quotes.
+fn split_partners(list: &str) -> Vec<&str> {
+    let (mut depth, mut quoted, mut start) = (0i32, false, 0);
+    let mut out = Vec::new();
+    for (i, c) in list.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            '(' if !quoted => depth += 1,
+            ')' if !quoted => depth -= 1,
+            ',' if !quoted && depth == 0 => {
+                out.push(&list[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&list[start..]);
+    out
+}
+
+/// The teams that learn in a training run of `scene`: those on `lm`, or every team when none
+/// is (as [`super::train`] decides).
+pub fn learning_teams(scene: &Scene) -> Vec<u8> {
+    let on_lm: Vec<u8> = scene
+        .agents
+        .iter()
+        .filter(|a| a.policy == "lm")
+        .map(|a| a.team)
+        .collect();
+    let mut teams: Vec<u8> = if on_lm.is_empty() {
+        scene.agents.iter().map(|a| a.team).collect()
+    } else {
+        on_lm
+    };
+    teams.sort_unstable();
+    teams.dedup();
+    teams
+}
+
+/// The model folder that team `team` plays: the folder itself, or its `team_NAME/`.
+fn model_of_team(spec: &EvalSpec, team: u8) -> Result<PathBuf, TrainError> {
+    if spec.model.join("config.json").is_file() {
+        return Ok(spec.model.clone());
+    }
+    let name = spec
+        .scene
+        .team_names()
+        .get(usize::from(team))
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    let sub = spec.model.join(format!("team_{name}"));
+    if sub.join("config.json").is_file() {
+        return Ok(sub);
+    }
+    if spec.model.join("agent_0").is_dir() {
+        return Err(TrainError::Config(format!(
+            "{}: a CORY checkpoint (agent_0/, agent_1/): its copies decide as a pioneer and an \
+             observer together and cannot be seated alone; evaluate agent_0 or agent_1 as a \
+             model folder",
+            spec.model.display()
+        )));
+    }
+    Err(TrainError::Config(format!(
+        "{}: expected a model folder (config.json) or a checkpoint with team_{name}/",
+        spec.model.display()
+    )))
+}
+
+/// Per slot, the strategy counts of finished matrix games.
+#[derive(Resource, Default)]
+struct SlotStrategies(Vec<StrategyCounts>);
+
+fn tally_strategies(
+    mut tally: ResMut<SlotStrategies>,
+    arenas: Query<(&EpisodeClock, &MatrixGame, &ArenaAgents)>,
+) {
+    for (clock, game, members) in &arenas {
+        if clock.phase != ArenaPhase::Ending {
+            continue;
+        }
+        let n = members.entities().len().min(2);
+        if tally.0.len() < n {
+            tally.0.resize(n, StrategyCounts::default());
+        }
+        for slot in 0..n {
+            let c = StrategyCounts::of(&game.history, slot);
+            tally.0[slot].add(&c);
+        }
+    }
+}
+
+/// Plays `spec`'s model against `partner` ([`parse_partners`]) without learning.
+pub fn evaluate(spec: &EvalSpec, partner: &str) -> Result<EvalResult, TrainError> {
+    let learners = learning_teams(&spec.scene);
+    // Each seating: the scene's slot policies and which slots are the model's.
+    let seatings: Vec<Vec<u8>> = if partner == SELF {
+        vec![learners.clone()]
+    } else {
+        learners.iter().map(|&t| vec![t]).collect()
+    };
+    let (mut model_sum, mut per_step_sum, mut partner_sum) = (0.0, 0.0, 0.0);
+    let mut counts = StrategyCounts::default();
+    let mut matrix = false;
+    let mut episodes = 0u64;
+    for seated in &seatings {
+        let mut scene = spec.scene.clone();
+        for a in &mut scene.agents {
+            if seated.contains(&a.team) {
+                a.policy = format!("lm:{}", model_of_team(spec, a.team)?.display());
+            } else if partner != SELF {
+                a.policy = partner.to_string();
+            } else if a.policy == "lm" {
+                a.policy = format!("lm:{}", model_of_team(spec, a.team)?.display());
+            }
+        }
+        let mut run = RunConfig::new(scene.clone());
+        run.arenas = spec.arenas;
+        run.episodes = spec.episodes;
+        run.seed = spec.seed;
+        run.threads = spec.threads;
+        let mut app = build_app(&run)?;
+        app.insert_resource(SlotStrategies::default());
+        app.add_systems(
+            SimSchedule,
+            tally_strategies.in_set(RecordSystems::Summarize),
+        );
+        app.world_mut().resource_mut::<EpisodeLog>().keep = usize::MAX;
+        loop {
+            app.update();
+            if let Some(e) = app.world().resource::<PolicyRegistry>().failure() {
+                return Err(crate::headless::RunError::Policy(e).into());
+            }
+            let p = app.world().resource::<crate::core::RunProgress>();
+            if p.idle_arenas >= spec.arenas {
+                break;
+            }
+        }
+        let model_slots: Vec<usize> = scene
+            .agents
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| seated.contains(&a.team))
+            .map(|(i, _)| i)
+            .collect();
+        let log = app.world().resource::<EpisodeLog>();
+        let n = log.episodes.len().max(1) as f64;
+        let mean = |slots: &[usize], e: &crate::core::EpisodeEnded| -> f64 {
+            let s: f64 = slots
+                .iter()
+                .filter_map(|&i| e.agent_returns.get(i))
+                .map(|&r| f64::from(r))
+                .sum();
+            s / slots.len().max(1) as f64
+        };
+        let others: Vec<usize> = (0..scene.agents.len())
+            .filter(|i| !model_slots.contains(i))
+            .collect();
+        model_sum += log
+            .episodes
+            .iter()
+            .map(|e| mean(&model_slots, e))
+            .sum::<f64>()
+            / n;
+        per_step_sum += log
+            .episodes
+            .iter()
+            .map(|e| mean(&model_slots, e) / f64::from(e.steps.max(1)))
+            .sum::<f64>()
+            / n;
+        partner_sum += log.episodes.iter().map(|e| mean(&others, e)).sum::<f64>() / n;
+        episodes += log.episodes.len() as u64;
+        let tally = &app.world().resource::<SlotStrategies>().0;
+        if !tally.is_empty() {
+            matrix = true;
+            for &s in &model_slots {
+                if let Some(c) = tally.get(s) {
+                    counts.add(c);
+                }
+            }
+        }
+    }
+    let k = seatings.len().max(1) as f64;
+    Ok(EvalResult {
+        partner: partner.to_string(),
+        model_return: model_sum / k,
+        model_return_per_step: per_step_sum / k,
+        partner_return: (partner != SELF).then_some(partner_sum / k),
+        strategy: if matrix {
+            counts
+                .metrics()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect()
+        } else {
+            BTreeMap::new()
+        },
+        episodes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partners_are_split_outside_parentheses_and_checked() {
+        assert_eq!(
+            parse_partners("always_defect, tit_for_tat,self").expect("ok"),
+            vec!["always_defect", "tit_for_tat", "self"]
+        );
+        let dir = tempfile::tempdir().expect("tmp");
+        let d = dir.path().display().to_string();
+        let list = format!("lm(model: \"{d}\"),random");
+        assert_eq!(
+            parse_partners(&list).expect("ok"),
+            vec![format!("lm:{d}"), "random".to_string()]
+        );
+        let err = parse_partners("always_defekt").unwrap_err();
+        assert!(err.contains("always_defect, "), "{err}");
+        assert!(parse_partners("lm:/no/such/folder").is_err());
+        assert!(parse_partners("a,,b").is_err());
+        assert!(parse_partners("lm").is_err());
+    }
+}

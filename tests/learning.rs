@@ -1,0 +1,279 @@
+//! Learning tests: each trains the embedded tiny model with one algorithm, then plays the
+//! trained agents against fixed partners without learning ([`emergence::train::eval`]) and
+//! asserts the strategy the algorithm's paper claims, on a game where that strategy is not
+//! the trivial outcome. Each threshold fails for the untrained model (random play: 2.25 per
+//! round in the Prisoner's Dilemma, P(C | C) = P(C | D) ≈ 0.5) and for the wrong strategy
+//! (an unconditional cooperator is exploited by always_defect; a defector earns 1 in
+//! self-play). The values measured over several seeds are in the issue notes and README's
+//! Training section; the tests run one seed each.
+
+use emergence::policy::lm::Preset;
+use emergence::scene::load_scene;
+use emergence::train::eval::{EvalResult, EvalSpec, evaluate};
+use emergence::train::{Algo, Hyper, ModelChoice, Sharing, TrainConfig, TrainSummary, train};
+use std::path::{Path, PathBuf};
+
+fn scene_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenes/dilemma")
+        .join(name)
+}
+
+/// A training run of `scene` with `algo` and its paper's defaults.
+fn config(
+    scene: &str,
+    algo: Algo,
+    iterations: u32,
+    arenas: u32,
+    seed: u64,
+    out: &Path,
+) -> TrainConfig {
+    TrainConfig {
+        scene: load_scene(&scene_path(scene)).expect("scene"),
+        scene_path: scene_path(scene),
+        algo,
+        iterations,
+        arenas,
+        seed,
+        out: out.to_path_buf(),
+        model: ModelChoice::Preset(Preset::Tiny),
+        hyper: Hyper::for_algo(algo),
+        sharing: Sharing::Shared,
+        threads: Some(2),
+        checkpoint_every: 1_000_000,
+        resume: None,
+        stop_after: None,
+        tap: None,
+        eval_against: Vec::new(),
+        eval_every: 10,
+    }
+}
+
+/// The last checkpoint of `summary` against `partner`, on 64 fresh arenas.
+fn eval(cfg: &TrainConfig, summary: &TrainSummary, partner: &str) -> EvalResult {
+    let spec = EvalSpec {
+        scene: cfg.scene.clone(),
+        model: summary.checkpoints.last().expect("a checkpoint").clone(),
+        arenas: 64,
+        episodes: 1,
+        seed: 1_000_003,
+        threads: Some(2),
+    };
+    evaluate(&spec, partner).expect("evaluate")
+}
+
+fn strategy(r: &EvalResult, k: &str) -> f64 {
+    r.strategy.get(k).copied().unwrap_or(f64::NAN)
+}
+
+/// Naive independent learners (REINFORCE, IPPO) drift to mutual defection in the iterated
+/// Prisoner's Dilemma (Foerster et al. 2018): self-play earns ≤ 1.2 per round (random play
+/// earns 2.25, mutual cooperation 3).
+#[test]
+fn naive_learners_defect_in_self_play() {
+    for algo in [Algo::Reinforce, Algo::Ippo] {
+        let dir = tempfile::tempdir().expect("tmp");
+        let cfg = config(
+            "prisoners_dilemma.scene.ron",
+            algo,
+            12,
+            16,
+            3,
+            &dir.path().join("run"),
+        );
+        let summary = train(&cfg, |_| {}).expect("train");
+        let own = eval(&cfg, &summary, "self");
+        let vs_tft = eval(&cfg, &summary, "tit_for_tat");
+        eprintln!(
+            "{algo:?}: self-play {:.3}/round, vs tit_for_tat {:.3}, strategy {:?}",
+            own.model_return_per_step, vs_tft.model_return_per_step, own.strategy
+        );
+        assert!(
+            own.model_return_per_step <= 1.2,
+            "{algo:?}: self-play {} per round",
+            own.model_return_per_step
+        );
+        // It defects against a reciprocator too: no cooperation to keep up.
+        assert!(
+            strategy(&vs_tft, "coop_after_coop") < 0.3,
+            "{:?}",
+            vs_tft.strategy
+        );
+    }
+}
+
+/// Advantage Alignment with its defaults learns reciprocity that is not exploited (Duque et
+/// al. 2024; arXiv 2511.19405): it cooperates after the other cooperated and defects after
+/// it defected, earns about 3 per round in self-play, and always_defect cannot exploit it.
+#[test]
+fn advantage_alignment_learns_reciprocity_that_is_not_exploited() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = config(
+        "prisoners_dilemma.scene.ron",
+        Algo::AdvantageAlignment,
+        AA_ITERATIONS,
+        32,
+        3,
+        &dir.path().join("run"),
+    );
+    let summary = train(&cfg, |_| {}).expect("train");
+    let own = eval(&cfg, &summary, "self");
+    let vs_ad = eval(&cfg, &summary, "always_defect");
+    let vs_tft = eval(&cfg, &summary, "tit_for_tat");
+    eprintln!(
+        "advantage alignment: self-play {:.3}/round {:?}; vs always_defect {:.3}/round {:?}; \
+         vs tit_for_tat {:.3}/round {:?}",
+        own.model_return_per_step,
+        own.strategy,
+        vs_ad.model_return_per_step,
+        vs_ad.strategy,
+        vs_tft.model_return_per_step,
+        vs_tft.strategy
+    );
+    // Reciprocity, measured against a partner that does both (tit_for_tat answers the
+    // learner's own moves, so both conditions occur), pooled with self-play.
+    assert!(
+        strategy(&vs_tft, "coop_after_coop") >= 0.8,
+        "{:?}",
+        vs_tft.strategy
+    );
+    assert!(
+        strategy(&vs_ad, "coop_after_defect") <= 0.25,
+        "{:?}",
+        vs_ad.strategy
+    );
+    assert!(
+        vs_ad.model_return_per_step >= 0.8,
+        "exploited by always_defect: {} per round",
+        vs_ad.model_return_per_step
+    );
+    assert!(
+        own.model_return_per_step >= 2.5,
+        "self-play {} per round",
+        own.model_return_per_step
+    );
+}
+
+/// Iterations of the Advantage Alignment test.
+const AA_ITERATIONS: u32 = 50;
+
+/// MAGRPO with the shared reward on the Stag Hunt: the team earns 8 for stag-stag, 4 for
+/// hare-hare and 2 otherwise, so hunting the stag is not dominant (against a hare hunter the
+/// hare pays the team more); from a random start (mutual stag a quarter of the rounds) the
+/// pair reaches stag-stag.
+#[test]
+fn magrpo_reaches_the_stag_with_the_shared_reward() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = config(
+        "stag_hunt.scene.ron",
+        Algo::Magrpo,
+        10,
+        16,
+        3,
+        &dir.path().join("run"),
+    );
+    let summary = train(&cfg, |_| {}).expect("train");
+    let first = summary.iterations[0].metrics["mutual_cooperation"];
+    let own = eval(&cfg, &summary, "self");
+    let vs_hare = eval(&cfg, &summary, "always_defect");
+    eprintln!(
+        "magrpo: first iteration's stag-stag {first:.3}; self-play {:.3}/round {:?}; vs a hare \
+         hunter {:.3}/round",
+        own.model_return_per_step, own.strategy, vs_hare.model_return_per_step
+    );
+    assert!(first < 0.5, "starts away from stag-stag: {first}");
+    // 4 per round is stag-stag every round; hare-hare pays 2.
+    assert!(
+        own.model_return_per_step >= 3.6,
+        "self-play {} per round",
+        own.model_return_per_step
+    );
+}
+
+/// CORY (Ma et al. 2024): the observer reads the pioneer's choice of the same step. On a
+/// pure coordination game (both matches pay, a mismatch pays nothing), what the observer
+/// should do depends only on what the pioneer chose, so after training its distribution
+/// follows the pioneer's word; untrained it reads the word but does not act on it.
+#[test]
+fn the_cory_observer_learns_to_follow_the_pioneer() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("pure_coordination.scene.ron");
+    std::fs::write(
+        &path,
+        r#"(
+    name: "Pure coordination",
+    family: Matrix(payoffs: [[1, 0], [0, 1]], actions: ["left", "right"], rounds: 10, history: 3),
+    teams: [(name: "player_a", policy: "lm"), (name: "player_b", policy: "lm")],
+)"#,
+    )
+    .expect("scene");
+    let mut cfg = config(
+        "coordination.scene.ron",
+        Algo::Cory,
+        CORY_ITERATIONS,
+        16,
+        3,
+        &dir.path().join("run"),
+    );
+    cfg.scene = load_scene(&path).expect("scene");
+    cfg.scene_path = path;
+    let summary = train(&cfg, |_| {}).expect("train");
+    let ckpt = summary.checkpoints.last().expect("checkpoint");
+    let untrained = emergence::policy::lm::ModelFolder::init(
+        Preset::Tiny,
+        3,
+        &[cfg.scene.clone()],
+        &candle_core::Device::Cpu,
+    )
+    .expect("init");
+    let gap = |folder: &emergence::policy::lm::ModelFolder| -> f32 {
+        let prompt = |word: &str| {
+            format!(
+                "role player_b team player_b round 1 of 10\nno rounds played yet\nother so far left 0 right 0\nactions left right\nally said {word}\n"
+            )
+        };
+        p_left(folder, &prompt("left")) - p_left(folder, &prompt("right"))
+    };
+    let before = gap(&untrained);
+    for copy in ["agent_0", "agent_1"] {
+        let trained =
+            emergence::policy::lm::ModelFolder::load(&ckpt.join(copy), &candle_core::Device::Cpu)
+                .expect("copy");
+        let after = gap(&trained);
+        eprintln!(
+            "cory {copy}: P(left | ally left) − P(left | ally right) = {after:.3} (untrained {before:.3})"
+        );
+        assert!(
+            after >= 0.6,
+            "{copy}: the observer's choice barely depends on the pioneer's: {after}"
+        );
+    }
+    assert!(
+        before.abs() < 0.3,
+        "the untrained model already follows: {before}"
+    );
+}
+
+/// Iterations of the CORY test.
+const CORY_ITERATIONS: u32 = 12;
+
+/// P("left") under `folder` for `prompt`, masked to the two actions.
+fn p_left(folder: &emergence::policy::lm::ModelFolder, prompt: &str) -> f32 {
+    use candle_core::{D, Device, Tensor};
+    use emergence::policy::lm::model::Path as Fwd;
+    use emergence::policy::lm::tokenizer::encode;
+    let dec = folder.decoder().expect("decoder");
+    let ids = encode(&folder.tokenizer, prompt).expect("encode");
+    let n = ids.len();
+    let ids = Tensor::from_vec(ids, (1, n), &Device::Cpu).expect("ids");
+    let logits = dec.forward(&ids, None, Fwd::Fast).expect("forward");
+    let lp = candle_nn::ops::log_softmax(
+        &logits.get(0).expect("row").get(n - 1).expect("last"),
+        D::Minus1,
+    )
+    .expect("lp")
+    .to_vec1::<f32>()
+    .expect("vec");
+    let word = |w: &str| lp[encode(&folder.tokenizer, w).expect("word")[0] as usize];
+    1.0 / (1.0 + (word("right") - word("left")).exp())
+}
