@@ -360,7 +360,7 @@ struct TrainArgs {
     /// [default: 0.001].
     #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::LR))]
     lr: Option<f64>,
-    /// Weight of the k3 KL to the frozen starting model (0: none) [default: 0; cory: 0.05].
+    /// Weight of the k3 KL to the frozen starting model (0: none) [default: 0; cory: 0.4].
     #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::KL_COEF))]
     kl_coef: Option<f64>,
     /// Weight of the entropy bonus [default: 0.01].

@@ -457,3 +457,87 @@ fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
     assert_eq!((stats.steps, stats.skipped), (1, 0));
     assert!(weights(&trainer) != before, "weights did not move");
 }
+
+/// A policy that values every state at its step number (and moves nowhere), so a test can
+/// tell which state a value belongs to.
+struct ValueIsStep;
+
+impl emergence::policy::Policy for ValueIsStep {
+    fn decide(&mut self, batch: &mut [emergence::policy::Decision<'_>]) {
+        for d in batch.iter_mut() {
+            d.action.0 = 0;
+            d.trace.value = Some(d.obs.step as f32);
+        }
+    }
+}
+
+/// A truncated episode's trajectory carries the value of the state after its last step,
+/// observed while its arena waits for the update (not the value before the last step); a
+/// terminated one carries none.
+#[test]
+fn a_truncated_trajectory_carries_the_value_after_its_last_step() {
+    use bevy::prelude::IntoScheduleConfigs;
+    use emergence::core::{Arenas, RecordSystems, SimSchedule};
+    use emergence::headless::{RunConfig, build_app};
+    use emergence::policy::PolicyRegistry;
+    use emergence::train::Rollouts;
+    use emergence::train::rollout::{collect_episodes, collect_steps};
+
+    for (scene_name, truncated) in [
+        ("commons_harvest_open.scene.ron", true),
+        ("prisoners_dilemma.scene.ron", false),
+    ] {
+        let mut sc = load_scene(&scene(scene_name)).expect("scene");
+        if truncated {
+            sc.spec.episode.max_steps = 4;
+        }
+        for a in &mut sc.agents {
+            a.policy = "probe".into();
+        }
+        let mut run = RunConfig::new(sc);
+        run.arenas = 2;
+        run.episodes = 2;
+        run.policies.push((
+            "probe".into(),
+            emergence::policy::PolicyFactory(std::sync::Arc::new(|| Box::new(ValueIsStep))),
+        ));
+        let mut app = build_app(&run).expect("app");
+        app.world_mut().resource_mut::<Arenas>().gate = Some(1);
+        let handle = app
+            .world_mut()
+            .resource_mut::<PolicyRegistry>()
+            .handle("probe")
+            .expect("probe");
+        app.insert_resource(Rollouts::new(handle, 8));
+        app.add_systems(
+            SimSchedule,
+            (
+                collect_steps.in_set(RecordSystems::Summarize),
+                collect_episodes.after(RecordSystems::Finish),
+            ),
+        );
+        while !app.world().resource::<Rollouts>().complete(0, 2) {
+            app.update();
+        }
+        assert_eq!(
+            app.world().resource::<Rollouts>().missing_bootstrap(0),
+            truncated,
+            "{scene_name}"
+        );
+        app.update();
+        let batch = app.world_mut().resource_mut::<Rollouts>().take(0);
+        assert!(!batch.trajectories.is_empty());
+        for tr in &batch.trajectories {
+            let last = tr.steps.last().expect("steps").value;
+            if truncated {
+                assert_eq!(tr.steps.len(), 4, "{scene_name}");
+                assert!(!tr.terminated);
+                // Decided at steps 0..3; the state after the last step is step 4.
+                assert_eq!((last, tr.bootstrap), (3.0, Some(4.0)), "{scene_name}");
+            } else {
+                assert!(tr.terminated, "{scene_name}");
+                assert_eq!(tr.bootstrap, None, "{scene_name}");
+            }
+        }
+    }
+}

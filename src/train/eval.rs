@@ -207,6 +207,17 @@ fn tally_strategies(
 
 /// Plays `spec`'s model against `partner` ([`parse_partners`]) without learning.
 pub fn evaluate(spec: &EvalSpec, partner: &str) -> Result<EvalResult, TrainError> {
+    let family = spec.scene.spec.family.name();
+    if let Some(info) = crate::policy::catalogue()
+        .iter()
+        .find(|c| c.name == partner)
+        && !info.plays(family)
+    {
+        return Err(TrainError::Config(format!(
+            "partner {partner} does not play {family} (it plays {})",
+            info.families.join(", ")
+        )));
+    }
     let learners = learning_teams(&spec.scene);
     // Each seating: the scene's slot policies and which slots are the model's.
     let seatings: Vec<Vec<u8>> = if partner == SELF {

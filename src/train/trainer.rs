@@ -116,7 +116,8 @@ impl Hyper {
     /// Advantage Alignment discounts with γ 0.9 as AdAlignLLM's Prisoner's Dilemma runs do,
     /// and makes 2 passes over each batch (the authors make one policy-gradient step per
     /// batch; on the Prisoner's Dilemma, 4 passes learned no faster per second here);
-    /// CORY keeps its KL penalty to the frozen reference on (coefficient 0.05), as the paper.
+    /// CORY keeps its KL penalty to the frozen reference on (coefficient 0.4, where the
+    /// paper's code starts its adaptive controller; see [`crate::train::algo::cory`]).
     pub fn for_algo(algo: Algo) -> Self {
         let base = Self::default();
         match algo {
@@ -131,7 +132,7 @@ impl Hyper {
                 ..base
             },
             Algo::Cory => Self {
-                kl_coef: 0.05,
+                kl_coef: 0.4,
                 ..base
             },
             _ => base,

@@ -3,6 +3,22 @@
 //! first; the *observer* then reads its own observation plus the pioneer's choice
 //! (`ally said WORD`) and decides. Both learn from the summed reward of the two, and the
 //! roles swap every K updates, so each copy learns to lead and to follow.
+//!
+//! ```text
+//! R_t      = r^pioneer_t + r^observer_t                 (both copies learn from the sum)
+//! loss^c   = PPO(π_c; GAE over R, V_c) + β_KL · KL(π_c ‖ π_ref)    for each copy c
+//! pioneer  a¹ ~ π_p(· | o¹);   observer  a² ~ π_o(· | o², "ally said a¹")
+//! ```
+//!
+//! Source: Ma et al. 2024, "Coevolving with the Other You", arXiv 2410.06101, and its code
+//! (github.com/Harry67Hu/CORY, `imdb_train/cory.py`). The KL penalty to the frozen starting
+//! model is on by default, as in the paper: its code starts TRL's adaptive KL controller at
+//! 0.4 (target 6) and subtracts the per-token KL from the reward; here an action is one
+//! token, and the k3 estimate of the KL is a loss term with a fixed coefficient of 0.4
+//! (`--kl-coef`), on advantages normalised over the batch as the code normalises its
+//! scores (`use_score_norm`). The paper's code swaps the roles every 5 iterations and
+//! rebuilds its optimizers at each swap; here every 2 (`--swap-every`), keeping each copy's
+//! optimizer state.
 
 use std::collections::HashMap;
 use std::sync::Arc;
