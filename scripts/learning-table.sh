@@ -44,7 +44,7 @@ for run in "${RUNS[@]}"; do
     rm -rf "$dir" "$dir.json"
     # shellcheck disable=SC2086
     "$BIN" train "$scene" $flags --seed "$s" --threads 2 --out "$dir" --quiet > "$dir.log"
-    "$BIN" eval "$dir" --against self,always_defect,tit_for_tat --arenas 64 --threads 2 --json "$dir.json" > /dev/null
+    "$BIN" eval "$dir" --against self,always_defect,tit_for_tat --arenas 256 --threads 2 --json "$dir.json" > /dev/null
     python3 - "$name" "$s" "$dir.json" <<'PY'
 import json, sys
 name, seed, path = sys.argv[1], sys.argv[2], sys.argv[3]

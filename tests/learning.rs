@@ -59,12 +59,13 @@ fn config(
     }
 }
 
-/// The last checkpoint of `summary` against `partner`, on 64 fresh arenas.
+/// The last checkpoint of `summary` against `partner`, on 256 fresh arenas (64 leave about
+/// ±0.1 per round of sampling noise on a self-play return).
 fn eval(cfg: &TrainConfig, summary: &TrainSummary, partner: &str) -> EvalResult {
     let spec = EvalSpec {
         scene: cfg.scene.clone(),
         model: summary.checkpoints.last().expect("a checkpoint").clone(),
-        arenas: 64,
+        arenas: 256,
         episodes: 1,
         seed: 1_000_003,
         threads: Some(2),
@@ -167,52 +168,22 @@ fn advantage_alignment_learns_reciprocity_that_is_not_exploited() {
 /// Iterations of the Advantage Alignment test.
 const AA_ITERATIONS: u32 = 50;
 
-/// MAGRPO with the shared reward on the Stag Hunt: the team earns 8 for stag-stag, 4 for
-/// hare-hare and 2 otherwise, so hunting the stag is not dominant (against a hare hunter the
-/// hare pays the team more); from a random start (mutual stag a quarter of the rounds) the
-/// pair reaches stag-stag.
+/// CORY (Ma et al. 2024): the observer reads the pioneer's choice of the same step. On an
+/// anti-coordination game (the pair earns only when the two choose differently, like two
+/// drivers picking lanes), what the observer should do depends only on what the pioneer
+/// chose: the other word. The untrained model leans the other way (a word it has just read
+/// is likelier next: P(left | ally left) exceeds P(left | ally right) by about 0.4 at
+/// seed 3), so the test fails without learning, and for an observer that ignores or copies
+/// the pioneer.
 #[test]
-fn magrpo_reaches_the_stag_with_the_shared_reward() {
+fn the_cory_observer_learns_to_answer_the_pioneer() {
     let dir = tempfile::tempdir().expect("tmp");
-    let cfg = config(
-        "stag_hunt.scene.ron",
-        Algo::Magrpo,
-        10,
-        16,
-        seed(),
-        &dir.path().join("run"),
-    );
-    let summary = train(&cfg, |_| {}).expect("train");
-    let first = summary.iterations[0].metrics["mutual_cooperation"];
-    let own = eval(&cfg, &summary, "self");
-    let vs_hare = eval(&cfg, &summary, "always_defect");
-    eprintln!(
-        "magrpo: first iteration's stag-stag {first:.3}; self-play {:.3}/round {:?}; vs a hare \
-         hunter {:.3}/round",
-        own.model_return_per_step, own.strategy, vs_hare.model_return_per_step
-    );
-    assert!(first < 0.5, "starts away from stag-stag: {first}");
-    // 4 per round is stag-stag every round; hare-hare pays 2.
-    assert!(
-        own.model_return_per_step >= 3.6,
-        "self-play {} per round",
-        own.model_return_per_step
-    );
-}
-
-/// CORY (Ma et al. 2024): the observer reads the pioneer's choice of the same step. On a
-/// pure coordination game (both matches pay, a mismatch pays nothing), what the observer
-/// should do depends only on what the pioneer chose, so after training its distribution
-/// follows the pioneer's word; untrained it reads the word but does not act on it.
-#[test]
-fn the_cory_observer_learns_to_follow_the_pioneer() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let path = dir.path().join("pure_coordination.scene.ron");
+    let path = dir.path().join("anti_coordination.scene.ron");
     std::fs::write(
         &path,
         r#"(
-    name: "Pure coordination",
-    family: Matrix(payoffs: [[1, 0], [0, 1]], actions: ["left", "right"], rounds: 10, history: 3),
+    name: "Anti-coordination",
+    family: Matrix(payoffs: [[0, 1], [1, 0]], actions: ["left", "right"], rounds: 10, history: 3),
     teams: [(name: "player_a", policy: "lm"), (name: "player_b", policy: "lm")],
 )"#,
     )
@@ -236,31 +207,38 @@ fn the_cory_observer_learns_to_follow_the_pioneer() {
         &candle_core::Device::Cpu,
     )
     .expect("init");
-    let gap = |folder: &emergence::policy::lm::ModelFolder| -> f32 {
+    // How much likelier the observer says the other word than the pioneer's, in round 1.
+    let answers = |folder: &emergence::policy::lm::ModelFolder| -> f32 {
         let prompt = |word: &str| {
             format!(
                 "role player_b team player_b round 1 of 10\nno rounds played yet\nother so far left 0 right 0\nactions left right\nally said {word}\n"
             )
         };
-        p_left(folder, &prompt("left")) - p_left(folder, &prompt("right"))
+        p_left(folder, &prompt("right")) - p_left(folder, &prompt("left"))
     };
-    let before = gap(&untrained);
+    let before = answers(&untrained);
+    let returns: Vec<f64> = summary
+        .iterations
+        .iter()
+        .map(|r| r.team_returns.values().sum::<f64>() / r.team_returns.len() as f64)
+        .collect();
     for copy in ["agent_0", "agent_1"] {
         let trained =
             emergence::policy::lm::ModelFolder::load(&ckpt.join(copy), &candle_core::Device::Cpu)
                 .expect("copy");
-        let after = gap(&trained);
+        let after = answers(&trained);
         eprintln!(
-            "cory {copy}: P(left | ally left) − P(left | ally right) = {after:.3} (untrained {before:.3})"
+            "cory {copy}: P(left | ally right) − P(left | ally left) = {after:.3} (untrained \
+             {before:.3}); returns {returns:?}"
         );
         assert!(
             after >= 0.6,
-            "{copy}: the observer's choice barely depends on the pioneer's: {after}"
+            "{copy}: the observer does not answer the pioneer's word: {after}"
         );
     }
     assert!(
-        before.abs() < 0.3,
-        "the untrained model already follows: {before}"
+        before < 0.2,
+        "the untrained model already answers: {before}"
     );
 }
 
