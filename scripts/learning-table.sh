@@ -6,6 +6,7 @@
 #
 #   scripts/learning-table.sh                 # seeds 3 4 5, into runs/learning-table/
 #   SEEDS="3" OUT=/tmp/t scripts/learning-table.sh
+#   ONLY=ippo scripts/learning-table.sh       # the rows whose name contains "ippo"
 #
 # Prints one line per algorithm and seed: self-play return per round, return per round
 # against always_defect, P(C | other C) against tit_for_tat and self, P(C | other D) against
@@ -39,6 +40,7 @@ CORY="--algo cory --iterations 24 --arenas 16"
 printf '%-34s %4s %8s %8s %8s %8s %8s %8s %8s\n' algorithm seed self/rnd AD/rnd "C|C tft" "C|C self" "C|D AD" "C|D self" "first C"
 for run in "${RUNS[@]}"; do
   IFS='|' read -r name scene flags <<< "$run"
+  case "$name" in *"${ONLY:-}"*) ;; *) continue ;; esac
   for s in $SEEDS; do
     dir="$OUT/$(echo "$name" | tr -c 'a-z0-9\n' '_')_s$s"
     rm -rf "$dir" "$dir.json"
