@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The table of README's Training section: what each algorithm learns on the iterated
-# Prisoner's Dilemma (and MAGRPO on the Stag Hunt, CORY on pure coordination), measured the
-# way the learning tests (tests/learning.rs) measure it: train with the test's budget, then
-# play the last checkpoint against fixed partners on fresh seeds without learning.
+# Prisoner's Dilemma (and MAGRPO on the Stag Hunt), measured the way the learning tests
+# (tests/learning.rs) measure it: train with the test's budget, then play the last
+# checkpoint against fixed partners on 256 fresh arenas without learning.
 #
 #   scripts/learning-table.sh                 # seeds 3 4 5, into runs/learning-table/
 #   SEEDS="3" OUT=/tmp/t scripts/learning-table.sh
@@ -18,14 +18,6 @@ OUT=${OUT:-runs/learning-table}
 BIN=${EMERGENCE:-target/release/emergence}
 if [ -z "${EMERGENCE:-}" ]; then cargo build --release --quiet; fi
 mkdir -p "$OUT"
-PURE="$OUT/pure_coordination.scene.ron"
-cat > "$PURE" <<'RON'
-(
-    name: "Pure coordination",
-    family: Matrix(payoffs: [[1, 0], [0, 1]], actions: ["left", "right"], rounds: 10, history: 3),
-    teams: [(name: "player_a", policy: "lm"), (name: "player_b", policy: "lm")],
-)
-RON
 PD=scenes/dilemma/prisoners_dilemma.scene.ron
 SH=scenes/dilemma/stag_hunt.scene.ron
 # name | scene | train flags (the tests' budgets)
@@ -36,7 +28,6 @@ RUNS=(
   "magrpo (PD, shared reward)|$PD|--algo magrpo --iterations 10 --arenas 16"
   "magrpo (Stag Hunt, shared reward)|$SH|--algo magrpo --iterations 10 --arenas 16"
 )
-CORY="--algo cory --iterations 24 --arenas 16"
 printf '%-34s %4s %8s %8s %8s %8s %8s %8s %8s\n' algorithm seed self/rnd AD/rnd "C|C tft" "C|C self" "C|D AD" "C|D self" "first C"
 for run in "${RUNS[@]}"; do
   IFS='|' read -r name scene flags <<< "$run"
@@ -60,7 +51,3 @@ print("%-34s %4s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f" % (
 PY
   done
 done
-# CORY: how much the observer's choice follows the pioneer's word (tests/learning.rs).
-echo
-echo "cory on pure coordination: see tests/learning.rs (the_cory_observer_learns_to_follow_the_pioneer);"
-echo "its training runs: \"$BIN\" train $PURE $CORY --seed S"
