@@ -94,7 +94,16 @@ fn reinforce_learns_to_coordinate_and_moves_the_policy() {
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("run");
     let cfg = config("coordination.scene.ron", Algo::Reinforce, 12, 16, &out);
+    let passes = emergence::policy::lm::backward_passes();
     let summary = train(&cfg, |_| {}).expect("train");
+    // Every gradient step ran the training path's own backward pass (no silent fallback).
+    let steps: usize = summary.iterations.iter().map(|r| r.update.steps).sum();
+    assert!(steps > 0);
+    assert_eq!(
+        emergence::policy::lm::backward_passes() - passes,
+        steps as u64,
+        "gradient steps that did not go through the tape"
+    );
     let first = &summary.iterations[0];
     let first_return = first.team_returns.values().sum::<f64>() / 2.0;
     // Random play averages 5 of an optimum of 20 (both on "left" every round).

@@ -79,7 +79,11 @@ pub fn parse_partners(list: &str) -> Result<Vec<String>, String> {
         } else if crate::policy::catalogue().iter().any(|c| c.name == p) {
             p.to_string()
         } else {
-            let names: Vec<&str> = crate::policy::catalogue().iter().map(|c| c.name).collect();
+            let names: Vec<&str> = crate::policy::catalogue()
+                .iter()
+                .map(|c| c.name)
+                .filter(|n| *n != "lm")
+                .collect();
             return Err(format!(
                 "{p:?} is not a partner: expected self, lm(model: \"DIR\") or one of {}",
                 names.join(", ")

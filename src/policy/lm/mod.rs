@@ -12,7 +12,7 @@ mod mat;
 pub mod model;
 pub mod policy;
 mod tape;
-pub use tape::release_buffers;
+pub use tape::{backward_passes, release_buffers};
 pub mod tokenizer;
 
 use std::path::PathBuf;

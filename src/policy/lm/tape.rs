@@ -692,6 +692,17 @@ pub(super) fn forward(
     (out, Saved { parts })
 }
 
+thread_local! {
+    static BACKWARD_PASSES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many backward passes of this training path the calling thread has run (the trainer
+/// calls `backward` on its own thread): a test that a training step went through the tape
+/// and not through a fallback.
+pub fn backward_passes() -> u64 {
+    BACKWARD_PASSES.with(std::cell::Cell::get)
+}
+
 /// The backward pass of [`forward`]: from `dh`, the gradient of its output, adds every
 /// tensor's gradient into `grads` (those that have a buffer there; the input gradients are
 /// computed throughout, as the adapters of every layer may need them). Each part adds into
@@ -704,6 +715,7 @@ pub(super) fn backward(
     dh: &[f32],
     grads: &mut Grads,
 ) {
+    BACKWARD_PASSES.with(|c| c.set(c.get() + 1));
     let h = m.sizes.hidden;
     let mut own = vec![std::mem::take(&mut grads.0)];
     for _ in 1..saved.parts.len() {
