@@ -515,16 +515,21 @@ pub fn train(
         app.world_mut().resource_mut::<Arenas>().gate = Some(k + 2);
         let evaluate_now = !cfg.eval_against.is_empty()
             && (k == 0 || (k + 1) % cfg.eval_every.max(1) == 0 || k + 1 == cfg.iterations);
-        let checkpoint_now = (k + 1) % cfg.checkpoint_every.max(1) == 0 || k + 1 == end;
-        let mut eval = BTreeMap::new();
-        if evaluate_now || checkpoint_now {
-            let dir = cfg.out.join("checkpoints").join(format!("iter_{}", k + 1));
-            set_aside.extend(save_checkpoint(&learners, &dir, k + 1, cfg)?);
-            checkpoints.push(dir.clone());
-            if evaluate_now {
-                eval = evaluate_iteration(cfg, &scene, &dir, k + 1)?;
-            }
-        }
+        let eval = if evaluate_now {
+            // The evaluation reads the model from a scratch folder: the iteration's row is
+            // written before its checkpoint, so that a resumed run always finds the rows of
+            // the checkpoint it starts from.
+            let scratch = cfg.out.join(".eval");
+            let dir = scratch.join(format!("iter_{}", k + 1));
+            // A scratch folder a killed run left behind.
+            let _ = std::fs::remove_dir_all(&scratch);
+            save_checkpoint(&learners, &dir, k + 1, cfg)?;
+            let result = evaluate_iteration(cfg, &scene, &dir, k + 1);
+            let _ = std::fs::remove_dir_all(&scratch);
+            result?
+        } else {
+            BTreeMap::new()
+        };
         let report = IterationReport {
             iteration: k + 1,
             team_returns,
@@ -542,9 +547,14 @@ pub fn train(
         writer.write(&report)?;
         on_iteration(&report);
         reports.push(report);
-        // Curves so far, for a look while the run goes on (drawn again at the end).
-        if checkpoint_now && k + 1 < end {
-            let _ = crate::metrics::plot::plot_run(&cfg.out);
+        if (k + 1) % cfg.checkpoint_every.max(1) == 0 || k + 1 == end {
+            let dir = cfg.out.join("checkpoints").join(format!("iter_{}", k + 1));
+            set_aside.extend(save_checkpoint(&learners, &dir, k + 1, cfg)?);
+            checkpoints.push(dir);
+            // Curves so far, for a look while the run goes on (drawn again at the end).
+            if k + 1 < end {
+                let _ = crate::metrics::plot::plot_run(&cfg.out);
+            }
         }
         last_progress = progress;
         last_stats = stats;
