@@ -13,7 +13,7 @@
 //! ```text
 //! G^i_t      = Σ_{u≥t} γ^{u−t} r^i_u                                    (Monte Carlo return)
 //! A^i_t      = G^i_t − 1/(n−1) Σ_{m≠n} G^i_{m,t}                        (leave-one-out baseline)
-//! Â^i_t      = A^i_t / std(A)                                           (batch-normalised)
+//! Â^i_t      = (A^i_t − mean(A)) / std(A)          (whitened over the batch: every agent, every step)
 //! w^i_t      = Σ_{k<t} γ^{t−k+1} Â^i_k                                  (own past, discounted)
 //! credit^i_t = Â^i_t + β · w^i_t · Σ_{j≠i} Â^j_t
 //! ```
@@ -27,13 +27,14 @@
 //!   with `exclude_k_equals_t`, then multiplied by γ once more): `γ^{t−k+1}`, `k<t` only, and
 //!   no outer `γ^t` (their `skip_discounted_state_visitation`). The own term is the plain
 //!   advantage.
-//! - Normalisation before the product: the advantages are divided by their standard
-//!   deviation over the whole batch (every learning agent, every step) before they are
-//!   multiplied, so `β` means the same on a 0-5 payoff as on a 0-50 one. The original
-//!   code whitens its advantages over the batch before the product (`normalize_advantages`);
-//!   the language-model code divides the rewards by a fixed constant (5 for the Prisoner's
-//!   Dilemma), which is the same thing for that one game only. The leave-one-out advantages
-//!   have mean 0 in every group already, so only the scale changes.
+//! - Normalisation before the product: the advantages are whitened (mean subtracted,
+//!   divided by the standard deviation) over the whole batch (every learning agent, every
+//!   step) before they are multiplied, so `β` means the same on a 0-5 payoff as on a 0-50
+//!   one. The original code whitens its advantages over the batch before the product
+//!   (`normalize_advantages`); the language-model code divides the rewards by a fixed
+//!   constant (5 for the Prisoner's Dilemma), which is the same thing for that one game
+//!   only. The leave-one-out advantages have mean 0 in every group already (steps that fall
+//!   back to the value estimate aside), so mostly the scale changes.
 //! - More than two learning agents: the term sums over the other agents of the arena
 //!   (the original Melting Pot code, `aa_terms`: `(1 − I) A`); the language-model code
 //!   supports two players only.
