@@ -225,6 +225,12 @@ fn parse_partners(s: &str) -> Result<Partners, String> {
 
 fn cmd_eval(args: EvalArgs) -> Result<()> {
     use emergence::train::eval::{EvalSpec, evaluate};
+    if !args.model.exists() {
+        anyhow::bail!(
+            "{}: not found; expected a run, a checkpoint or a model folder",
+            args.model.display()
+        );
+    }
     let (model, scene_path) = if args.model.join("checkpoints").is_dir() {
         let (_, ckpt) = emergence::train::newest_checkpoint(&args.model)?.ok_or_else(|| {
             anyhow::anyhow!(
@@ -909,6 +915,15 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
         stop_after: args.stop_after,
         ..cfg
     };
+    // A resumed run keeps its own thread count: rayon's pool is bounded by it too (main
+    // built it already when --threads was given).
+    if args.threads.is_none()
+        && let Some(n) = cfg.threads
+    {
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global();
+    }
     if let Some(dir) = &cfg.resume {
         println!("resuming {} from {}", cfg.out.display(), dir.display());
     }

@@ -550,3 +550,46 @@ fn a_truncated_trajectory_carries_the_value_after_its_last_step() {
         }
     }
 }
+
+/// Settings that cannot work are refused before any episode is played, with the reason.
+#[test]
+fn impossible_training_settings_are_refused_with_the_reason() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let pd = "prisoners_dilemma.scene.ron";
+    let refused = |cfg: TrainConfig| train(&cfg, |_| {}).expect_err("refused").to_string();
+    // A leave-one-out baseline needs another rollout of the same start.
+    let cfg = config(pd, Algo::AdvantageAlignment, 2, 4, &dir.path().join("a"));
+    assert!(refused(cfg).contains("at least 2 arenas"));
+    // Each learner is shaped by the others in its arena: they must share an update.
+    let mut cfg = config(pd, Algo::AdvantageAlignment, 2, 4, &dir.path().join("b"));
+    cfg.hyper.group_size = 2;
+    cfg.sharing = Sharing::Separate;
+    assert!(refused(cfg).contains("--sharing separate"));
+    // A partner that does not play the family, and two partners with one label.
+    let mut cfg = config(pd, Algo::Reinforce, 2, 4, &dir.path().join("c"));
+    cfg.eval_against = vec!["seeker".into()];
+    assert!(refused(cfg).contains("does not play Matrix"));
+    let (m1, m2) = (dir.path().join("x/m"), dir.path().join("y/m"));
+    std::fs::create_dir_all(&m1).expect("m1");
+    std::fs::create_dir_all(&m2).expect("m2");
+    let mut cfg = config(pd, Algo::Reinforce, 2, 4, &dir.path().join("d"));
+    cfg.eval_against = vec![
+        format!("lm:{}", m1.display()),
+        format!("lm:{}", m2.display()),
+    ];
+    assert!(refused(cfg).contains("both named lm_m"));
+    // CORY's copies decide as a pair.
+    let mut cfg = config(
+        "coordination.scene.ron",
+        Algo::Cory,
+        2,
+        4,
+        &dir.path().join("e"),
+    );
+    cfg.eval_against = vec!["always_defect".into()];
+    assert!(refused(cfg).contains("cory's copies"));
+    // Nothing was written for any of them.
+    for d in ["a", "b", "c", "d", "e"] {
+        assert!(!dir.path().join(d).exists(), "{d}");
+    }
+}

@@ -73,23 +73,6 @@ pub fn leave_one_out(returns: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-/// Advantage Alignment credit for agent 1 over one trajectory, from its own advantages
-/// `a1` and its opponent's `a2`:
-/// `c_t = γ^t [A¹_t + β (Σ_{k<t} γ^{t−k} A¹_k) A²_t]`.
-pub fn advantage_alignment(a1: &[f32], a2: &[f32], gamma: f32, beta: f32) -> Vec<f32> {
-    assert_eq!(a1.len(), a2.len(), "one opponent advantage per step");
-    let mut out = Vec::with_capacity(a1.len());
-    // past = Σ_{k<t} γ^{t−k} A¹_k, kept incrementally: past_{t+1} = γ (past_t + A¹_t).
-    let mut past = 0.0f32;
-    let mut discount = 1.0f32;
-    for t in 0..a1.len() {
-        out.push(discount * (a1[t] + beta * past * a2[t]));
-        past = gamma * (past + a1[t]);
-        discount *= gamma;
-    }
-    out
-}
-
 /// Mean and standard deviation normalisation (`(x − mean) / (std + 1e-8)`), in place.
 pub fn normalise(xs: &mut [f32]) {
     if xs.len() < 2 {
@@ -167,23 +150,6 @@ mod tests {
         // 1 − (2+3)/2 = −1.5; 2 − 2 = 0; 3 − 1.5 = 1.5.
         close(&leave_one_out(&[1.0, 2.0, 3.0]), &[-1.5, 0.0, 1.5]);
         close(&leave_one_out(&[4.0]), &[0.0]);
-    }
-
-    #[test]
-    fn advantage_alignment_by_hand() {
-        // γ 0.5, β 2, A¹ = [1, 2, 3], A² = [10, 1, −1].
-        // t=0: past 0                      → 1 * (1 + 0)            = 1
-        // t=1: past 0.5*1 = 0.5            → 0.5 * (2 + 2*0.5*1)     = 1.5
-        // t=2: past 0.5*(0.5+2) = 1.25     → 0.25 * (3 + 2*1.25*−1)  = 0.125
-        close(
-            &advantage_alignment(&[1.0, 2.0, 3.0], &[10.0, 1.0, -1.0], 0.5, 2.0),
-            &[1.0, 1.5, 0.125],
-        );
-        // β = 0 is the discounted own advantage.
-        close(
-            &advantage_alignment(&[1.0, 1.0], &[5.0, 5.0], 0.5, 0.0),
-            &[1.0, 0.5],
-        );
     }
 
     #[test]

@@ -209,19 +209,43 @@ fn tally_strategies(
     }
 }
 
+/// Checks partners ([`parse_partners`]' keys) against `scene` before a run spends anything:
+/// each plays the scene's family, each model folder exists, and no two share a metric label.
+pub fn check_partners(scene: &Scene, partners: &[String]) -> Result<(), String> {
+    let family = scene.spec.family.name();
+    let mut labels: Vec<String> = Vec::new();
+    for partner in partners {
+        if let Some(info) = crate::policy::catalogue()
+            .iter()
+            .find(|c| c.name == *partner)
+            && !info.plays(family)
+        {
+            return Err(format!(
+                "partner {partner} does not play {family} (it plays {})",
+                info.families.join(", ")
+            ));
+        }
+        if let Some(dir) = partner.strip_prefix("lm:")
+            && !Path::new(dir).is_dir()
+        {
+            return Err(format!("partner {partner}: {dir} is not a model folder"));
+        }
+        let l = label(partner);
+        if labels.contains(&l) {
+            return Err(format!(
+                "two partners are both named {l} in the metrics; give each model folder a \
+                 different last name"
+            ));
+        }
+        labels.push(l);
+    }
+    Ok(())
+}
+
 /// Plays `spec`'s model against `partner` ([`parse_partners`]) without learning.
 pub fn evaluate(spec: &EvalSpec, partner: &str) -> Result<EvalResult, TrainError> {
-    let family = spec.scene.spec.family.name();
-    if let Some(info) = crate::policy::catalogue()
-        .iter()
-        .find(|c| c.name == partner)
-        && !info.plays(family)
-    {
-        return Err(TrainError::Config(format!(
-            "partner {partner} does not play {family} (it plays {})",
-            info.families.join(", ")
-        )));
-    }
+    check_partners(&spec.scene, std::slice::from_ref(&partner.to_string()))
+        .map_err(TrainError::Config)?;
     let learners = learning_teams(&spec.scene);
     // Each seating: the scene's slot policies and which slots are the model's.
     let seatings: Vec<Vec<u8>> = if partner == SELF {

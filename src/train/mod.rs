@@ -300,6 +300,34 @@ pub fn train(
             a.policy = "lm".into();
         }
     }
+    if !cfg.eval_against.is_empty() {
+        if cfg.algo == Algo::Cory {
+            return Err(TrainError::Config(
+                "--eval-against does not play cory's copies yet: they decide as a pioneer and \
+                 an observer together, and a partner cannot take one of the two seats"
+                    .into(),
+            ));
+        }
+        eval::check_partners(&scene, &cfg.eval_against)
+            .map_err(|e| TrainError::Config(format!("--eval-against: {e}")))?;
+    }
+    if cfg.algo == Algo::AdvantageAlignment {
+        if cfg.sharing == Sharing::Separate {
+            return Err(TrainError::Config(
+                "advantage alignment shapes each learner by the other learners' advantages in \
+                 its arena, so they must be updated together: --sharing separate gives each \
+                 team its own model and update (use shared, role-lora or agent-lora)"
+                    .into(),
+            ));
+        }
+        let learners = scene.agents.iter().filter(|a| a.policy == "lm").count();
+        if learners < 2 {
+            return Err(TrainError::Config(format!(
+                "advantage alignment shapes each learner by the others' advantages: the scene \
+                 has {learners} agent(s) on `lm` per arena, and it needs 2 or more"
+            )));
+        }
+    }
     let initial = match &cfg.model {
         ModelChoice::Preset(p) => ModelSource::Embedded {
             preset: *p,

@@ -76,7 +76,8 @@ pub struct StrategyCounts {
 impl StrategyCounts {
     /// The counts of `slot` (0 or 1) over `history` (action 0 cooperates).
     pub fn of(history: &[[u8; 2]], slot: usize) -> Self {
-        let other = 1 - slot.min(1);
+        let slot = slot.min(1);
+        let other = 1 - slot;
         let mut c = Self::default();
         if let Some(h) = history.first() {
             c.first = 1;

@@ -11,8 +11,8 @@
 //! For learning agent `i` in an arena, over one episode of `T` steps:
 //!
 //! ```text
-//! G^i_t      = Σ_{u≥t} γ^{u−t} r^i_u                                    (Monte Carlo return)
-//! A^i_t      = G^i_t − 1/(n−1) Σ_{m≠n} G^i_{m,t}                        (leave-one-out baseline)
+//! G^i_{n,t}  = Σ_{u≥t} γ^{u−t} r^i_{n,u}                                (Monte Carlo return)
+//! A^i_{n,t}  = G^i_{n,t} − 1/(N−1) Σ_{m≠n} G^i_{m,t}    (leave-one-out over the N rollouts n of a group)
 //! Â^i_t      = (A^i_t − mean(A)) / std(A)          (whitened over the batch: every agent, every step)
 //! w^i_t      = Σ_{k<t} γ^{t−k+1} Â^i_k                                  (own past, discounted)
 //! credit^i_t = Â^i_t + β · w^i_t · Σ_{j≠i} Â^j_t
@@ -55,6 +55,8 @@
 //!   randomness, so a group there is simply 8 more matches to compare with).
 //! - Where episodes of one group end at different steps, a step that only one rollout of the
 //!   group reached has no other to compare with; its baseline is the agent's value estimate.
+//! - The returns are Monte Carlo returns of the episode as played: a truncated episode is
+//!   not bootstrapped (the papers' games end by their rules).
 
 use std::collections::BTreeMap;
 

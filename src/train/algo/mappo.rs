@@ -42,7 +42,9 @@ pub fn advantages(
         .zip(after)
         .map(|((tr, v), after)| {
             let rewards: Vec<f32> = tr.steps.iter().map(|s| s.reward).collect();
-            gae(&rewards, v, bootstrap(tr, *after), h.gamma, h.lambda)
+            // Without the state after the last step, the critic's last value stands in.
+            let after = after.or_else(|| v.last().copied());
+            gae(&rewards, v, bootstrap(tr, after), h.gamma, h.lambda)
         })
         .collect()
 }
