@@ -187,13 +187,14 @@ fn whole(s: &str, limit: limits::Int) -> Result<usize, String> {
 #[derive(clap::Args)]
 struct EvalArgs {
     /// A run folder (its newest whole checkpoint plays), a checkpoint
-    /// (`RUN/checkpoints/iter_K`) or a model folder.
+    /// (`RUN/checkpoints/iter_K`) or a model folder (a language model's, or an `mlp`'s with
+    /// its mlp.json).
     model: PathBuf,
-    /// The scene [default: a run's own scene copy]. Its teams on `lm` are the model's seats
-    /// (every team when none is).
+    /// The scene [default: a run's own scene copy]. Its teams on `lm` (on `mlp`, for an
+    /// `mlp` model) are the model's seats (every team when none is).
     scene: Option<PathBuf>,
     /// Partners, comma-separated: policy names (`always_defect`, `tit_for_tat`, `random`,
-    /// ...), `self`, or `lm(model: "DIR")`.
+    /// ...), `self`, `lm(model: "DIR")`, or `mlp:DIR` for a trained `mlp`.
     #[arg(long, value_parser = parse_partners, required = true)]
     against: Vec<Partners>,
     /// Arenas per partner (one episode each unless --episodes).
@@ -334,8 +335,8 @@ fn cmd_eval(args: EvalArgs) -> Result<()> {
 
 #[derive(clap::Args)]
 struct TrainArgs {
-    /// The `.scene.ron` file. Teams on `lm` learn (all teams when none is). Its `train:`
-    /// block gives defaults that these flags override.
+    /// The `.scene.ron` file. Teams on `lm` (on `mlp` with --learner mlp) learn (all teams
+    /// when none is). Its `train:` block gives defaults that these flags override.
     #[arg(required_unless_present = "resume")]
     scene: Option<PathBuf>,
     /// The algorithm [default: ippo].
@@ -398,6 +399,12 @@ struct TrainArgs {
     /// Rank of the LoRA adapters (`--sharing role-lora` or `agent-lora`) [default: 8].
     #[arg(long, value_parser = |s: &str| whole32(s, limits::LORA_RANK))]
     lora_rank: Option<u32>,
+    /// The policy that learns: the language model, or `mlp`, the classic-MARL baseline (a
+    /// two-layer network on the observation's features, weights from --seed; every algorithm
+    /// but cory; --minibatch 1024 unless given). The scene's agents on it learn (every agent
+    /// when none is) [default: lm].
+    #[arg(long, value_enum)]
+    learner: Option<emergence::train::LearnerKind>,
     /// CORY: updates between pioneer/observer role swaps [default: 2].
     #[arg(long, value_parser = |s: &str| whole32(s, limits::SWAP_EVERY))]
     swap_every: Option<u32>,
@@ -410,7 +417,8 @@ struct TrainArgs {
     stop_after: Option<u32>,
     /// Every --eval-every iterations (and at the first and the last), the learning teams
     /// play these partners on fresh seeds without learning: comma-separated policy names
-    /// (`always_defect`, `tit_for_tat`, `random`, ...), `self`, or `lm(model: "DIR")`. The
+    /// (`always_defect`, `tit_for_tat`, `random`, ...), `self`, `lm(model: "DIR")` or
+    /// `mlp:DIR`. The
     /// returns (and, in matrix games, the strategy) go into the metrics rows (`eval.*`) and
     /// plots/eval.png.
     #[arg(long, value_parser = parse_partners)]
@@ -822,6 +830,7 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             ("--aa-beta", args.aa_beta.is_some()),
             ("--swap-every", args.swap_every.is_some()),
             ("--sharing", args.sharing.is_some()),
+            ("--learner", args.learner.is_some()),
             ("--lora-rank", args.lora_rank.is_some()),
             ("--checkpoint-every", args.checkpoint_every.is_some()),
             ("--eval-against", args.eval_against.is_some()),
@@ -867,7 +876,8 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             }
         };
         let algo = args.algo.or(d.algo).unwrap_or(Algo::Ippo);
-        let base = Hyper::for_algo(algo);
+        let learner = args.learner.or(d.learner).unwrap_or_default();
+        let base = Hyper::for_learner(algo, learner);
         let hyper = Hyper {
             lr: args.lr.or(d.lr).unwrap_or(base.lr),
             kl_coef: args.kl_coef.or(d.kl_coef).unwrap_or(base.kl_coef),
@@ -900,6 +910,7 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             model,
             hyper,
             sharing: args.sharing.or(d.sharing).unwrap_or_default(),
+            learner,
             threads: args.threads.map(usize::from),
             checkpoint_every: args.checkpoint_every.or(d.checkpoint_every).unwrap_or(10),
             resume: None,

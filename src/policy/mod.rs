@@ -295,20 +295,27 @@ pub struct PolicyRegistry {
 
 impl PolicyRegistry {
     /// The handle of policy `name`, creating it from the catalogue on first use (`lm:PATH`:
-    /// a language model loaded from the folder PATH).
+    /// a language model loaded from the folder PATH; `mlp:PATH`: a trained `mlp`).
     pub fn handle(&mut self, name: &str) -> Option<PolicyHandle> {
         if let Some(i) = self.entries.iter().position(|(n, _)| n == name) {
             return Some(PolicyHandle(i as u16));
         }
         let policy: Box<dyn Policy> = match catalogue().iter().find(|p| p.name == name) {
             Some(info) => (info.make)(),
-            None => {
-                let dir = name.strip_prefix("lm:")?;
-                Box::new(lm::LmPolicy::new(
-                    lm::ModelSource::Folder(dir.into()),
+            None => match name.strip_prefix("mlp:") {
+                Some(dir) => Box::new(mlp::MlpPolicy::from_folder(
+                    dir.into(),
                     candle_core::Device::Cpu,
-                ))
-            }
+                    mlp::MlpHandle::default(),
+                )),
+                None => {
+                    let dir = name.strip_prefix("lm:")?;
+                    Box::new(lm::LmPolicy::new(
+                        lm::ModelSource::Folder(dir.into()),
+                        candle_core::Device::Cpu,
+                    ))
+                }
+            },
         };
         self.entries.push((name.to_string(), policy));
         Some(PolicyHandle((self.entries.len() - 1) as u16))

@@ -73,6 +73,8 @@ pub struct TrainDefaults {
     pub swap_every: Option<u32>,
     /// One model, a LoRA adapter per role, or a model per learning team.
     pub sharing: Option<crate::train::Sharing>,
+    /// The policy that learns: `lm` or `mlp`.
+    pub learner: Option<crate::train::LearnerKind>,
     /// Rank of the per-role LoRA adapters.
     pub lora_rank: Option<usize>,
     /// Checkpoint period in iterations.

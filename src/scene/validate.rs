@@ -161,7 +161,7 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
                     ),
                 ));
             }
-            None if key.starts_with("lm:") => {}
+            None if key.starts_with("lm:") || key.starts_with("mlp:") => {}
             None => {
                 let known = catalogue()
                     .iter()

@@ -6,8 +6,11 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 use super::critic;
-use super::{Algo, Hyper, ModelChoice, Sharing, TrainConfig, TrainError, Trainer, io_err};
+use super::{
+    Algo, Hyper, LearnerKind, ModelChoice, Sharing, TrainConfig, TrainError, Trainer, io_err,
+};
 use crate::policy::lm::{ModelFolder, ModelSource, TrainHandle};
+use crate::policy::mlp::MlpHandle;
 use crate::scene::Scene;
 use candle_core::Device;
 
@@ -23,6 +26,8 @@ struct SavedConfig {
     hyper: Hyper,
     #[serde(default)]
     sharing: Sharing,
+    #[serde(default)]
+    learner: LearnerKind,
     threads: Option<usize>,
     checkpoint_every: u32,
     #[serde(default)]
@@ -65,6 +70,7 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
         model: saved.model,
         hyper: saved.hyper,
         sharing: saved.sharing,
+        learner: saved.learner,
         threads: saved.threads,
         // 0 meant every iteration (`max(1)`) before the limits were checked.
         checkpoint_every: saved.checkpoint_every.max(1),
@@ -130,10 +136,18 @@ pub struct TrainerState {
     pub critic_optimizer_steps: Vec<u64>,
 }
 
+/// The model a learner trains, as its policy shares it.
+pub(super) enum LearnerModel {
+    /// A language model.
+    Lm(TrainHandle),
+    /// An `mlp`.
+    Mlp(MlpHandle),
+}
+
 /// A model being trained: its handle, its trainer, and its subfolder in checkpoints.
 pub(super) struct Learner {
     pub(super) name: Option<String>,
-    pub(super) handle: TrainHandle,
+    pub(super) model: LearnerModel,
     pub(super) trainer: Trainer,
 }
 
@@ -197,8 +211,18 @@ fn write_checkpoint(
 ) -> Result<(), TrainError> {
     for l in learners {
         let ldir = l.dir(tmp);
-        let folder = l
-            .handle
+        let handle = match &l.model {
+            LearnerModel::Lm(h) => h,
+            LearnerModel::Mlp(h) => {
+                h.net()
+                    .ok_or_else(|| TrainError::Config("no trained mlp".into()))?
+                    .save(&ldir)
+                    .map_err(TrainError::Config)?;
+                write_moments(l, &ldir)?;
+                continue;
+            }
+        };
+        let folder = handle
             .with(|t| ModelFolder {
                 dir: ldir.clone(),
                 config: t.config.clone(),
@@ -212,8 +236,7 @@ fn write_checkpoint(
             })
             .ok_or_else(|| TrainError::Config("no trained model".into()))?;
         folder.save(&ldir)?;
-        let adapters = l
-            .handle
+        let adapters = handle
             .with(|t| {
                 t.adapters
                     .iter()
@@ -224,15 +247,7 @@ fn write_checkpoint(
         for (role, adapter) in adapters {
             adapter.save(&ldir.join("adapters").join(role))?;
         }
-        let opath = ldir.join("optimizer.safetensors");
-        let moments: std::collections::HashMap<String, candle_core::Tensor> = (l.trainer)
-            .optimizer()
-            .state()
-            .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?
-            .into_iter()
-            .collect();
-        candle_core::safetensors::save(&moments, &opath)
-            .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
+        write_moments(l, &ldir)?;
     }
     let mut critic_optimizer_steps = Vec::new();
     for l in learners {
@@ -269,6 +284,19 @@ fn write_checkpoint(
     std::fs::write(&spath, json).map_err(io_err(&spath))
 }
 
+/// A learner's optimizer moments, `optimizer.safetensors` in its folder `ldir`.
+fn write_moments(l: &Learner, ldir: &Path) -> Result<(), TrainError> {
+    let opath = ldir.join("optimizer.safetensors");
+    let moments: std::collections::HashMap<String, candle_core::Tensor> = (l.trainer)
+        .optimizer()
+        .state()
+        .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?
+        .into_iter()
+        .collect();
+    candle_core::safetensors::save(&moments, &opath)
+        .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))
+}
+
 /// A fresh run's folder: `config.json` (the resolved settings) and `scene.ron` (the run's own
 /// copy of its scene, which a resumed run reads).
 pub(super) fn start_run_folder(cfg: &TrainConfig) -> Result<(), TrainError> {
@@ -300,14 +328,17 @@ pub(super) fn restore(
     for (i, l) in learners.iter_mut().enumerate() {
         let ldir = l.dir(dir);
         // A missing adapter would start afresh (as a new run's does): not a continuation.
-        let names = (l.handle)
-            .with(|t| {
-                t.adapters
-                    .iter()
-                    .map(|a| a.name.clone())
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
+        let names = match &l.model {
+            LearnerModel::Lm(h) => h
+                .with(|t| {
+                    t.adapters
+                        .iter()
+                        .map(|a| a.name.clone())
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default(),
+            LearnerModel::Mlp(_) => Vec::new(),
+        };
         for name in names {
             let apath = ldir
                 .join("adapters")
@@ -342,7 +373,8 @@ pub(super) fn restore(
             .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
         l.trainer.set_critic(critic);
     }
-    if cfg.hyper.kl_coef > 0.0 {
+    // An mlp's reference is rebuilt from the run seed by its trainer.
+    if cfg.hyper.kl_coef > 0.0 && cfg.learner == LearnerKind::Lm {
         // The reference is the run's starting model, not the checkpoint.
         let folder = match initial {
             ModelSource::Embedded { preset, seed } => {

@@ -7,7 +7,8 @@
 //! `P`, each team that learned takes the model in turn while every other team plays `P`; the
 //! figures are the means over those seats. Against `self` every learning team plays the
 //! model at once. Partners: any policy a scene may name (`always_defect`, `tit_for_tat`,
-//! `random`, ...), `lm(model: "DIR")` or `lm:DIR` for another model folder, and `self`.
+//! `random`, ...), `lm(model: "DIR")` or `lm:DIR` for another model folder, `mlp:DIR` for a
+//! trained `mlp`, and `self`. A checkpoint of an `mlp` run (`mlp.json`) is seated as `mlp`.
 
 use bevy::prelude::*;
 use std::collections::BTreeMap;
@@ -72,6 +73,17 @@ pub fn parse_partners(list: &str) -> Result<Vec<String>, String> {
             SELF.to_string()
         } else if let Some(dir) = p.strip_prefix("lm:") {
             format!("lm:{dir}")
+        } else if let Some(dir) = p.strip_prefix("mlp:") {
+            if !Path::new(dir)
+                .join(crate::policy::mlp::CONFIG_FILE)
+                .is_file()
+            {
+                return Err(format!(
+                    "{p:?}: {dir} is not an mlp model folder (no {})",
+                    crate::policy::mlp::CONFIG_FILE
+                ));
+            }
+            format!("mlp:{dir}")
         } else if p.starts_with("lm(") {
             let spec: crate::scene::PolicySpec =
                 ron::from_str(p).map_err(|e| format!("{p:?}: {e}; expected lm(model: \"DIR\")"))?;
@@ -85,7 +97,7 @@ pub fn parse_partners(list: &str) -> Result<Vec<String>, String> {
                 .filter(|n| *n != "lm")
                 .collect();
             return Err(format!(
-                "{p:?} is not a partner: expected self, lm(model: \"DIR\") or one of {}",
+                "{p:?} is not a partner: expected self, lm(model: \"DIR\"), mlp:DIR or one of {}",
                 names.join(", ")
             ));
         };
@@ -104,17 +116,21 @@ pub fn parse_partners(list: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-/// A partner's short name for metric keys: the policy's name, `self`, or `lm_FOLDER` for a
-/// model folder (its last path component).
+/// A partner's short name for metric keys: the policy's name, `self`, or `lm_FOLDER`
+/// (`mlp_FOLDER`) for a model folder (its last path component).
 pub fn label(partner: &str) -> String {
-    match partner.strip_prefix("lm:") {
-        Some(dir) => format!(
-            "lm_{}",
+    let folder = |kind: &str, dir: &str| {
+        format!(
+            "{kind}_{}",
             Path::new(dir)
                 .file_name()
                 .map_or_else(|| dir.to_string(), |f| f.to_string_lossy().into_owned())
-        ),
-        None => partner.to_string(),
+        )
+    };
+    match (partner.strip_prefix("lm:"), partner.strip_prefix("mlp:")) {
+        (Some(dir), _) => folder("lm", dir),
+        (_, Some(dir)) => folder("mlp", dir),
+        _ => partner.to_string(),
     }
 }
 
@@ -138,13 +154,13 @@ fn split_partners(list: &str) -> Vec<&str> {
     out
 }
 
-/// The teams that learn in a training run of `scene`: those on `lm`, or every team when none
-/// is (as [`super::train`] decides).
-pub fn learning_teams(scene: &Scene) -> Vec<u8> {
+/// The teams that learn in a training run of `scene` whose learning policy is `learner`
+/// (`lm` or `mlp`): those on it, or every team when none is (as [`super::train`] decides).
+pub fn learning_teams(scene: &Scene, learner: &str) -> Vec<u8> {
     let on_lm: Vec<u8> = scene
         .agents
         .iter()
-        .filter(|a| a.policy == "lm")
+        .filter(|a| a.policy == learner)
         .map(|a| a.team)
         .collect();
     let mut teams: Vec<u8> = if on_lm.is_empty() {
@@ -157,10 +173,32 @@ pub fn learning_teams(scene: &Scene) -> Vec<u8> {
     teams
 }
 
-/// The model folder that team `team` plays: the folder itself, or its `team_NAME/`.
-fn model_of_team(spec: &EvalSpec, team: u8) -> Result<PathBuf, TrainError> {
-    if spec.model.join("config.json").is_file() {
-        return Ok(spec.model.clone());
+/// The learning policy of a model folder or checkpoint: `mlp` when it (or a `team_NAME/` in
+/// it) holds an `mlp.json`, else `lm`.
+pub fn learner_of(model: &Path) -> &'static str {
+    let mlp = |d: &Path| d.join(crate::policy::mlp::CONFIG_FILE).is_file();
+    let in_team = std::fs::read_dir(model).ok().is_some_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("team_") && mlp(&e.path()))
+    });
+    if mlp(model) || in_team { "mlp" } else { "lm" }
+}
+
+/// The model folder that team `team` plays, as a registry key: the folder itself, or its
+/// `team_NAME/`, as `lm:DIR` or `mlp:DIR`.
+fn model_of_team(spec: &EvalSpec, team: u8) -> Result<String, TrainError> {
+    let key = |dir: &Path| -> Option<String> {
+        if dir.join(crate::policy::mlp::CONFIG_FILE).is_file() {
+            Some(format!("mlp:{}", dir.display()))
+        } else if dir.join("config.json").is_file() {
+            Some(format!("lm:{}", dir.display()))
+        } else {
+            None
+        }
+    };
+    if let Some(k) = key(&spec.model) {
+        return Ok(k);
     }
     let name = spec
         .scene
@@ -169,8 +207,8 @@ fn model_of_team(spec: &EvalSpec, team: u8) -> Result<PathBuf, TrainError> {
         .map(|s| s.to_string())
         .unwrap_or_default();
     let sub = spec.model.join(format!("team_{name}"));
-    if sub.join("config.json").is_file() {
-        return Ok(sub);
+    if let Some(k) = key(&sub) {
+        return Ok(k);
     }
     if spec.model.join("agent_0").is_dir() {
         return Err(TrainError::Config(format!(
@@ -181,7 +219,8 @@ fn model_of_team(spec: &EvalSpec, team: u8) -> Result<PathBuf, TrainError> {
         )));
     }
     Err(TrainError::Config(format!(
-        "{}: expected a model folder (config.json) or a checkpoint with team_{name}/",
+        "{}: expected a model folder (config.json, or mlp.json for an mlp) or a checkpoint \
+         with team_{name}/",
         spec.model.display()
     )))
 }
@@ -225,7 +264,9 @@ pub fn check_partners(scene: &Scene, partners: &[String]) -> Result<(), String> 
                 info.families.join(", ")
             ));
         }
-        if let Some(dir) = partner.strip_prefix("lm:")
+        if let Some(dir) = partner
+            .strip_prefix("lm:")
+            .or_else(|| partner.strip_prefix("mlp:"))
             && !Path::new(dir).is_dir()
         {
             return Err(format!("partner {partner}: {dir} is not a model folder"));
@@ -246,7 +287,8 @@ pub fn check_partners(scene: &Scene, partners: &[String]) -> Result<(), String> 
 pub fn evaluate(spec: &EvalSpec, partner: &str) -> Result<EvalResult, TrainError> {
     check_partners(&spec.scene, std::slice::from_ref(&partner.to_string()))
         .map_err(TrainError::Config)?;
-    let learners = learning_teams(&spec.scene);
+    let learner = learner_of(&spec.model);
+    let learners = learning_teams(&spec.scene, learner);
     // Each seating: the scene's slot policies and which slots are the model's.
     let seatings: Vec<Vec<u8>> = if partner == SELF {
         vec![learners.clone()]
@@ -261,11 +303,11 @@ pub fn evaluate(spec: &EvalSpec, partner: &str) -> Result<EvalResult, TrainError
         let mut scene = spec.scene.clone();
         for a in &mut scene.agents {
             if seated.contains(&a.team) {
-                a.policy = format!("lm:{}", model_of_team(spec, a.team)?.display());
+                a.policy = model_of_team(spec, a.team)?;
             } else if partner != SELF {
                 a.policy = partner.to_string();
-            } else if a.policy == "lm" {
-                a.policy = format!("lm:{}", model_of_team(spec, a.team)?.display());
+            } else if a.policy == learner {
+                a.policy = model_of_team(spec, a.team)?;
             }
         }
         let mut run = RunConfig::new(scene.clone());

@@ -39,10 +39,11 @@ use crate::core::{Arenas, RecordSystems, RunProgress, SimSchedule};
 use crate::envs::ActionNames;
 use crate::headless::{RunConfig, RunError, build_app};
 use crate::policy::lm::{LmError, LmPolicy, ModelSource, Preset, TrainHandle};
+use crate::policy::mlp::{MlpHandle, MlpPolicy};
 use crate::policy::{PolicyFactory, PolicyRegistry};
 use crate::scene::Scene;
 pub use algo::cory;
-use checkpoint::{Learner, save_checkpoint};
+use checkpoint::{Learner, LearnerModel, save_checkpoint};
 pub use checkpoint::{TrainerState, newest_checkpoint, resume_config, whole_checkpoints};
 use metrics_files::MetricsFiles;
 pub use rollout::{Batch, Rollouts, Step, Trajectory};
@@ -116,6 +117,28 @@ fn check_settings(cfg: &TrainConfig) -> Result<(), TrainError> {
     })
 }
 
+/// Which policy learns: the scene's agents on it are trained (every agent, when none is).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LearnerKind {
+    /// The language model (`--model` or an embedded preset).
+    #[default]
+    Lm,
+    /// The classic-MARL baseline: a two-layer network on the observation's features,
+    /// weights from the run seed (REINFORCE, IPPO, MAPPO, MAGRPO, Advantage Alignment).
+    Mlp,
+}
+
+impl LearnerKind {
+    /// The policy name its agents have in the scene.
+    pub fn policy(self) -> &'static str {
+        match self {
+            LearnerKind::Lm => "lm",
+            LearnerKind::Mlp => "mlp",
+        }
+    }
+}
+
 /// Where the trained model starts from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ModelChoice {
@@ -150,6 +173,9 @@ pub struct TrainConfig {
     /// One model for all learning agents, or one per learning team (CORY always has its
     /// two copies).
     pub sharing: Sharing,
+    /// The policy that learns (`lm`, or `mlp`; `model` is the language model's start).
+    #[serde(default)]
+    pub learner: LearnerKind,
     /// Bevy worker threads.
     pub threads: Option<usize>,
     /// Write a checkpoint every this many iterations (and after the last).
@@ -295,10 +321,26 @@ pub fn train(
         )));
     }
     let mut scene = cfg.scene.clone();
-    if !scene.agents.iter().any(|a| a.policy == "lm") {
+    let learner = cfg.learner.policy();
+    if !scene.agents.iter().any(|a| a.policy == learner) {
         for a in &mut scene.agents {
-            a.policy = "lm".into();
+            a.policy = learner.into();
         }
+    }
+    let mlp = cfg.learner == LearnerKind::Mlp;
+    if mlp && matches!(cfg.sharing, Sharing::RoleLora | Sharing::AgentLora) {
+        return Err(TrainError::Config(
+            "LoRA adapters adapt a language model's layers; the mlp learner shares one network \
+             (--sharing shared) or has one per team (--sharing separate)"
+                .into(),
+        ));
+    }
+    if mlp && cfg.algo == Algo::Cory {
+        return Err(TrainError::Config(
+            "cory trains a language model's pioneer and observer copies (the observer reads \
+             the pioneer's choice in its prompt); use --learner lm"
+                .into(),
+        ));
     }
     if !cfg.eval_against.is_empty() {
         if cfg.algo == Algo::Cory {
@@ -320,11 +362,11 @@ pub fn train(
                     .into(),
             ));
         }
-        let learners = scene.agents.iter().filter(|a| a.policy == "lm").count();
+        let learners = scene.agents.iter().filter(|a| a.policy == learner).count();
         if learners < 2 {
             return Err(TrainError::Config(format!(
                 "advantage alignment shapes each learner by the others' advantages: the scene \
-                 has {learners} agent(s) on `lm` per arena, and it needs 2 or more"
+                 has {learners} agent(s) on `{learner}` per arena, and it needs 2 or more"
             )));
         }
     }
@@ -349,7 +391,7 @@ pub fn train(
         })?;
         (of, (0..2).map(|m| Some(format!("agent_{m}"))).collect())
     } else if cfg.sharing == Sharing::Separate {
-        let (of, n) = sharing::models_of_slots(&scene);
+        let (of, n) = sharing::models_of_slots(&scene, learner);
         let team_names = scene.team_names();
         let mut names = vec![None; n];
         for (slot, m) in of.iter().enumerate() {
@@ -367,6 +409,7 @@ pub fn train(
     };
     let routed = names.len() > 1 || cory;
     let handles: Vec<TrainHandle> = names.iter().map(|_| TrainHandle::default()).collect();
+    let mlp_handles: Vec<MlpHandle> = names.iter().map(|_| MlpHandle::default()).collect();
     let sources: Vec<ModelSource> = names
         .iter()
         .map(|n| match (&resumed, n) {
@@ -388,7 +431,40 @@ pub fn train(
     let pioneer = Arc::new(AtomicUsize::new(
         (start / cfg.hyper.swap_every.max(1)) as usize % 2,
     ));
-    if cory {
+    if mlp {
+        // A fresh run builds each network from the run seed at its first decision; a resumed
+        // one reads it from the checkpoint.
+        let folders: Vec<Option<PathBuf>> = names
+            .iter()
+            .map(|n| {
+                resumed.as_ref().map(|(_, dir)| match n {
+                    Some(n) => dir.join(n),
+                    None => dir.to_path_buf(),
+                })
+            })
+            .collect();
+        let (h, of, seed) = (mlp_handles.clone(), model_of_slot.clone(), cfg.seed);
+        run.policies.push((
+            "mlp".into(),
+            PolicyFactory(Arc::new(move || {
+                let make = |m: usize| -> Box<dyn crate::policy::Policy> {
+                    let dev = candle_core::Device::Cpu;
+                    Box::new(match &folders[m] {
+                        Some(dir) => MlpPolicy::from_folder(dir.clone(), dev, h[m].clone()),
+                        None => MlpPolicy::with_handle(seed, dev, h[m].clone()),
+                    })
+                };
+                if routed {
+                    Box::new(sharing::RoutedPolicy::new(
+                        (0..h.len()).map(make).collect(),
+                        of.clone(),
+                    ))
+                } else {
+                    make(0)
+                }
+            })),
+        ));
+    } else if cory {
         let (s, h, p) = (sources.clone(), handles.clone(), pioneer.clone());
         run.policies.push((
             "lm".into(),
@@ -405,8 +481,12 @@ pub fn train(
             "lm".into(),
             PolicyFactory(Arc::new(move || {
                 let models = (0..s.len())
-                    .map(|m| {
-                        LmPolicy::with_handle(s[m].clone(), candle_core::Device::Cpu, h[m].clone())
+                    .map(|m| -> Box<dyn crate::policy::Policy> {
+                        Box::new(LmPolicy::with_handle(
+                            s[m].clone(),
+                            candle_core::Device::Cpu,
+                            h[m].clone(),
+                        ))
                     })
                     .collect();
                 Box::new(sharing::RoutedPolicy::new(models, of.clone()))
@@ -444,10 +524,11 @@ pub fn train(
     let policy = app
         .world_mut()
         .resource_mut::<PolicyRegistry>()
-        .handle("lm")
-        .ok_or_else(|| TrainError::Config("no lm policy".into()))?;
+        .handle(learner)
+        .ok_or_else(|| TrainError::Config(format!("no {learner} policy")))?;
     let mut rollouts = Rollouts::new(policy, actions);
     rollouts.global = cfg.algo == Algo::Mappo;
+    rollouts.features = mlp;
     app.insert_resource(rollouts);
     app.add_systems(
         SimSchedule,
@@ -459,13 +540,22 @@ pub fn train(
     let device = candle_core::Device::Cpu;
     let mut learners: Vec<Learner> = names
         .into_iter()
-        .zip(&handles)
-        .map(|(name, handle)| {
-            let mut trainer = Trainer::new(handle, cfg.algo, cfg.hyper.clone(), &device)?;
+        .enumerate()
+        .map(|(m, name)| {
+            let (model, mut trainer) = if mlp {
+                let h = &mlp_handles[m];
+                let t =
+                    Trainer::new_mlp(h, actions, cfg.algo, cfg.hyper.clone(), cfg.seed, &device)?;
+                (LearnerModel::Mlp(h.clone()), t)
+            } else {
+                let h = &handles[m];
+                let t = Trainer::new(h, cfg.algo, cfg.hyper.clone(), &device)?;
+                (LearnerModel::Lm(h.clone()), t)
+            };
             trainer.seed = cfg.seed;
             Ok(Learner {
                 name,
-                handle: handle.clone(),
+                model,
                 trainer,
             })
         })
@@ -488,7 +578,7 @@ pub fn train(
     let mut set_aside = Vec::new();
     let mut iter_start = Instant::now();
     let mut last_progress = *app.world().resource::<RunProgress>();
-    let mut last_stats = lm_stats(&app);
+    let mut last_stats = policy_stats(&app, learner);
     let end = cfg
         .stop_after
         .map_or(cfg.iterations, |s| s.clamp(start + 1, cfg.iterations));
@@ -518,7 +608,7 @@ pub fn train(
         }
         let rollout_seconds = iter_start.elapsed().as_secs_f64();
         let progress = *app.world().resource::<RunProgress>();
-        let stats = lm_stats(&app);
+        let stats = policy_stats(&app, learner);
         let batch = app.world_mut().resource_mut::<Rollouts>().take(k);
         let team_returns = mean_team_returns(&batch, &teams);
         let metrics = mean_metrics(&batch);
@@ -630,12 +720,12 @@ fn evaluate_iteration(
     Ok(out)
 }
 
-fn lm_stats(app: &bevy::app::App) -> crate::policy::PolicyStats {
+fn policy_stats(app: &bevy::app::App, name: &str) -> crate::policy::PolicyStats {
     app.world()
         .resource::<PolicyRegistry>()
         .stats()
         .into_iter()
-        .find(|(n, _)| n == "lm")
+        .find(|(n, _)| n == name)
         .map(|(_, s)| s)
         .unwrap_or_default()
 }

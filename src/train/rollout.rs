@@ -15,8 +15,10 @@ use crate::core::{
 /// One decision.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
-    /// The prompt's token ids.
+    /// The prompt's token ids (a language model's decision).
     pub tokens: Vec<u32>,
+    /// The observation as an `mlp` reads it (empty for a language model's decision).
+    pub encoded: crate::policy::mlp::Encoded,
     /// Which actions were legal.
     pub legal: Vec<bool>,
     /// The chosen action.
@@ -60,6 +62,8 @@ pub struct Rollouts {
     pub actions: usize,
     /// Also keep the global state of every step (MAPPO's centralised critic reads it).
     pub global: bool,
+    /// Keep each decision's observation as an `mlp` reads it (the collected policy is one).
+    pub features: bool,
     /// Agents per arena.
     pub slots: usize,
     open: BTreeMap<(u32, u32, u16), Trajectory>,
@@ -238,14 +242,19 @@ pub fn collect_steps(
                 .or_default()
                 .push(state);
         }
+        let keep_features = rollouts.features;
         for &e in members.entities() {
-            let Ok((agent, team, handle, trace, action, mask, reward, done, _, role)) =
+            let Ok((agent, team, handle, trace, action, mask, reward, done, obs, role)) =
                 agents.get(e)
             else {
                 continue;
             };
             if *handle != policy {
                 continue;
+            }
+            let mut encoded = crate::policy::mlp::Encoded::default();
+            if keep_features {
+                crate::policy::mlp::encode(obs, &mut encoded);
             }
             let traj = rollouts
                 .open
@@ -260,6 +269,7 @@ pub fn collect_steps(
                 });
             traj.steps.push(Step {
                 tokens: trace.tokens.clone(),
+                encoded,
                 legal: (0..n).map(|i| mask.allows(i as u8)).collect(),
                 action: action.0,
                 logprob: trace.logprob,

@@ -4,7 +4,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::lm::LmPolicy;
 use crate::policy::{Decision, Policy, PolicyStats};
 use crate::scene::Scene;
 
@@ -32,11 +31,11 @@ pub enum Sharing {
 }
 
 /// The model index of each slot under [`Sharing::Separate`]: the rank of the agent's team
-/// among the teams that have `lm` agents; `None` for slots not on `lm`. Also the number of
-/// models.
-pub fn models_of_slots(scene: &Scene) -> (Vec<Option<usize>>, usize) {
+/// among the teams that have agents on the learning policy `learner` (`lm` or `mlp`);
+/// `None` for slots not on it. Also the number of models.
+pub fn models_of_slots(scene: &Scene, learner: &str) -> (Vec<Option<usize>>, usize) {
     let mut teams: Vec<u8> = Vec::new();
-    for a in scene.agents.iter().filter(|a| a.policy == "lm") {
+    for a in scene.agents.iter().filter(|a| a.policy == learner) {
         if !teams.contains(&a.team) {
             teams.push(a.team);
         }
@@ -45,7 +44,7 @@ pub fn models_of_slots(scene: &Scene) -> (Vec<Option<usize>>, usize) {
         .agents
         .iter()
         .map(|a| {
-            (a.policy == "lm")
+            (a.policy == learner)
                 .then(|| teams.iter().position(|&t| t == a.team))
                 .flatten()
         })
@@ -56,13 +55,13 @@ pub fn models_of_slots(scene: &Scene) -> (Vec<Option<usize>>, usize) {
 /// Several models as one policy of the registry: each decision goes to its slot's model,
 /// each model answers its share in one batched forward.
 pub struct RoutedPolicy {
-    models: Vec<LmPolicy>,
+    models: Vec<Box<dyn Policy>>,
     model_of_slot: Vec<Option<usize>>,
 }
 
 impl RoutedPolicy {
     /// `models[m]` decides for the slots that `model_of_slot` maps to `m`.
-    pub fn new(models: Vec<LmPolicy>, model_of_slot: Vec<Option<usize>>) -> Self {
+    pub fn new(models: Vec<Box<dyn Policy>>, model_of_slot: Vec<Option<usize>>) -> Self {
         Self {
             models,
             model_of_slot,
@@ -100,7 +99,7 @@ impl Policy for RoutedPolicy {
     }
 
     fn failure(&self) -> Option<String> {
-        self.models.iter().find_map(Policy::failure)
+        self.models.iter().find_map(|m| m.failure())
     }
 
     fn stats(&self) -> Option<PolicyStats> {

@@ -1,6 +1,7 @@
 //! The update between episodes: advantages from a [`Batch`], then minibatch gradient steps
-//! on the language model's training path (the differentiable decoder over the policy's own
-//! variables, so the next decision already uses the new weights).
+//! on the policy's own variables, so the next decision already uses the new weights: the
+//! language model's training path (the differentiable decoder), or the `mlp`'s network
+//! (candle's autograd). Both read the same rollout buffer and take the same losses.
 
 use candle_core::{Device, Tensor, Var};
 use rand::seq::SliceRandom;
@@ -19,6 +20,7 @@ use super::optim::{AdamParams, AdamW};
 use super::rollout::Batch;
 use crate::policy::lm::model::Path;
 use crate::policy::lm::{Decoder, Lora, TrainHandle, Weights};
+use crate::policy::mlp::{Encoded, MlpHandle, MlpNet};
 
 /// The algorithms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -140,6 +142,22 @@ impl Hyper {
     }
 }
 
+impl Hyper {
+    /// [`Hyper::for_algo`], and for the `mlp` learner minibatches of 1024 decisions (a
+    /// gradient step of the small network costs little; 64 would make an iteration of a
+    /// long grid episode thousands of steps).
+    pub fn for_learner(algo: Algo, learner: super::LearnerKind) -> Self {
+        let base = Self::for_algo(algo);
+        match learner {
+            super::LearnerKind::Lm => base,
+            super::LearnerKind::Mlp => Self {
+                minibatch: 1024,
+                ..base
+            },
+        }
+    }
+}
+
 impl Default for Hyper {
     fn default() -> Self {
         Self {
@@ -222,6 +240,8 @@ impl UpdateStats {
 struct Sample {
     /// MAPPO: the critic's input (global state and the agent's one-hot slot).
     global: Vec<f32>,
+    /// An `mlp`'s input.
+    encoded: Encoded,
     /// The owner of the agent's adapter under LoRA (its role or slot index).
     owner: usize,
     tokens: Vec<u32>,
@@ -240,26 +260,47 @@ fn with_slot(state: &[f32], slot: u16, slots: usize) -> Vec<f32> {
     row
 }
 
-/// The trainer of one language-model policy.
-pub struct Trainer {
-    algo: Algo,
-    hyper: Hyper,
+/// A language model being trained.
+struct LmModel {
     decoder: Decoder,
     reference: Option<Decoder>,
-    vars: Vec<Var>,
-    opt: AdamW,
     action_tokens: Tensor,
-    actions: usize,
     pad: u32,
-    device: Device,
-    critic: Option<Critic>,
-    /// Seeds the centralised critic's weights (set to the run seed).
-    pub seed: u64,
     /// LoRA per role or per agent: each owner's adapter over the variables (empty: no
     /// adapters).
     adapters: Vec<crate::policy::lm::Adapter>,
     /// What the adapters belong to.
     owner: crate::policy::lm::AdapterOwner,
+}
+
+/// An `mlp` being trained: its network appears in the handle when the policy meets its
+/// first observation (or is read from a checkpoint), and the trainer takes it then.
+struct MlpModel {
+    handle: MlpHandle,
+    net: Option<MlpNet>,
+    /// The starting network (the same seed), for the KL term.
+    reference: Option<MlpNet>,
+}
+
+/// What a trainer updates.
+enum Model {
+    Lm(Box<LmModel>),
+    Mlp(MlpModel),
+}
+
+/// The trainer of one policy's model (a language model or an `mlp`).
+pub struct Trainer {
+    algo: Algo,
+    hyper: Hyper,
+    model: Model,
+    vars: Vec<Var>,
+    opt: AdamW,
+    actions: usize,
+    device: Device,
+    critic: Option<Critic>,
+    /// Seeds the centralised critic's weights and an `mlp`'s reference (set to the run
+    /// seed, which is also the `mlp`'s).
+    pub seed: u64,
 }
 
 impl Trainer {
@@ -336,18 +377,20 @@ impl Trainer {
             Ok(Self {
                 algo,
                 actions: ids.len(),
-                action_tokens: Tensor::new(ids.as_slice(), device)?,
-                pad: t.pad,
-                decoder,
-                reference,
+                model: Model::Lm(Box::new(LmModel {
+                    action_tokens: Tensor::new(ids.as_slice(), device)?,
+                    pad: t.pad,
+                    decoder,
+                    reference,
+                    adapters,
+                    owner,
+                })),
                 vars,
                 opt,
                 hyper: hyper.clone(),
                 device: device.clone(),
                 critic: None,
                 seed: 0,
-                adapters,
-                owner,
             })
         });
         built.unwrap_or_else(|| {
@@ -355,6 +398,77 @@ impl Trainer {
                 "the language-model policy was never set up (no agent uses it)".into(),
             ))
         })
+    }
+
+    /// A trainer for the `mlp` behind `handle`, whose decisions have `actions` choices and
+    /// whose starting weights came from `seed`. Its network is taken from the handle now if
+    /// it is there (a resumed run), else at the first update.
+    pub fn new_mlp(
+        handle: &MlpHandle,
+        actions: usize,
+        algo: Algo,
+        hyper: Hyper,
+        seed: u64,
+        device: &Device,
+    ) -> Result<Self, TrainError> {
+        if algo == Algo::Cory {
+            return Err(TrainError::Config(
+                "cory trains a language model's pioneer and observer copies (the observer \
+                 reads the pioneer's choice in its prompt); use --learner lm"
+                    .into(),
+            ));
+        }
+        let mut t = Self {
+            algo,
+            actions,
+            model: Model::Mlp(MlpModel {
+                handle: handle.clone(),
+                net: None,
+                reference: None,
+            }),
+            vars: Vec::new(),
+            opt: AdamW::new(
+                Vec::new(),
+                AdamParams {
+                    lr: hyper.lr,
+                    weight_decay: hyper.weight_decay,
+                    ..Default::default()
+                },
+            )?,
+            hyper,
+            device: device.clone(),
+            critic: None,
+            seed,
+        };
+        t.bind_mlp()?;
+        Ok(t)
+    }
+
+    /// An `mlp` trainer takes the network from its handle once there is one: its variables,
+    /// an optimizer over them (the settings kept) and, with a KL term, the starting network.
+    fn bind_mlp(&mut self) -> Result<(), TrainError> {
+        let Model::Mlp(m) = &mut self.model else {
+            return Ok(());
+        };
+        if m.net.is_some() {
+            return Ok(());
+        }
+        let Some(net) = m.handle.net() else {
+            return Ok(());
+        };
+        if self.hyper.kl_coef > 0.0 {
+            m.reference = Some(MlpNet::new(
+                net.cells,
+                net.dense,
+                net.actions,
+                self.seed,
+                &self.device,
+            )?);
+        }
+        self.vars = net.vars().iter().map(|(_, v)| v.clone()).collect();
+        self.opt = AdamW::new(net.vars().to_vec(), self.opt.params)?;
+        m.net = Some(net);
+        Ok(())
     }
 
     /// The trained variables.
@@ -383,8 +497,8 @@ impl Trainer {
 
     /// Sets the frozen reference model of the KL term (a resumed run's starting model).
     pub fn set_reference(&mut self, reference: Decoder) {
-        if self.hyper.kl_coef > 0.0 {
-            self.reference = Some(reference);
+        if let (true, Model::Lm(m)) = (self.hyper.kl_coef > 0.0, &mut self.model) {
+            m.reference = Some(reference);
         }
     }
 
@@ -504,7 +618,11 @@ impl Trainer {
                         .as_ref()
                         .map(|g| g[i][t].clone())
                         .unwrap_or_default(),
-                    owner: self.owner.index(traj.role, traj.slot),
+                    encoded: s.encoded.clone(),
+                    owner: match &self.model {
+                        Model::Lm(m) => m.owner.index(traj.role, traj.slot),
+                        Model::Mlp(_) => 0,
+                    },
                     tokens: s.tokens.clone(),
                     legal: s.legal.clone(),
                     action: s.action,
@@ -536,6 +654,30 @@ impl Trainer {
         rng: &mut ChaCha8Rng,
     ) -> Result<UpdateStats, TrainError> {
         let start = Instant::now();
+        self.bind_mlp()?;
+        if let Model::Mlp(m) = &self.model {
+            let Some(net) = &m.net else {
+                return Err(TrainError::Config(
+                    "the mlp never decided (no agent on it played), so there is no network \
+                     to train"
+                        .into(),
+                ));
+            };
+            if let Some(bad) = batch
+                .trajectories
+                .iter()
+                .flat_map(|t| &t.steps)
+                .find(|s| !net.fits(&s.encoded))
+            {
+                return Err(TrainError::Config(format!(
+                    "a decision of {} cells and {} header fields for a network of {} and {}",
+                    bad.encoded.cells.len(),
+                    bad.encoded.dense.len(),
+                    net.cells,
+                    net.dense
+                )));
+            }
+        }
         let samples = self.samples(batch)?;
         let mut stats = UpdateStats {
             samples: samples.len(),
@@ -563,7 +705,7 @@ impl Trainer {
             order.shuffle(rng);
             for chunk in order.chunks(self.hyper.minibatch.max(1)) {
                 let mut mb: Vec<&Sample> = chunk.iter().map(|&i| &samples[i]).collect();
-                if !self.adapters.is_empty() {
+                if matches!(&self.model, Model::Lm(m) if !m.adapters.is_empty()) {
                     mb.sort_by_key(|s| s.owner);
                 }
                 let critic_loss = match &mut self.critic {
@@ -610,33 +752,56 @@ impl Trainer {
         Ok(stats)
     }
 
-    /// Action log-probabilities `(m, actions)` and values `(m,)` of a minibatch on `decoder`.
+    /// Action log-probabilities `(m, actions)` and values `(m,)` of a minibatch, on the
+    /// trained model or (`reference`) on the frozen starting one; `None` when there is no
+    /// reference.
     fn heads(
         &self,
-        decoder: &Decoder,
-        path: Path,
+        reference: bool,
         mb: &[&Sample],
         bias: &Tensor,
-        with_adapters: bool,
-    ) -> Result<(Tensor, Option<Tensor>), TrainError> {
-        // Under LoRA the minibatch is sorted by owner: one forward, each owner's run of rows
-        // with its adapter (the reference model reads the base alone).
-        let prompts: Vec<&[u32]> = mb.iter().map(|s| s.tokens.as_slice()).collect();
-        let each: Vec<Option<&crate::policy::lm::Adapter>> = if with_adapters {
-            mb.iter().map(|s| self.adapters.get(s.owner)).collect()
-        } else {
-            Vec::new()
-        };
-        let lora = if self.adapters.is_empty() || !with_adapters {
-            Lora::Base
-        } else {
-            Lora::Each(&each)
-        };
-        let h = decoder.last_hidden(&prompts, self.pad, path, lora)?;
-        let tlp = candle_nn::ops::log_softmax(&decoder.head(&h)?, 1)?;
-        let alp = masked_action_logprobs(&tlp, &self.action_tokens, bias)?;
-        let v = decoder.value(&h)?.map(|v| v.squeeze(1)).transpose()?;
-        Ok((alp, v))
+    ) -> Result<Option<(Tensor, Option<Tensor>)>, TrainError> {
+        match &self.model {
+            Model::Lm(m) => {
+                let (decoder, path) = match (reference, &m.reference) {
+                    (false, _) => (&m.decoder, Path::Train),
+                    (true, Some(r)) => (r, Path::Fast),
+                    (true, None) => return Ok(None),
+                };
+                // Under LoRA the minibatch is sorted by owner: one forward, each owner's run
+                // of rows with its adapter (the reference model reads the base alone).
+                let prompts: Vec<&[u32]> = mb.iter().map(|s| s.tokens.as_slice()).collect();
+                let each: Vec<Option<&crate::policy::lm::Adapter>> = if reference {
+                    Vec::new()
+                } else {
+                    mb.iter().map(|s| m.adapters.get(s.owner)).collect()
+                };
+                let lora = if m.adapters.is_empty() || reference {
+                    Lora::Base
+                } else {
+                    Lora::Each(&each)
+                };
+                let h = decoder.last_hidden(&prompts, m.pad, path, lora)?;
+                let tlp = candle_nn::ops::log_softmax(&decoder.head(&h)?, 1)?;
+                let alp = masked_action_logprobs(&tlp, &m.action_tokens, bias)?;
+                let v = decoder.value(&h)?.map(|v| v.squeeze(1)).transpose()?;
+                Ok(Some((alp, v)))
+            }
+            Model::Mlp(m) => {
+                let net = match (reference, &m.net, &m.reference) {
+                    (false, Some(n), _) => n,
+                    (true, _, Some(r)) => r,
+                    (true, _, None) => return Ok(None),
+                    (false, None, _) => {
+                        return Err(TrainError::Config("the mlp has no network yet".into()));
+                    }
+                };
+                let rows: Vec<&Encoded> = mb.iter().map(|s| &s.encoded).collect();
+                let (logits, v) = net.forward(&rows)?;
+                let alp = candle_nn::ops::log_softmax(&(logits + bias)?, 1)?;
+                Ok(Some((alp, Some(v))))
+            }
+        }
     }
 
     fn step(
@@ -668,7 +833,9 @@ impl Trainer {
         let old_v = col(|s| s.value)?;
         let target = col(|s| s.target)?;
 
-        let (alp, v) = self.heads(&self.decoder, Path::Train, mb, &bias, true)?;
+        let (alp, v) = self
+            .heads(false, mb, &bias)?
+            .ok_or_else(|| TrainError::Config("no model to train".into()))?;
         let logp = chosen(&alp, &one_hot)?;
         let ent = entropy(&alp, &legal)?.mean_all()?;
         let mut out = UpdateStats::default();
@@ -691,8 +858,7 @@ impl Trainer {
         }
         out.entropy = ent.to_scalar::<f32>()?;
         loss = (loss - (ent * self.hyper.entropy_coef)?)?;
-        if let Some(reference) = &self.reference {
-            let (ralp, _) = self.heads(reference, Path::Fast, mb, &bias, false)?;
+        if let Some((ralp, _)) = self.heads(true, mb, &bias)? {
             let rlogp = chosen(&ralp, &one_hot)?.detach();
             let kl = k3_kl(&logp, &rlogp)?;
             out.kl_ref = kl.to_scalar::<f32>()?;

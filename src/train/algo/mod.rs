@@ -53,6 +53,7 @@ pub(crate) mod tests {
                 .iter()
                 .map(|&reward| Step {
                     tokens: vec![],
+                    encoded: Default::default(),
                     legal: vec![true, true],
                     action: 0,
                     logprob: 0.0,
