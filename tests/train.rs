@@ -454,6 +454,7 @@ fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
     let step = |reward: f32| Step {
         tokens: vec![5, 6, 7],
         encoded: Default::default(),
+        global: Default::default(),
         legal: vec![true, true],
         action: 0,
         logprob: -0.7,
@@ -616,5 +617,99 @@ fn impossible_training_settings_are_refused_with_the_reason() {
     // Nothing was written for any of them.
     for d in ["a", "b", "c", "d", "e", "f", "g"] {
         assert!(!dir.path().join(d).exists(), "{d}");
+    }
+}
+
+/// MAPPO's critic reads each family's true global state ([`GlobalView`]), written only while
+/// a run asks for it: the whole map with every agent on it, whatever the agents themselves
+/// can see, and the same shared numbers for every agent of an arena.
+#[test]
+fn each_family_writes_its_true_global_state_for_the_critic() {
+    use emergence::core::{Agent, CentralState, GlobalView, Observation};
+    use emergence::headless::{RunConfig, build_app};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // (scene, map cells, code of the agent itself, codes of every other agent)
+    let hns = (
+        emergence::envs::hide_and_seek::view::SELF,
+        vec![
+            emergence::envs::hide_and_seek::view::TEAMMATE,
+            emergence::envs::hide_and_seek::view::OPPONENT,
+        ],
+    );
+    let grid = (
+        emergence::envs::dilemma::view::SELF,
+        vec![
+            emergence::envs::dilemma::view::TEAMMATE,
+            emergence::envs::dilemma::view::OTHER,
+        ],
+    );
+    let maze = (
+        emergence::envs::maze::view::SELF,
+        vec![emergence::envs::maze::view::TEAMMATE],
+    );
+    for (path, (me, others)) in [
+        ("scenes/hide_and_seek/open_field.scene.ron", hns),
+        ("scenes/dilemma/commons_harvest_open.scene.ron", grid),
+        ("scenes/maze/split_view.scene.ron", maze),
+        ("scenes/dilemma/prisoners_dilemma.scene.ron", (0, vec![])),
+    ] {
+        let sc = load_scene(&root.join(path)).expect("scene");
+        let cells = (sc.width * sc.height) as usize;
+        let mut run = RunConfig::new(sc.clone());
+        run.arenas = 2;
+        run.seed = 5;
+        let mut off = build_app(&run).expect("app");
+        let mut app = build_app(&run).expect("app");
+        app.insert_resource(CentralState);
+        for _ in 0..3 {
+            app.update();
+            off.update();
+        }
+        let world = off.world_mut();
+        let mut q = world.query::<&GlobalView>();
+        assert!(
+            q.iter(world)
+                .all(|g| g.0.cells.is_empty() && g.0.dense.is_empty()),
+            "{path}: written without a critic"
+        );
+        let world = app.world_mut();
+        let mut q = world.query::<(&Agent, &GlobalView, &Observation)>();
+        let mut rows: Vec<(Agent, GlobalView, Observation)> = q
+            .iter(world)
+            .map(|(a, g, o)| (*a, g.clone(), o.clone()))
+            .collect();
+        rows.sort_by_key(|(a, ..)| (a.arena, a.slot));
+        let n = sc.agents.len();
+        assert_eq!(rows.len(), 2 * n, "{path}");
+        for (agent, g, obs) in &rows {
+            assert!(!g.0.dense.is_empty(), "{path}: no state for {agent:?}");
+            if others.is_empty() {
+                // Perfect information: the state is the player's own observation (both
+                // players' rounds, from its side).
+                let mut e = emergence::core::Encoded::default();
+                emergence::core::encode(obs, &mut e);
+                assert_eq!(g.0, e, "{path}");
+                continue;
+            }
+            // Every arena-mate's row shares the numbers (positions, step, phase).
+            let first = &rows[agent.arena as usize * n].1;
+            assert_eq!(g.0.dense, first.0.dense, "{path}: {agent:?}");
+            assert_eq!(g.0.cells.len(), cells, "{path}: the whole map");
+            assert_eq!(
+                g.0.cells.iter().filter(|&&c| c == me).count(),
+                1,
+                "{path}: {agent:?} drawn once"
+            );
+            let drawn = g.0.cells.iter().filter(|c| others.contains(c)).count();
+            assert_eq!(drawn, n - 1, "{path}: {agent:?} sees every other agent");
+        }
+        if path.contains("split_view") {
+            // Each agent knows half the maze; the state holds all of it, exit included.
+            let exit = emergence::envs::maze::view::EXIT;
+            for (agent, g, obs) in &rows {
+                assert!(g.0.cells.contains(&exit), "{agent:?}");
+                assert!(obs.map.iter().filter(|&&c| c & 0x0f == 0).count() > 0);
+            }
+        }
     }
 }

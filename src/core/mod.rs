@@ -7,6 +7,7 @@
 mod agent;
 mod arena;
 mod episode;
+mod features;
 mod grid;
 mod hash;
 mod rng;
@@ -15,6 +16,7 @@ mod schedule;
 pub use agent::*;
 pub use arena::*;
 pub use episode::*;
+pub use features::*;
 pub use grid::*;
 pub use hash::*;
 pub use rng::*;

@@ -180,6 +180,7 @@ pub fn spawn_arenas(
                 Done::default(),
                 AgentStats::default(),
                 Observation::default(),
+                GlobalView::default(),
                 AgentRng(ChaCha8Rng::seed_from_u64(0)),
                 DecisionTrace::default(),
             ));

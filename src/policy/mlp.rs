@@ -19,55 +19,10 @@ use std::time::Instant;
 use super::sampling::sample;
 use super::{Decision, Policy, PolicyStats};
 use crate::core::Observation;
+pub use crate::core::{CODES, Encoded, encode};
 
-/// Values each view cell may take in the one-hot code (cell codes are below 16; maze codes
-/// keep their kind in the low nibble).
-const CODES: usize = 16;
 /// Hidden width of both layers.
 const HIDDEN: usize = 64;
-
-/// An observation as the network reads it: the code (0..16) of every view cell, then of
-/// every known-map cell, and the header fields as numbers. The network's input is the
-/// one-hot of each cell's code followed by `dense` ([`features`] writes it out); the first
-/// layer reads the cells by adding the weight column of each cell's code ([`CellSum`]),
-/// which is the same sum without the zeros, and the rollout buffer keeps this compact form.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Encoded {
-    /// One code per cell (`view`, then `map`), each below 16.
-    pub cells: Vec<u8>,
-    /// The header fields.
-    pub dense: Vec<f32>,
-}
-
-/// Fills `out` with `obs`'s cells and header fields. The lengths depend only on the scene.
-pub fn encode(obs: &Observation, out: &mut Encoded) {
-    out.cells.clear();
-    out.cells
-        .extend(obs.view.iter().chain(&obs.map).map(|&c| c & 0x0f));
-    let d = &mut out.dense;
-    d.clear();
-    d.push(obs.step as f32 / 1000.0);
-    d.push(f32::from(obs.cooldown) / 10.0);
-    d.push(f32::from(u8::from(obs.removed)));
-    d.push(obs.prep_left as f32 / 100.0);
-    d.push(f32::from(u8::from(obs.holding)));
-    d.extend((0..4).map(|f| f32::from(u8::from(usize::from(obs.facing) == f))));
-    d.extend((0..8).map(|k| ((obs.keys >> k) & 1) as f32));
-    d.extend((0..4).map(|t| f32::from(u8::from(usize::from(obs.team).min(3) == t))));
-    d.push(obs.others.len() as f32 / 4.0);
-    d.push(obs.heard.len() as f32 / 4.0);
-    // Repeated games: the last three rounds, one-hot, newest first, and the other's counts.
-    for k in 0..3 {
-        match obs.history.iter().rev().nth(k) {
-            Some(h) => d.extend(
-                [h[0] == 0, h[0] == 1, h[1] == 0, h[1] == 1].map(|b| f32::from(u8::from(b))),
-            ),
-            None => d.extend([0.0; 4]),
-        }
-    }
-    let total = (obs.other_counts[0] + obs.other_counts[1]).max(1) as f32;
-    d.extend(obs.other_counts.map(|c| c as f32 / total));
-}
 
 /// The feature row of an observation, written out: one-hot view cells, then one-hot
 /// known-map cells, then header fields ([`Encoded`]). Its length depends only on the scene.
@@ -173,6 +128,38 @@ impl candle_core::CustomOp1 for CellSum {
         }
         Ok(Some(Tensor::from_vec(gw, (h, n), arg.device())?))
     }
+}
+
+/// `w1 · x` for the written-out rows of `rows` (`cells` cells and `dense` header fields each;
+/// `w1` is `(hidden, cells·16 + dense)`), without writing them out: the cells through
+/// [`CellSum`], the header fields through a matrix product. Differentiable in `w1`.
+pub fn first_layer(
+    w1: &Tensor,
+    rows: &[&Encoded],
+    cells: usize,
+    dense: usize,
+) -> candle_core::Result<Tensor> {
+    let b = rows.len();
+    let dev = w1.device();
+    let values: Vec<f32> = rows.iter().flat_map(|r| r.dense.iter().copied()).collect();
+    let mut h = Tensor::from_vec(values, (b, dense), dev)?
+        .matmul(&w1.narrow(1, cells * CODES, dense)?.t()?)?;
+    if cells > 0 {
+        let columns: Vec<u32> = rows
+            .iter()
+            .flat_map(|r| {
+                r.cells
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &code)| (k * CODES + usize::from(code & 0x0f)) as u32)
+            })
+            .collect();
+        h = (h + w1.apply_op1(CellSum {
+            columns: Arc::new(columns),
+            rows: b,
+        })?)?;
+    }
+    Ok(h)
 }
 
 /// The network's variables, by name and shape, for `inputs` features and `actions` actions.
@@ -291,28 +278,8 @@ impl MlpNet {
     /// Action logits `(b, actions)` and values `(b,)` of `rows` (each fitting this network),
     /// differentiable in the variables.
     pub fn forward(&self, rows: &[&Encoded]) -> candle_core::Result<(Tensor, Tensor)> {
-        let (b, c, d) = (rows.len(), self.cells, self.dense);
-        let dev = self.vars[0].1.device();
         let w = |i: usize| self.vars[i].1.as_tensor();
-        let dense: Vec<f32> = rows.iter().flat_map(|r| r.dense.iter().copied()).collect();
-        let w1 = w(0);
-        let mut h =
-            Tensor::from_vec(dense, (b, d), dev)?.matmul(&w1.narrow(1, c * CODES, d)?.t()?)?;
-        if c > 0 {
-            let columns: Vec<u32> = rows
-                .iter()
-                .flat_map(|r| {
-                    r.cells
-                        .iter()
-                        .enumerate()
-                        .map(|(k, &code)| (k * CODES + usize::from(code)) as u32)
-                })
-                .collect();
-            h = (h + w1.apply_op1(CellSum {
-                columns: Arc::new(columns),
-                rows: b,
-            })?)?;
-        }
+        let h = first_layer(w(0), rows, self.cells, self.dense)?;
         let h = h.broadcast_add(w(1))?.tanh()?;
         let layer = |x: &Tensor, i: usize| x.matmul(&w(i).t()?)?.broadcast_add(w(i + 1));
         let h = layer(&h, 2)?.tanh()?;

@@ -1,14 +1,19 @@
-//! MAPPO's centralised critic (Yu et al., 2022): a value network that reads the global state
-//! (every agent's feature row in the arena, in slot order, plus a one-hot of the agent it
-//! values), used only during training. Two tanh layers in candle over variables of its own,
-//! with its own AdamW; weights from a seeded stream; saved in checkpoints with its moments.
+//! MAPPO's centralised critic (Yu et al., 2022): a value network that reads the family's
+//! true global state from the valued agent's side ([`crate::core::GlobalView`]: the whole
+//! map's cells and every agent's position and status) plus a one-hot of that agent's slot,
+//! used only during training. Two tanh layers in candle over variables of its own, with its
+//! own AdamW; the cells enter through the same column sums as the `mlp`'s
+//! ([`crate::policy::mlp::first_layer`]); weights from a seeded stream; saved in checkpoints
+//! with its moments and its sizes (`critic.sizes`: cells, header fields).
 
-use candle_core::{Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 
 use super::loss::{clip_grad_norm, value_loss};
 use super::optim::{AdamParams, AdamW};
+use crate::core::{CODES, Encoded};
+use crate::policy::mlp::first_layer;
 
 /// Hidden width.
 const HIDDEN: usize = 128;
@@ -17,7 +22,8 @@ const HIDDEN: usize = 128;
 pub struct Critic {
     vars: Vec<(String, Var)>,
     opt: AdamW,
-    inputs: usize,
+    cells: usize,
+    dense: usize,
     device: Device,
 }
 
@@ -34,10 +40,17 @@ fn shapes(inputs: usize) -> [(&'static str, Vec<usize>); 6] {
 }
 
 impl Critic {
-    /// A fresh critic over rows of `inputs` features, weights from `seed`.
-    pub fn new(inputs: usize, seed: u64, lr: f64, device: &Device) -> candle_core::Result<Self> {
+    /// A fresh critic over rows of `cells` cells and `dense` header fields, weights from
+    /// `seed`.
+    pub fn new(
+        cells: usize,
+        dense: usize,
+        seed: u64,
+        lr: f64,
+        device: &Device,
+    ) -> candle_core::Result<Self> {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x6372_6974_6963);
-        let vars = shapes(inputs)
+        let vars = shapes(cells * CODES + dense)
             .into_iter()
             .map(|(name, shape)| {
                 let n: usize = shape.iter().product();
@@ -65,14 +78,20 @@ impl Critic {
         Ok(Self {
             vars,
             opt,
-            inputs,
+            cells,
+            dense,
             device: device.clone(),
         })
     }
 
-    /// Features per row.
-    pub fn inputs(&self) -> usize {
-        self.inputs
+    /// Whether `row` has the sizes this critic reads.
+    pub fn fits(&self, row: &Encoded) -> bool {
+        row.cells.len() == self.cells && row.dense.len() == self.dense
+    }
+
+    /// Cells and header fields per row.
+    pub fn sizes(&self) -> (usize, usize) {
+        (self.cells, self.dense)
     }
 
     /// Sets the learning rate.
@@ -80,18 +99,26 @@ impl Critic {
         self.opt.params.lr = lr;
     }
 
-    fn forward(&self, rows: &[&[f32]]) -> candle_core::Result<Tensor> {
-        let m = rows.len();
-        let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
-        let x = Tensor::from_vec(flat, (m, self.inputs), &self.device)?;
+    fn forward(&self, rows: &[&Encoded]) -> candle_core::Result<Tensor> {
+        if let Some(bad) = rows.iter().find(|r| !self.fits(r)) {
+            candle_core::bail!(
+                "the critic reads {} cells and {} header fields; a state has {} and {}",
+                self.cells,
+                self.dense,
+                bad.cells.len(),
+                bad.dense.len()
+            );
+        }
         let w = |i: usize| self.vars[i].1.as_tensor();
-        let h = x.matmul(&w(0).t()?)?.broadcast_add(w(1))?.tanh()?;
+        let h = first_layer(w(0), rows, self.cells, self.dense)?
+            .broadcast_add(w(1))?
+            .tanh()?;
         let h = h.matmul(&w(2).t()?)?.broadcast_add(w(3))?.tanh()?;
         h.matmul(&w(4).t()?)?.broadcast_add(w(5))?.squeeze(1)
     }
 
     /// Values of `rows` (no gradient).
-    pub fn values(&self, rows: &[&[f32]]) -> candle_core::Result<Vec<f32>> {
+    pub fn values(&self, rows: &[&Encoded]) -> candle_core::Result<Vec<f32>> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
@@ -102,7 +129,7 @@ impl Critic {
     /// `None` when the loss or gradient was not finite (the weights are kept).
     pub fn step(
         &mut self,
-        rows: &[&[f32]],
+        rows: &[&Encoded],
         old: &[f32],
         targets: &[f32],
         clip: Option<f64>,
@@ -136,6 +163,10 @@ impl Critic {
             .iter()
             .map(|(n, v)| (format!("critic.{n}"), v.as_tensor().detach()))
             .collect();
+        out.push((
+            "critic.sizes".into(),
+            Tensor::new(&[self.cells as u32, self.dense as u32], &self.device)?,
+        ));
         out.extend(
             self.opt
                 .state()?
@@ -153,15 +184,24 @@ impl Critic {
         lr: f64,
         device: &Device,
     ) -> Result<Self, String> {
-        let w1 = tensors
-            .get("critic.l1.weight")
-            .ok_or("tensor critic.l1.weight is missing")?;
-        let inputs = w1
-            .dims()
-            .get(1)
-            .copied()
-            .ok_or("critic.l1.weight is not 2-d")?;
-        let mut critic = Self::new(inputs, 0, lr, device).map_err(|e| e.to_string())?;
+        let sizes: Vec<u32> = tensors
+            .get("critic.sizes")
+            .ok_or(
+                "tensor critic.sizes is missing (a checkpoint of an older version, whose \
+                 critic read concatenated observations: MAPPO cannot continue it)",
+            )?
+            .to_dtype(DType::U32)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1())
+            .map_err(|e| format!("tensor critic.sizes: {e}"))?;
+        let [cells, dense] = sizes[..] else {
+            return Err(format!(
+                "tensor critic.sizes holds {} numbers; expected 2 (cells, header fields)",
+                sizes.len()
+            ));
+        };
+        let mut critic =
+            Self::new(cells as usize, dense as usize, 0, lr, device).map_err(|e| e.to_string())?;
         for (name, var) in &critic.vars {
             let key = format!("critic.{name}");
             let t = tensors
@@ -178,6 +218,7 @@ impl Critic {
         }
         let moments: HashMap<String, Tensor> = tensors
             .iter()
+            .filter(|(k, _)| k.as_str() != "critic.sizes")
             .filter_map(|(k, t)| {
                 k.strip_prefix("critic.")
                     .map(|k| (k.to_string(), t.clone()))
@@ -195,9 +236,18 @@ mod tests {
     #[test]
     fn learns_a_target_and_round_trips() -> candle_core::Result<()> {
         let dev = Device::Cpu;
-        let mut c = Critic::new(3, 7, 1e-2, &dev)?;
-        let rows: Vec<Vec<f32>> = vec![vec![1.0, 0.0, 0.0], vec![0.0, 1.0, 0.0]];
-        let refs: Vec<&[f32]> = rows.iter().map(|r| r.as_slice()).collect();
+        let mut c = Critic::new(2, 3, 7, 1e-2, &dev)?;
+        let rows = [
+            Encoded {
+                cells: vec![1, 4],
+                dense: vec![1.0, 0.0, 0.0],
+            },
+            Encoded {
+                cells: vec![1, 5],
+                dense: vec![0.0, 1.0, 0.0],
+            },
+        ];
+        let refs: Vec<&Encoded> = rows.iter().collect();
         let targets = [2.0f32, -1.0];
         let before = c.values(&refs)?;
         let err = |v: &[f32]| {

@@ -528,6 +528,10 @@ pub fn train(
         .ok_or_else(|| TrainError::Config(format!("no {learner} policy")))?;
     let mut rollouts = Rollouts::new(policy, actions);
     rollouts.global = cfg.algo == Algo::Mappo;
+    if rollouts.global {
+        // The families write each agent's global state for the critic.
+        app.insert_resource(crate::core::CentralState);
+    }
     rollouts.features = mlp;
     app.insert_resource(rollouts);
     app.add_systems(

@@ -6,7 +6,7 @@
 use bevy::prelude::*;
 use std::collections::BTreeMap;
 
-use crate::core::{Action, Arena, Observation};
+use crate::core::{Action, Arena, Encoded, GlobalView, Observation};
 use crate::core::{
     ActionMask, Agent, ArenaAgents, ArenaPhase, DecisionTrace, Done, EpisodeClock, EpisodeEnded,
     Idle, PolicyHandle, Reward, Role, Team,
@@ -19,6 +19,10 @@ pub struct Step {
     pub tokens: Vec<u32>,
     /// The observation as an `mlp` reads it (empty for a language model's decision).
     pub encoded: crate::policy::mlp::Encoded,
+    /// With [`Rollouts::global`]: the family's true global state from this agent's side when
+    /// it decided ([`crate::core::GlobalView`]) followed by its own observation: MAPPO's
+    /// agent-specific state, which its critic reads.
+    pub global: Encoded,
     /// Which actions were legal.
     pub legal: Vec<bool>,
     /// The chosen action.
@@ -51,6 +55,9 @@ pub struct Trajectory {
     /// A truncated episode: the value of the state after its last step, where the rollout
     /// recorded it (GAE bootstraps from it; see [`crate::train::algo::ippo`]).
     pub bootstrap: Option<f32>,
+    /// With [`Rollouts::global`], a truncated episode: the global state after its last step
+    /// (MAPPO's critic bootstraps from its value).
+    pub final_global: Option<Encoded>,
 }
 
 /// The buffer, a resource.
@@ -60,18 +67,14 @@ pub struct Rollouts {
     pub policy: Option<PolicyHandle>,
     /// Number of actions (the width of `legal`).
     pub actions: usize,
-    /// Also keep the global state of every step (MAPPO's centralised critic reads it).
+    /// Also keep the family's global state of every decision (MAPPO's centralised critic
+    /// reads it; the run must insert [`crate::core::CentralState`] so that families write it).
     pub global: bool,
     /// Keep each decision's observation as an `mlp` reads it (the collected policy is one).
     pub features: bool,
     /// Agents per arena.
     pub slots: usize,
     open: BTreeMap<(u32, u32, u16), Trajectory>,
-    /// Global states by (episode, arena), one row per step: every agent's feature row in
-    /// slot order.
-    states: BTreeMap<(u32, u32), Vec<Vec<f32>>>,
-    /// The global state after the last step of a truncated episode, by (episode, arena).
-    final_states: BTreeMap<(u32, u32), Vec<f32>>,
     /// Finished episodes, by (episode, arena).
     ended: BTreeMap<(u32, u32), EpisodeEnded>,
 }
@@ -83,11 +86,6 @@ pub struct Batch {
     pub trajectories: Vec<Trajectory>,
     /// The episode reports, by arena.
     pub episodes: Vec<EpisodeEnded>,
-    /// With [`Rollouts::global`]: each arena's global state per step.
-    pub states: BTreeMap<u32, Vec<Vec<f32>>>,
-    /// With [`Rollouts::global`]: the global state after the last step of each arena whose
-    /// episode was truncated (MAPPO's critic bootstraps from it).
-    pub final_states: BTreeMap<u32, Vec<f32>>,
     /// Agents per arena.
     pub slots: usize,
 }
@@ -115,12 +113,6 @@ impl Rollouts {
                 .collect(),
             episodes: drain(&mut self.ended, |k| k.0 == episode)
                 .map(|(_, e)| e)
-                .collect(),
-            states: drain(&mut self.states, |k| k.0 == episode)
-                .map(|(k, s)| (k.1, s))
-                .collect(),
-            final_states: drain(&mut self.final_states, |k| k.0 == episode)
-                .map(|(k, s)| (k.1, s))
                 .collect(),
             slots: self.slots,
         }
@@ -180,28 +172,24 @@ pub fn collect_steps(
         &Done,
         &Observation,
         &Role,
+        &GlobalView,
     )>,
 ) {
     let Some(policy) = rollouts.policy else {
         return;
     };
     let n = rollouts.actions;
-    let mut row = Vec::new();
+    let global = rollouts.global;
     for (arena, clock, members) in &arenas {
         if clock.phase == ArenaPhase::PendingReset && clock.episode > 0 {
             // An arena that ended its episode and waits for the update: this step observed
             // and valued the state after its last step. A truncated episode bootstraps from
             // that value (a terminated one from 0).
             let episode = clock.episode - 1;
-            let mut state = Vec::new();
             for &e in members.entities() {
-                let Ok((agent, _, handle, trace, _, _, _, _, obs, _)) = agents.get(e) else {
+                let Ok((agent, _, handle, trace, _, _, _, _, obs, _, view)) = agents.get(e) else {
                     continue;
                 };
-                if rollouts.global {
-                    crate::policy::mlp::features(obs, &mut row);
-                    state.extend_from_slice(&row);
-                }
                 if *handle != policy {
                     continue;
                 }
@@ -210,17 +198,10 @@ pub fn collect_steps(
                     && t.bootstrap.is_none()
                 {
                     t.bootstrap = Some(trace.value.unwrap_or(0.0));
+                    if global {
+                        t.final_global = Some(agent_state(view, obs));
+                    }
                 }
-            }
-            let truncated = rollouts
-                .open
-                .range((arena.index, episode, 0)..=(arena.index, episode, u16::MAX))
-                .any(|(_, t)| !t.terminated);
-            if rollouts.global && truncated {
-                rollouts
-                    .final_states
-                    .entry((episode, arena.index))
-                    .or_insert(state);
             }
             continue;
         }
@@ -228,23 +209,9 @@ pub fn collect_steps(
             continue;
         }
         rollouts.slots = members.entities().len();
-        if rollouts.global {
-            let mut state = Vec::new();
-            for &e in members.entities() {
-                if let Ok(q) = agents.get(e) {
-                    crate::policy::mlp::features(q.8, &mut row);
-                    state.extend_from_slice(&row);
-                }
-            }
-            rollouts
-                .states
-                .entry((clock.episode, arena.index))
-                .or_default()
-                .push(state);
-        }
         let keep_features = rollouts.features;
         for &e in members.entities() {
-            let Ok((agent, team, handle, trace, action, mask, reward, done, obs, role)) =
+            let Ok((agent, team, handle, trace, action, mask, reward, done, obs, role, view)) =
                 agents.get(e)
             else {
                 continue;
@@ -270,6 +237,11 @@ pub fn collect_steps(
             traj.steps.push(Step {
                 tokens: trace.tokens.clone(),
                 encoded,
+                global: if global {
+                    agent_state(view, obs)
+                } else {
+                    Encoded::default()
+                },
                 legal: (0..n).map(|i| mask.allows(i as u8)).collect(),
                 action: action.0,
                 logprob: trace.logprob,
@@ -281,6 +253,18 @@ pub fn collect_steps(
             }
         }
     }
+}
+
+/// MAPPO's agent-specific global state (Yu et al. 2022, "AS"): the family's global state
+/// from the agent's side followed by the agent's own observation (what it knows and sees,
+/// which the state alone does not say).
+fn agent_state(view: &GlobalView, obs: &Observation) -> Encoded {
+    let mut own = Encoded::default();
+    crate::core::encode(obs, &mut own);
+    let mut out = view.0.clone();
+    out.cells.extend_from_slice(&own.cells);
+    out.dense.extend_from_slice(&own.dense);
+    out
 }
 
 /// Notes every finished episode (after `RecordSystems::Finish`).

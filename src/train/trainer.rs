@@ -31,7 +31,7 @@ pub enum Algo {
     /// Independent PPO: GAE advantages, clipped surrogate, clipped value loss, several epochs.
     Ippo,
     /// MAPPO: PPO whose advantages come from a centralised critic that reads the global state
-    /// (every agent's observation features in the arena).
+    /// (the family's true state: the whole map, every agent's position and status).
     Mappo,
     /// Multi-agent GRPO: the arenas of a group share their seed; every agent is credited with
     /// the arena's shared (summed) return-to-go minus its group's mean (over its std); no
@@ -239,7 +239,7 @@ impl UpdateStats {
 
 struct Sample {
     /// MAPPO: the critic's input (global state and the agent's one-hot slot).
-    global: Vec<f32>,
+    global: Encoded,
     /// An `mlp`'s input.
     encoded: Encoded,
     /// The owner of the agent's adapter under LoRA (its role or slot index).
@@ -254,9 +254,9 @@ struct Sample {
 }
 
 /// MAPPO's critic input: a global state and the valued agent's one-hot slot.
-fn with_slot(state: &[f32], slot: u16, slots: usize) -> Vec<f32> {
-    let mut row = state.to_vec();
-    row.extend((0..slots).map(|k| f32::from(u8::from(k == usize::from(slot)))));
+fn with_slot(state: &Encoded, slot: u16, slots: usize) -> Encoded {
+    let mut row = state.clone();
+    crate::core::push_one_hot(&mut row.dense, usize::from(slot), slots);
     row
 }
 
@@ -529,17 +529,23 @@ impl Trainer {
     }
 
     /// MAPPO: every trajectory's critic inputs, step by step.
-    fn globals(&self, batch: &Batch) -> Result<Vec<Vec<Vec<f32>>>, TrainError> {
+    fn globals(&self, batch: &Batch) -> Result<Vec<Vec<Encoded>>, TrainError> {
         batch
             .trajectories
             .iter()
             .map(|tr| {
-                let states = batch.states.get(&tr.arena).ok_or_else(|| {
-                    TrainError::Config(format!("no global state for arena {}", tr.arena))
-                })?;
-                Ok((0..tr.steps.len())
-                    .map(|t| with_slot(states.get(t).map_or(&[][..], |s| s), tr.slot, batch.slots))
-                    .collect())
+                tr.steps
+                    .iter()
+                    .map(|s| {
+                        if s.global.cells.is_empty() && s.global.dense.is_empty() {
+                            return Err(TrainError::Config(format!(
+                                "no global state for arena {} slot {} (its family wrote none)",
+                                tr.arena, tr.slot
+                            )));
+                        }
+                        Ok(with_slot(&s.global, tr.slot, batch.slots))
+                    })
+                    .collect()
             })
             .collect()
     }
@@ -547,20 +553,28 @@ impl Trainer {
     fn samples(&mut self, batch: &Batch) -> Result<Vec<Sample>, TrainError> {
         let globals = if self.algo == Algo::Mappo {
             let g = self.globals(batch)?;
-            let inputs = g.iter().flatten().next().map_or(0, |r| r.len());
+            let Some(first) = g.iter().flatten().next() else {
+                return Err(TrainError::Config("a batch without decisions".into()));
+            };
+            let (cells, dense) = (first.cells.len(), first.dense.len());
             if self.critic.is_none() {
                 self.critic = Some(Critic::new(
-                    inputs,
+                    cells,
+                    dense,
                     self.seed,
                     self.opt.params.lr,
                     &self.device,
                 )?);
             }
-            if let Some(bad) = g.iter().flatten().find(|r| r.len() != inputs) {
+            if let Some(c) = &self.critic
+                && let Some(bad) = g.iter().flatten().find(|r| !c.fits(r))
+            {
+                let (cc, cd) = c.sizes();
                 return Err(TrainError::Config(format!(
-                    "global states of {} and {} features in one batch",
-                    inputs,
-                    bad.len()
+                    "the critic reads {cc} cells and {cd} header fields; this batch has a \
+                     global state of {} and {} (another scene or map size)",
+                    bad.cells.len(),
+                    bad.dense.len()
                 )));
             }
             Some(g)
@@ -570,22 +584,9 @@ impl Trainer {
         let critic_values: Option<(Vec<Vec<f32>>, Vec<Option<f32>>)> =
             match (&globals, &self.critic) {
                 (Some(g), Some(c)) => {
-                    if g.iter()
-                        .flatten()
-                        .next()
-                        .is_some_and(|r| r.len() != c.inputs())
-                    {
-                        return Err(TrainError::Config(format!(
-                            "the critic reads {} features; this scene's global state has {}",
-                            c.inputs(),
-                            g.iter().flatten().next().map_or(0, |r| r.len())
-                        )));
-                    }
                     let values = g
                         .iter()
-                        .map(|rows| {
-                            c.values(&rows.iter().map(|r| r.as_slice()).collect::<Vec<_>>())
-                        })
+                        .map(|rows| c.values(&rows.iter().collect::<Vec<_>>()))
                         .collect::<Result<Vec<_>, _>>()?;
                     // A truncated episode: the critic's value of the state after its last step.
                     let after = batch
@@ -595,14 +596,14 @@ impl Trainer {
                             if tr.terminated {
                                 return Ok(None);
                             }
-                            let Some(state) = batch.final_states.get(&tr.arena) else {
+                            let Some(state) = &tr.final_global else {
                                 return Ok(None);
                             };
                             let row = with_slot(state, tr.slot, batch.slots);
-                            if row.len() != c.inputs() {
+                            if !c.fits(&row) {
                                 return Ok(None);
                             }
-                            Ok(c.values(&[row.as_slice()])?.first().copied())
+                            Ok(c.values(&[&row])?.first().copied())
                         })
                         .collect::<Result<Vec<_>, TrainError>>()?;
                     Some((values, after))
@@ -710,7 +711,7 @@ impl Trainer {
                 }
                 let critic_loss = match &mut self.critic {
                     Some(c) if self.algo == Algo::Mappo => c.step(
-                        &mb.iter().map(|s| s.global.as_slice()).collect::<Vec<_>>(),
+                        &mb.iter().map(|s| &s.global).collect::<Vec<_>>(),
                         &mb.iter().map(|s| s.value).collect::<Vec<_>>(),
                         &mb.iter().map(|s| s.target).collect::<Vec<_>>(),
                         Some(self.hyper.clip),

@@ -304,6 +304,55 @@ pub fn observe_grid_dilemmas(
         });
 }
 
+/// MAPPO's global state of a grid dilemma, for each agent: every map cell (apples, river
+/// dirt, agents drawn as itself, its team or the others), then the step, the share of the
+/// river that is dirty, and every agent's position, facing, zap cooldown and whether it is
+/// removed, in slot order.
+pub fn state_grid_dilemmas(
+    arenas: Query<(&EpisodeClock, &DilemmaMap, &ArenaAgents), Without<Idle>>,
+    mut agents: Query<(&GridPos, &Facing, &Beams, &mut GlobalView)>,
+    mut shared: Local<Vec<f32>>,
+) {
+    for (clock, map, members) in &arenas {
+        let (w, h) = (map.tiles.width() as f32, map.tiles.height() as f32);
+        shared.clear();
+        shared.push(clock.step as f32 / 1000.0);
+        shared.push(map.dirty as f32 / map.river.len().max(1) as f32);
+        for &e in members.entities() {
+            let Ok((p, f, b, _)) = agents.get(e) else {
+                continue;
+            };
+            shared.extend([p.0.x as f32 / w, p.0.y as f32 / h]);
+            push_one_hot(&mut shared, f.0 as usize, 4);
+            shared.push(f32::from(b.cooldown) / 10.0);
+            shared.push(f32::from(u8::from(b.removed_until.is_some())));
+        }
+        for (slot, &e) in members.entities().iter().enumerate() {
+            let Ok((.., mut g)) = agents.get_mut(e) else {
+                continue;
+            };
+            let my_team = map.spawn.slot_team.get(slot).copied();
+            let g = &mut g.0;
+            g.cells.clear();
+            g.cells.extend(
+                map.tiles
+                    .cells()
+                    .iter()
+                    .zip(map.occ.cells())
+                    .map(|(&t, &o)| match o {
+                        0 => t,
+                        s if usize::from(s - 1) == slot => view::SELF,
+                        s if map.spawn.slot_team.get(usize::from(s - 1)).copied() == my_team => {
+                            view::TEAMMATE
+                        }
+                        _ => view::OTHER,
+                    }),
+            );
+            g.dense.clone_from(&shared);
+        }
+    }
+}
+
 /// The first agent slot hit by a beam from `from` along `dir`, up to `len` cells (walls stop it).
 fn beam_cells(
     map: &DilemmaMap,

@@ -164,6 +164,20 @@ pub fn observe_matrix_games(
     }
 }
 
+/// MAPPO's global state of a matrix game: the game is one of perfect information, so each
+/// player's observation (both players' last rounds and the other's counts) is the state
+/// from its side.
+pub fn state_matrix_games(
+    arenas: Query<(), With<MatrixGame>>,
+    mut agents: Query<(&InArena, &Observation, &mut GlobalView), Without<Idle>>,
+) {
+    for (in_arena, obs, mut g) in &mut agents {
+        if arenas.contains(in_arena.0) {
+            encode(obs, &mut g.0);
+        }
+    }
+}
+
 /// Plays the round: both actions go into the history, both players are paid, and the game
 /// terminates after its last round.
 pub fn play_matrix_rounds(

@@ -33,6 +33,9 @@ impl Plugin for DilemmaPlugin {
                     gridworld::observe_grid_dilemmas,
                 )
                     .in_set(SimSystems::Observe),
+                (matrix::state_matrix_games, gridworld::state_grid_dilemmas)
+                    .in_set(SimSystems::Encode)
+                    .run_if(resource_exists::<CentralState>),
                 (matrix::play_matrix_rounds, gridworld::apply_grid_actions)
                     .in_set(ActSystems::Apply),
                 (commons::regrow_apples, cleanup::pollute_and_grow).in_set(SimSystems::Rules),

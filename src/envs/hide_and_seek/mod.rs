@@ -47,6 +47,9 @@ impl Plugin for HideAndSeekPlugin {
                     .in_set(SimSystems::Reset)
                     .after(reset_arenas),
                 rules::observe_hide_and_seek.in_set(SimSystems::Observe),
+                rules::state_hide_and_seek
+                    .in_set(SimSystems::Encode)
+                    .run_if(resource_exists::<CentralState>),
                 actions::apply_hide_and_seek.in_set(ActSystems::Apply),
                 rules::reward_hide_and_seek.in_set(SimSystems::Reward),
                 rules::summarize_hide_and_seek.in_set(RecordSystems::Summarize),

@@ -72,6 +72,41 @@ pub fn observe_hide_and_seek(
     );
 }
 
+/// MAPPO's global state of hide-and-seek, for each agent: the whole map as it would see it
+/// with nothing hidden ([`draw_codes`]: walls, boxes and ramps with whose lock, agents as
+/// itself, its side or the other), then the step, the preparation steps left, whether a
+/// hider is seen, and every agent's position, facing, side and grip, in slot order.
+pub fn state_hide_and_seek(
+    arenas: Query<(&EpisodeClock, &HnsArena, &ArenaAgents), Without<Idle>>,
+    mut agents: Query<(&Facing, &Grip, &mut GlobalView)>,
+    mut shared: Local<Vec<f32>>,
+) {
+    for (clock, arena, members) in &arenas {
+        let (w, h) = (arena.tiles.width() as f32, arena.tiles.height() as f32);
+        shared.clear();
+        shared.push(clock.step as f32 / 1000.0);
+        shared.push(arena.prep_steps.saturating_sub(clock.step) as f32 / 100.0);
+        shared.push(f32::from(u8::from(arena.hider_seen)));
+        for (slot, &e) in members.entities().iter().enumerate() {
+            let Ok((f, grip, _)) = agents.get(e) else {
+                continue;
+            };
+            let p = arena.seats.get(slot).copied().unwrap_or_default();
+            shared.extend([p.x as f32 / w, p.y as f32 / h]);
+            push_one_hot(&mut shared, f.0 as usize, 4);
+            shared.push(f32::from(arena.side.get(slot).copied().unwrap_or(0)));
+            shared.push(f32::from(u8::from(grip.0.is_some())));
+        }
+        for (slot, &e) in members.entities().iter().enumerate() {
+            let Ok((.., mut g)) = agents.get_mut(e) else {
+                continue;
+            };
+            draw_codes(arena, slot, &mut g.0.cells);
+            g.0.dense.clone_from(&shared);
+        }
+    }
+}
+
 /// The whole map as the agent in `slot` would see it with nothing hidden (oracle bots).
 fn draw_codes(arena: &HnsArena, slot: usize, out: &mut Vec<u8>) {
     let side = arena.side[slot];

@@ -51,6 +51,9 @@ impl Plugin for MazePlugin {
             (
                 reset_mazes.in_set(SimSystems::Reset).after(reset_arenas),
                 observe_mazes.in_set(SimSystems::Observe),
+                rules::state_mazes
+                    .in_set(SimSystems::Encode)
+                    .run_if(resource_exists::<CentralState>),
                 apply_maze_actions.in_set(ActSystems::Apply),
                 update_maze_doors.in_set(SimSystems::Rules),
                 reward_maze_agents.in_set(SimSystems::Reward),

@@ -9,6 +9,49 @@ use super::codes::{act, view};
 use super::map::MazeArena;
 use crate::core::*;
 
+/// MAPPO's global state of a maze, for each agent: every cell as it is (doors open or
+/// closed, keys not yet taken, plates, the exit; the whole map, whatever anyone knows),
+/// agents drawn as itself or a teammate, then the step and every agent's position and keys,
+/// in slot order.
+pub fn state_mazes(
+    arenas: Query<(&EpisodeClock, &MazeArena, &ArenaAgents), Without<Idle>>,
+    mut agents: Query<&mut GlobalView>,
+    mut shared: Local<Vec<f32>>,
+) {
+    for (clock, maze, members) in &arenas {
+        let w = maze.layout.width.max(1);
+        let h = (maze.tiles.len() / w).max(1);
+        shared.clear();
+        shared.push(clock.step as f32 / 1000.0);
+        for (slot, p) in maze.pos.iter().enumerate() {
+            shared.extend([p.x as f32 / w as f32, p.y as f32 / h as f32]);
+            let keys = maze.keys.get(slot).copied().unwrap_or(0);
+            shared.extend((0..8).map(|k| ((keys >> k) & 1) as f32));
+        }
+        for (slot, &e) in members.entities().iter().enumerate() {
+            let Ok(mut g) = agents.get_mut(e) else {
+                continue;
+            };
+            let g = &mut g.0;
+            g.cells.clear();
+            g.cells.extend(maze.tiles.iter().map(|&c| c & 0x0f));
+            for (s, p) in maze.pos.iter().enumerate() {
+                let i = p.y as usize * w + p.x as usize;
+                if let Some(c) = g.cells.get_mut(i)
+                    && *c != view::SELF
+                {
+                    *c = if s == slot {
+                        view::SELF
+                    } else {
+                        view::TEAMMATE
+                    };
+                }
+            }
+            g.dense.clone_from(&shared);
+        }
+    }
+}
+
 /// Writes every agent's observation and legal moves, and clears what it said last step
 /// (its word now lives in the arena, where teammates hear it this step).
 pub fn observe_mazes(

@@ -2,8 +2,12 @@
 //! PPO in Cooperative Multi-Agent Games").
 //!
 //! The actors are the agents' own policies on their own observations (as in [`super::ippo`]);
-//! the critic `V(s, i)` reads the arena's global state `s` plus the valued agent's one-hot
-//! slot `i` (the paper's agent-specific global state, "AS"), and GAE runs over its values:
+//! the critic `V(s, i)` reads the arena's true global state `s` as its family gives it from
+//! agent `i`'s side ([`crate::core::GlobalView`]: the whole map's cells, every agent's
+//! position, facing and status, the step and the phase), followed by `i`'s own observation
+//! and its one-hot slot: the paper's agent-specific global state, "AS" (in a matrix game the
+//! state is the observation, so it appears twice, which the paper's feature pruning would
+//! drop). GAE runs over its values:
 //!
 //! ```text
 //! δ_t  = r_t + γ V(s_{t+1}, i) − V(s_t, i)
@@ -13,13 +17,15 @@
 //! ```
 //!
 //! A truncated episode bootstraps from the critic's value of the global state after its
-//! last step ([`crate::train::Batch::final_states`]).
+//! last step ([`crate::train::Trajectory::final_global`]).
 //!
-//! Where this differs from the paper: the global state is every agent's observation
-//! feature row in the arena (the `mlp` features), concatenated in slot order, not the
-//! family's true state (positions, map cells, objects) that the paper's environments
-//! provide; the value normalisation (PopArt) is replaced by taking the value loss in units
-//! of the batch's return spread.
+//! Measured on the corridor maze (`mlp`, 60 updates of 16 arenas, seeds 3/4/5, return per
+//! agent): the state alone, 0.19 / 0.36 / 0.19; with the agent's observation, 0.47 / 0.54 /
+//! 0.51 (what an agent knows of the map predicts where it will go); IPPO, 0.37 / 0.40 / 0.37.
+//!
+//! Where this differs from the paper: the value normalisation (PopArt) is replaced by taking
+//! the value loss in units of the batch's return spread; the state's cells are one-hot codes
+//! (the paper's environments give vectors of their own design).
 
 use crate::train::advantage::gae;
 use crate::train::{Batch, Hyper};

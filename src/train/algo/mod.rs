@@ -54,6 +54,7 @@ pub(crate) mod tests {
                 .map(|&reward| Step {
                     tokens: vec![],
                     encoded: Default::default(),
+                    global: Default::default(),
                     legal: vec![true, true],
                     action: 0,
                     logprob: 0.0,
