@@ -458,6 +458,8 @@ fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
         legal: vec![true, true],
         action: 0,
         logprob: -0.7,
+        said: None,
+        said_logprob: 0.0,
         value: 0.0,
         reward,
     };
@@ -712,4 +714,90 @@ fn each_family_writes_its_true_global_state_for_the_critic() {
             }
         }
     }
+}
+
+/// In a family with talk the word said is part of the decision: an update credits it with
+/// the decision's advantage, so the word that went with good outcomes becomes likelier
+/// (silence too), while the action's probabilities follow their own credit.
+#[test]
+fn the_word_said_is_part_of_the_decision_and_learns() {
+    use emergence::core::Encoded;
+    use emergence::policy::mlp::{MlpHandle, MlpNet};
+    use emergence::train::{Batch, Step, Trainer, Trajectory};
+    use rand::SeedableRng;
+    let row = Encoded {
+        cells: vec![1, 2, 3],
+        dense: vec![0.5, -0.5],
+    };
+    let net = MlpNet::with_words(3, 2, 5, 4, 9, &Device::Cpu).expect("net");
+    let handle = MlpHandle::default();
+    handle.set(net.clone());
+    let hyper = Hyper {
+        lr: 0.01,
+        entropy_coef: 0.0,
+        ..Hyper::default()
+    };
+    let mut trainer =
+        Trainer::new_mlp(&handle, 5, Algo::Reinforce, hyper, 9, &Device::Cpu).expect("trainer");
+    let probs = |net: &MlpNet| -> (Vec<f32>, Vec<f32>) {
+        let h = net.heads(&[&row]).expect("heads");
+        let p = |t: Tensor| -> Vec<f32> {
+            candle_nn::ops::softmax(&t, D::Minus1)
+                .and_then(|p| p.squeeze(0))
+                .and_then(|p| p.to_vec1())
+                .expect("p")
+        };
+        (p(h.logits), p(h.words.expect("a talk head")))
+    };
+    let (a0, w0) = probs(&net);
+    assert_eq!(w0.len(), 5, "silence and four words");
+    // Action 1 with word 3 (choice 4) paid; action 1 with silence (choice 0) cost.
+    let step = |said: u8, reward: f32| Step {
+        tokens: vec![],
+        encoded: row.clone(),
+        global: Default::default(),
+        legal: vec![true; 5],
+        action: 1,
+        logprob: a0[1].ln(),
+        said: Some(said),
+        said_logprob: w0[usize::from(said)].ln(),
+        value: 0.0,
+        reward,
+    };
+    let trajectories = (0..8)
+        .map(|k| Trajectory {
+            arena: k,
+            steps: vec![if k % 2 == 0 {
+                step(4, 1.0)
+            } else {
+                step(0, -1.0)
+            }],
+            terminated: true,
+            ..Default::default()
+        })
+        .collect();
+    let batch = Batch {
+        trajectories,
+        slots: 1,
+        ..Default::default()
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    for _ in 0..5 {
+        trainer.update(&batch, &mut rng).expect("update");
+    }
+    let (a1, w1) = probs(&net);
+    assert!(
+        w1[4] > w0[4] + 0.05,
+        "the paid word: {} -> {}",
+        w0[4],
+        w1[4]
+    );
+    assert!(
+        w1[0] < w0[0] - 0.05,
+        "the costly silence: {} -> {}",
+        w0[0],
+        w1[0]
+    );
+    // The action was taken with both words, one good and one bad: its credit cancels.
+    assert!((a1[1] - a0[1]).abs() < 0.05, "{} -> {}", a0[1], a1[1]);
 }

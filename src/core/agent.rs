@@ -193,6 +193,13 @@ pub struct DecisionTrace {
     pub probs: Vec<f32>,
     /// The value estimate, when the policy has a value head.
     pub value: Option<f32>,
+    /// Families with talk, a policy that learns what to say: its choice (0 for silence,
+    /// `k + 1` for vocabulary word `k`), sampled after the action; `None` when the policy
+    /// chose no word this way (scripted talkers, families without talk).
+    pub said: Option<u8>,
+    /// The log-probability of `said` when chosen (part of the decision's log-probability
+    /// in training).
+    pub said_logprob: f32,
     /// The reward of the previous step, as the observation text reported it (written for
     /// every agent by the Decide step, so the viewer can show the text the policy read).
     pub last_reward: f32,

@@ -43,6 +43,10 @@ pub fn encode(obs: &Observation, out: &mut Encoded) {
     d.extend((0..4).map(|t| f32::from(u8::from(usize::from(obs.team).min(3) == t))));
     d.push(obs.others.len() as f32 / 4.0);
     d.push(obs.heard.len() as f32 / 4.0);
+    // Talk: which of the first 16 vocabulary words were heard this step.
+    d.extend(
+        (0..16).map(|k| f32::from(u8::from(obs.heard.iter().any(|h| usize::from(h.word) == k)))),
+    );
     // Repeated games: the last three rounds, one-hot, newest first, and the other's counts.
     for k in 0..3 {
         match obs.history.iter().rev().nth(k) {

@@ -162,9 +162,10 @@ pub fn first_layer(
     Ok(h)
 }
 
-/// The network's variables, by name and shape, for `inputs` features and `actions` actions.
-fn shapes(inputs: usize, actions: usize) -> [(&'static str, [usize; 2]); 8] {
-    [
+/// The network's variables, by name and shape, for `inputs` features, `actions` actions and
+/// (families with talk) `words` vocabulary words, whose head has one more choice: silence.
+fn shapes(inputs: usize, actions: usize, words: usize) -> Vec<(&'static str, [usize; 2])> {
+    let mut out = vec![
         ("l1.weight", [HIDDEN, inputs]),
         ("l1.bias", [HIDDEN, 1]),
         ("l2.weight", [HIDDEN, HIDDEN]),
@@ -173,7 +174,12 @@ fn shapes(inputs: usize, actions: usize) -> [(&'static str, [usize; 2]); 8] {
         ("pi.bias", [actions, 1]),
         ("v.weight", [1, HIDDEN]),
         ("v.bias", [1, 1]),
-    ]
+    ];
+    if words > 0 {
+        out.push(("say.weight", [words + 1, HIDDEN]));
+        out.push(("say.bias", [words + 1, 1]));
+    }
+    out
 }
 
 /// The file of the weights in a model folder, and of its sizes.
@@ -192,6 +198,9 @@ pub struct MlpConfig {
     pub actions: usize,
     /// Hidden width.
     pub hidden: usize,
+    /// Vocabulary words of the family's talk (0: no talk head).
+    #[serde(default)]
+    pub words: usize,
 }
 
 /// The network: two tanh layers, a policy head and a value head, over named variables
@@ -205,11 +214,23 @@ pub struct MlpNet {
     pub dense: usize,
     /// Actions.
     pub actions: usize,
+    /// Vocabulary words (families with talk; its head has `words + 1` choices, the first
+    /// one silence), or 0.
+    pub words: usize,
+}
+
+/// What the network computes for a batch of rows.
+pub struct Heads {
+    /// Action logits `(b, actions)`.
+    pub logits: Tensor,
+    /// Values `(b,)`.
+    pub values: Tensor,
+    /// Families with talk: word logits `(b, words + 1)`, silence first.
+    pub words: Option<Tensor>,
 }
 
 impl MlpNet {
-    /// A fresh network whose weights come from `seed`: uniform(±gain·√(3/fan_in)), gain 1
-    /// except 0.01 on the policy head (a near-uniform first policy), biases zero.
+    /// A fresh network without a talk head ([`MlpNet::with_words`]).
     pub fn new(
         cells: usize,
         dense: usize,
@@ -217,14 +238,29 @@ impl MlpNet {
         seed: u64,
         dev: &Device,
     ) -> candle_core::Result<Self> {
+        Self::with_words(cells, dense, actions, 0, seed, dev)
+    }
+
+    /// A fresh network whose weights come from `seed`: uniform(±gain·√(3/fan_in)), gain 1
+    /// except 0.01 on the policy and talk heads (a near-uniform first policy), biases zero.
+    /// With `words` > 0 it also has a talk head: what to say, silence or one of the words.
+    pub fn with_words(
+        cells: usize,
+        dense: usize,
+        actions: usize,
+        words: usize,
+        seed: u64,
+        dev: &Device,
+    ) -> candle_core::Result<Self> {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-        let vars = shapes(cells * CODES + dense, actions)
+        let vars = shapes(cells * CODES + dense, actions, words)
             .into_iter()
             .map(|(name, [out, inp])| {
                 let data: Vec<f32> = if name.ends_with("bias") {
                     vec![0.0; out]
                 } else {
-                    let gain = if name.starts_with("pi.") { 0.01 } else { 1.0 };
+                    let small = name.starts_with("pi.") || name.starts_with("say.");
+                    let gain = if small { 0.01 } else { 1.0 };
                     let bound = gain * (3.0 / inp as f32).sqrt();
                     (0..inp * out)
                         .map(|_| rng.random_range(-bound..=bound))
@@ -243,6 +279,7 @@ impl MlpNet {
             cells,
             dense,
             actions,
+            words,
         })
     }
 
@@ -272,18 +309,35 @@ impl MlpNet {
             cells: self.cells,
             dense: self.dense,
             actions: self.actions,
+            words: self.words,
         })
     }
 
     /// Action logits `(b, actions)` and values `(b,)` of `rows` (each fitting this network),
     /// differentiable in the variables.
     pub fn forward(&self, rows: &[&Encoded]) -> candle_core::Result<(Tensor, Tensor)> {
+        let h = self.heads(rows)?;
+        Ok((h.logits, h.values))
+    }
+
+    /// Every head of `rows`: actions, value and (with talk) words, differentiable in the
+    /// variables. The word is chosen from the same hidden state as the action, independently
+    /// given it; a decision's log-probability is the sum of the two.
+    pub fn heads(&self, rows: &[&Encoded]) -> candle_core::Result<Heads> {
         let w = |i: usize| self.vars[i].1.as_tensor();
         let h = first_layer(w(0), rows, self.cells, self.dense)?;
         let h = h.broadcast_add(w(1))?.tanh()?;
         let layer = |x: &Tensor, i: usize| x.matmul(&w(i).t()?)?.broadcast_add(w(i + 1));
         let h = layer(&h, 2)?.tanh()?;
-        Ok((layer(&h, 4)?, layer(&h, 6)?.squeeze(D::Minus1)?))
+        Ok(Heads {
+            logits: layer(&h, 4)?,
+            values: layer(&h, 6)?.squeeze(D::Minus1)?,
+            words: if self.words > 0 {
+                Some(layer(&h, 8)?)
+            } else {
+                None
+            },
+        })
     }
 
     /// Writes `mlp.safetensors` and `mlp.json` into `dir` (created if missing).
@@ -303,6 +357,7 @@ impl MlpNet {
             dense: self.dense,
             actions: self.actions,
             hidden: HIDDEN,
+            words: self.words,
         };
         let json = serde_json::to_string_pretty(&cfg).map_err(|e| e.to_string())?;
         std::fs::write(&cpath, json).map_err(|e| format!("{}: {e}", cpath.display()))
@@ -336,7 +391,7 @@ impl MlpNet {
         let wpath = dir.join(WEIGHTS_FILE);
         let mut tensors = candle_core::safetensors::load(&wpath, dev)
             .map_err(|e| format!("{}: {e}", wpath.display()))?;
-        let vars = shapes(cfg.cells * CODES + cfg.dense, cfg.actions)
+        let vars = shapes(cfg.cells * CODES + cfg.dense, cfg.actions, cfg.words)
             .into_iter()
             .map(|(name, [out, inp])| {
                 let want: Vec<usize> = if name.ends_with("bias") {
@@ -383,6 +438,7 @@ impl MlpNet {
             cells: cfg.cells,
             dense: cfg.dense,
             actions: cfg.actions,
+            words: cfg.words,
         })
     }
 }
@@ -414,6 +470,8 @@ impl MlpHandle {
 pub struct MlpPolicy {
     seed: u64,
     actions: usize,
+    /// The scene's talk vocabulary (0 without talk).
+    words: usize,
     device: Device,
     handle: MlpHandle,
     /// Read the network from this folder at setup.
@@ -434,6 +492,7 @@ impl MlpPolicy {
         Self {
             seed,
             actions: 0,
+            words: 0,
             device,
             handle,
             folder: None,
@@ -466,10 +525,11 @@ impl MlpPolicy {
             }
             return Ok(net);
         }
-        let net = MlpNet::new(
+        let net = MlpNet::with_words(
             e.cells.len(),
             e.dense.len(),
             self.actions,
+            self.words,
             self.seed,
             &self.device,
         )
@@ -480,16 +540,23 @@ impl MlpPolicy {
 }
 
 impl Policy for MlpPolicy {
-    fn setup(&mut self, _scene: &crate::scene::Scene, actions: &[String]) -> Result<(), String> {
+    fn setup(&mut self, scene: &crate::scene::Scene, actions: &[String]) -> Result<(), String> {
         self.actions = actions.len();
+        self.words = match &scene.spec.family {
+            crate::scene::FamilySpec::Maze(m) => m.vocabulary.len(),
+            _ => 0,
+        };
         if let Some(dir) = &self.folder {
             let net = MlpNet::load(dir, &self.device)?;
-            if net.actions != self.actions {
+            if net.actions != self.actions || net.words != self.words {
                 return Err(format!(
-                    "{}: the network has {} actions; this scene's family has {}",
+                    "{}: the network has {} actions and {} words to say; this scene has {} \
+                     and {}",
                     dir.join(CONFIG_FILE).display(),
                     net.actions,
-                    self.actions
+                    net.words,
+                    self.actions,
+                    self.words
                 ));
             }
             self.handle.set(net);
@@ -529,10 +596,14 @@ impl Policy for MlpPolicy {
             return;
         }
         let refs: Vec<&Encoded> = rows.iter().collect();
-        let out = net
-            .forward(&refs)
-            .and_then(|(l, v)| Ok((l.to_vec2::<f32>()?, v.to_vec1::<f32>()?)));
-        let (logits, values) = match out {
+        let out = net.heads(&refs).and_then(|h| {
+            Ok((
+                h.logits.to_vec2::<f32>()?,
+                h.values.to_vec1::<f32>()?,
+                h.words.map(|w| w.to_vec2::<f32>()).transpose()?,
+            ))
+        });
+        let (logits, values, words) = match out {
             Ok(out) => out,
             Err(e) => {
                 self.stats.errors += 1;
@@ -549,6 +620,20 @@ impl Policy for MlpPolicy {
             d.trace.entropy = entropy;
             d.trace.probs = probs;
             d.trace.value = Some(*v);
+            d.trace.said = None;
+            d.trace.said_logprob = 0.0;
+        }
+        // Then what to say: silence (choice 0) or word k (choice k + 1), from its own head.
+        if let Some(words) = &words {
+            for (d, w) in batch.iter_mut().zip(words) {
+                let Some(say) = d.say.as_deref_mut() else {
+                    continue;
+                };
+                let (pick, _, logprob, _) = sample(w, |_| true, d.rng);
+                say.0 = pick.checked_sub(1).map(|k| k as u8);
+                d.trace.said = Some(pick as u8);
+                d.trace.said_logprob = logprob;
+            }
         }
         self.stats.decisions += batch.len() as u64;
         self.stats.forwards += 1;

@@ -29,6 +29,11 @@ pub struct Step {
     pub action: u8,
     /// Its log-probability when chosen.
     pub logprob: f32,
+    /// Families with talk: the word choice that went with the action (0 silence, `k + 1`
+    /// word `k`; [`crate::core::DecisionTrace::said`]), part of the decision.
+    pub said: Option<u8>,
+    /// Its log-probability when chosen.
+    pub said_logprob: f32,
     /// The value estimate when chosen (0 without a value head).
     pub value: f32,
     /// The reward that followed.
@@ -245,6 +250,8 @@ pub fn collect_steps(
                 legal: (0..n).map(|i| mask.allows(i as u8)).collect(),
                 action: action.0,
                 logprob: trace.logprob,
+                said: trace.said,
+                said_logprob: trace.said_logprob,
                 value: trace.value.unwrap_or(0.0),
                 reward: reward.0,
             });

@@ -247,6 +247,9 @@ struct Sample {
     tokens: Vec<u32>,
     legal: Vec<bool>,
     action: u8,
+    /// The word choice that went with the action (families with talk).
+    said: Option<u8>,
+    /// The decision's log-probability when taken: the action's and the word's.
     logprob: f32,
     value: f32,
     adv: f32,
@@ -457,10 +460,11 @@ impl Trainer {
             return Ok(());
         };
         if self.hyper.kl_coef > 0.0 {
-            m.reference = Some(MlpNet::new(
+            m.reference = Some(MlpNet::with_words(
                 net.cells,
                 net.dense,
                 net.actions,
+                net.words,
                 self.seed,
                 &self.device,
             )?);
@@ -627,7 +631,8 @@ impl Trainer {
                     tokens: s.tokens.clone(),
                     legal: s.legal.clone(),
                     action: s.action,
-                    logprob: s.logprob,
+                    said: s.said,
+                    logprob: s.logprob + s.said_logprob,
                     value: critic_values.as_ref().map_or(s.value, |c| c.0[i][t]),
                     adv: a,
                     target,
@@ -761,7 +766,7 @@ impl Trainer {
         reference: bool,
         mb: &[&Sample],
         bias: &Tensor,
-    ) -> Result<Option<(Tensor, Option<Tensor>)>, TrainError> {
+    ) -> Result<Option<(Tensor, Option<Tensor>, Option<Tensor>)>, TrainError> {
         match &self.model {
             Model::Lm(m) => {
                 let (decoder, path) = match (reference, &m.reference) {
@@ -786,7 +791,7 @@ impl Trainer {
                 let tlp = candle_nn::ops::log_softmax(&decoder.head(&h)?, 1)?;
                 let alp = masked_action_logprobs(&tlp, &m.action_tokens, bias)?;
                 let v = decoder.value(&h)?.map(|v| v.squeeze(1)).transpose()?;
-                Ok(Some((alp, v)))
+                Ok(Some((alp, v, None)))
             }
             Model::Mlp(m) => {
                 let net = match (reference, &m.net, &m.reference) {
@@ -798,9 +803,13 @@ impl Trainer {
                     }
                 };
                 let rows: Vec<&Encoded> = mb.iter().map(|s| &s.encoded).collect();
-                let (logits, v) = net.forward(&rows)?;
-                let alp = candle_nn::ops::log_softmax(&(logits + bias)?, 1)?;
-                Ok(Some((alp, Some(v))))
+                let h = net.heads(&rows)?;
+                let alp = candle_nn::ops::log_softmax(&(h.logits + bias)?, 1)?;
+                let wlp = h
+                    .words
+                    .map(|w| candle_nn::ops::log_softmax(&w, 1))
+                    .transpose()?;
+                Ok(Some((alp, Some(h.values), wlp)))
             }
         }
     }
@@ -834,11 +843,42 @@ impl Trainer {
         let old_v = col(|s| s.value)?;
         let target = col(|s| s.target)?;
 
-        let (alp, v) = self
+        let (alp, v, wlp) = self
             .heads(false, mb, &bias)?
             .ok_or_else(|| TrainError::Config("no model to train".into()))?;
-        let logp = chosen(&alp, &one_hot)?;
-        let ent = entropy(&alp, &legal)?.mean_all()?;
+        // Families with talk: the word said is part of the decision, its log-probability
+        // added to the action's (rows without a learned word add nothing).
+        let said = match &wlp {
+            Some(w) => {
+                let k = w.dim(1)?;
+                let mut said = vec![0f32; m * k];
+                let mut has = vec![0f32; m];
+                for (i, s) in mb.iter().enumerate() {
+                    if let Some(c) = s.said.filter(|&c| usize::from(c) < k) {
+                        said[i * k + usize::from(c)] = 1.0;
+                        has[i] = 1.0;
+                    }
+                }
+                Some((
+                    Tensor::from_vec(said, (m, k), dev)?,
+                    Tensor::from_vec(has, (m, 1), dev)?.broadcast_as((m, k))?,
+                ))
+            }
+            None => None,
+        };
+        let decision = |alp: &Tensor, wlp: &Option<Tensor>| -> Result<Tensor, TrainError> {
+            let mut lp = chosen(alp, &one_hot)?;
+            if let (Some(w), Some((said, _))) = (wlp, &said) {
+                lp = (lp + chosen(w, said)?)?;
+            }
+            Ok(lp)
+        };
+        let logp = decision(&alp, &wlp)?;
+        let mut ent = entropy(&alp, &legal)?;
+        if let (Some(w), Some((_, has))) = (&wlp, &said) {
+            ent = (ent + entropy(w, has)?)?;
+        }
+        let ent = ent.mean_all()?;
         let mut out = UpdateStats::default();
         let mut loss = match self.algo {
             Algo::Reinforce => reinforce(&logp, &adv)?,
@@ -859,8 +899,8 @@ impl Trainer {
         }
         out.entropy = ent.to_scalar::<f32>()?;
         loss = (loss - (ent * self.hyper.entropy_coef)?)?;
-        if let Some((ralp, _)) = self.heads(true, mb, &bias)? {
-            let rlogp = chosen(&ralp, &one_hot)?.detach();
+        if let Some((ralp, _, rwlp)) = self.heads(true, mb, &bias)? {
+            let rlogp = decision(&ralp, &rwlp)?.detach();
             let kl = k3_kl(&logp, &rlogp)?;
             out.kl_ref = kl.to_scalar::<f32>()?;
             loss = (loss + (kl * self.hyper.kl_coef)?)?;

@@ -58,6 +58,8 @@ pub(crate) mod tests {
                     legal: vec![true, true],
                     action: 0,
                     logprob: 0.0,
+                    said: None,
+                    said_logprob: 0.0,
                     value: 0.0,
                     reward,
                 })
