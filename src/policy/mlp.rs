@@ -827,11 +827,12 @@ mod tests {
             .err()
             .expect("bad json");
         assert!(err.contains("mlp.json:3:"), "{err}");
-        std::fs::write(
-            &cfg,
-            r#"{"cells": 6, "dense": 37, "actions": 4, "hidden": 64}"#,
-        )
-        .expect("write");
+        // One cell more than the weights hold.
+        let sizes = format!(
+            r#"{{"cells": 6, "dense": {}, "actions": 4, "hidden": 64}}"#,
+            net.dense
+        );
+        std::fs::write(&cfg, sizes).expect("write");
         let err = MlpNet::load(dir.path(), &Device::Cpu)
             .err()
             .expect("bad shape");
