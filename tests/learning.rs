@@ -214,10 +214,11 @@ fn ippo_and_mappo_teach_the_mlp_pair_to_hold_the_door_for_each_other() {
             &std::fs::read_to_string(saved.join("mlp.json")).expect("mlp.json"),
         )
         .expect("sizes");
-        let fresh = emergence::policy::mlp::MlpNet::new(
+        let fresh = emergence::policy::mlp::MlpNet::with_words(
             sizes.cells,
             sizes.dense,
             sizes.actions,
+            sizes.words,
             seed(),
             &candle_core::Device::Cpu,
         )
