@@ -19,9 +19,10 @@
 //! A truncated episode bootstraps from the critic's value of the global state after its
 //! last step ([`crate::train::Trajectory::final_global`]).
 //!
-//! Measured on the corridor maze (`mlp`, 60 updates of 16 arenas, seeds 3/4/5, return per
-//! agent): the state alone, 0.19 / 0.36 / 0.19; with the agent's observation, 0.47 / 0.54 /
-//! 0.51 (what an agent knows of the map predicts where it will go); IPPO, 0.37 / 0.40 / 0.37.
+//! Measured on the corridor maze (`mlp` without a talk head, 60 updates of 16 arenas, seeds
+//! 3/4/5, return per agent on 128 fresh arenas): the state alone, 0.19 / 0.36 / 0.19; with
+//! the agent's observation, 0.47 / 0.54 / 0.51 (what an agent knows of the map predicts where
+//! it will go); IPPO, 0.35 / 0.41 / 0.42.
 //!
 //! Where this differs from the paper: the value normalisation (PopArt) is replaced by taking
 //! the value loss in units of the batch's return spread; the state's cells are one-hot codes
