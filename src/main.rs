@@ -168,21 +168,7 @@ struct PlotArgs {
     run: PathBuf,
 }
 
-/// A flag's number checked against a training limit, as `f32`.
-fn real32(s: &str, limit: limits::Real) -> Result<f32, String> {
-    limits::parse_real(s, limit).map(|v| v as f32)
-}
-
-/// A flag's whole number checked against a training limit, as `u32`.
-fn whole32(s: &str, limit: limits::Int) -> Result<u32, String> {
-    let v = limits::parse_int(s, limit)?;
-    u32::try_from(v).map_err(|_| format!("{v}: expected {}", limit.expected()))
-}
-
-/// A flag's whole number checked against a training limit, as `usize`.
-fn whole(s: &str, limit: limits::Int) -> Result<usize, String> {
-    limits::parse_int(s, limit).map(|v| v as usize)
-}
+use limits::parse_u32 as whole32;
 
 #[derive(clap::Args)]
 struct EvalArgs {
@@ -339,19 +325,9 @@ struct TrainArgs {
     /// when none is). Its `train:` block gives defaults that these flags override.
     #[arg(required_unless_present = "resume")]
     scene: Option<PathBuf>,
-    /// The algorithm [default: ippo].
-    #[arg(long, value_enum)]
-    algo: Option<emergence::train::Algo>,
-    /// Updates to make: one per episode of every arena [default: 20]. With --resume: the new
-    /// total.
-    #[arg(long, value_parser = |s: &str| whole32(s, limits::ITERATIONS))]
-    iterations: Option<u32>,
-    /// Arenas run side by side (episodes per update) [default: 16].
-    #[arg(long, value_parser = |s: &str| whole32(s, limits::ARENAS))]
-    arenas: Option<u32>,
-    /// Run seed: the same seed gives the same run [default: 0].
-    #[arg(long)]
-    seed: Option<u64>,
+    /// The training settings (each also in the scene's `train:` block, which they override).
+    #[command(flatten)]
+    settings: emergence::train::TrainSettings,
     /// The run folder (must not exist or be empty): config, metrics, plots, checkpoints.
     #[arg(long, required_unless_present = "resume", conflicts_with = "resume")]
     out: Option<PathBuf>,
@@ -359,58 +335,6 @@ struct TrainArgs {
     /// settings and scene copy (only --iterations, --threads and --quiet may be given).
     #[arg(long, value_name = "RUN")]
     resume: Option<PathBuf>,
-    /// The starting model: `tiny`, `small` (fresh, seeded by --seed) or a model folder
-    /// [default: tiny].
-    #[arg(long)]
-    model: Option<String>,
-    /// AdamW learning rate, decaying linearly to a tenth over the run, in [0, 1]
-    /// [default: 0.001].
-    #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::LR))]
-    lr: Option<f64>,
-    /// Weight of the k3 KL to the frozen starting model (0: none) [default: 0; cory: 0.4].
-    #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::KL_COEF))]
-    kl_coef: Option<f64>,
-    /// Weight of the entropy bonus [default: 0.01].
-    #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::ENTROPY_COEF))]
-    entropy_coef: Option<f64>,
-    /// Discount, in [0, 1] [default: 0.99; advantage-alignment: 0.9].
-    #[arg(long, value_parser = |s: &str| real32(s, limits::GAMMA))]
-    gamma: Option<f32>,
-    /// GAE lambda, in [0, 1] [default: 0.95].
-    #[arg(long, value_parser = |s: &str| real32(s, limits::LAMBDA))]
-    lambda: Option<f32>,
-    /// PPO passes over each batch [default: 4].
-    #[arg(long, value_parser = |s: &str| whole(s, limits::EPOCHS))]
-    epochs: Option<usize>,
-    /// Decisions per gradient step [default: 64].
-    #[arg(long, value_parser = |s: &str| whole(s, limits::MINIBATCH))]
-    minibatch: Option<usize>,
-    /// Consecutive arenas that share a seed: MAGRPO's group, Advantage Alignment's
-    /// leave-one-out group (2 or more) [default: 1; magrpo: 4; advantage-alignment: 8].
-    #[arg(long, value_parser = |s: &str| whole32(s, limits::GROUP_SIZE))]
-    group_size: Option<u32>,
-    /// Advantage Alignment's beta [default: 0.5].
-    #[arg(long, value_parser = |s: &str| real32(s, limits::AA_BETA))]
-    aa_beta: Option<f32>,
-    /// One model for every learning agent, a LoRA adapter per role or per agent over a
-    /// frozen base, or a model per learning team [default: shared].
-    #[arg(long, value_enum)]
-    sharing: Option<emergence::train::Sharing>,
-    /// Rank of the LoRA adapters (`--sharing role-lora` or `agent-lora`) [default: 8].
-    #[arg(long, value_parser = |s: &str| whole32(s, limits::LORA_RANK))]
-    lora_rank: Option<u32>,
-    /// The policy that learns: the language model, or `mlp`, the classic-MARL baseline (a
-    /// two-layer network on the observation's features, weights from --seed; every algorithm
-    /// but cory; --minibatch 1024 unless given). The scene's agents on it learn (every agent
-    /// when none is) [default: lm].
-    #[arg(long, value_enum)]
-    learner: Option<emergence::train::LearnerKind>,
-    /// CORY: updates between pioneer/observer role swaps [default: 2].
-    #[arg(long, value_parser = |s: &str| whole32(s, limits::SWAP_EVERY))]
-    swap_every: Option<u32>,
-    /// Write a checkpoint every this many iterations (and after the last) [default: 10].
-    #[arg(long, value_parser = |s: &str| whole32(s, limits::CHECKPOINT_EVERY))]
-    checkpoint_every: Option<u32>,
     /// Stop after this many iterations, as if interrupted (the learning-rate schedule stays
     /// that of --iterations); a checkpoint is written, and --resume continues the run.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
@@ -812,38 +736,26 @@ fn cmd_list(dir: &Path) -> Result<()> {
 
 fn cmd_train(args: TrainArgs) -> Result<()> {
     use emergence::policy::lm::Preset;
-    use emergence::train::{Algo, Hyper, ModelChoice, TrainConfig, resume_config, train};
+    use emergence::train::{ModelChoice, TrainConfig, resume_config, train};
     let cfg = if let Some(run) = &args.resume {
-        let given = [
-            ("--algo", args.algo.is_some()),
-            ("--arenas", args.arenas.is_some()),
-            ("--seed", args.seed.is_some()),
-            ("--model", args.model.is_some()),
-            ("--lr", args.lr.is_some()),
-            ("--kl-coef", args.kl_coef.is_some()),
-            ("--entropy-coef", args.entropy_coef.is_some()),
-            ("--gamma", args.gamma.is_some()),
-            ("--lambda", args.lambda.is_some()),
-            ("--epochs", args.epochs.is_some()),
-            ("--minibatch", args.minibatch.is_some()),
-            ("--group-size", args.group_size.is_some()),
-            ("--aa-beta", args.aa_beta.is_some()),
-            ("--swap-every", args.swap_every.is_some()),
-            ("--sharing", args.sharing.is_some()),
-            ("--learner", args.learner.is_some()),
-            ("--lora-rank", args.lora_rank.is_some()),
-            ("--checkpoint-every", args.checkpoint_every.is_some()),
+        let mut given = args.settings.given();
+        given.retain(|f| f != "--iterations");
+        for (flag, set) in [
             ("--eval-against", args.eval_against.is_some()),
             ("--eval-every", args.eval_every.is_some()),
             ("SCENE", args.scene.is_some()),
-        ];
-        if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+        ] {
+            if set {
+                given.push(flag.to_string());
+            }
+        }
+        if let Some(flag) = given.first() {
             anyhow::bail!(
                 "{flag} cannot change a resumed run: it continues with the settings in {}",
                 run.join("config.json").display()
             );
         }
-        let mut cfg = resume_config(run, args.iterations)?;
+        let mut cfg = resume_config(run, args.settings.iterations)?;
         if let Some(t) = args.threads {
             cfg.threads = Some(usize::from(t));
         }
@@ -853,17 +765,14 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             anyhow::bail!("give a SCENE and --out, or --resume RUN");
         };
         let scene = load_scene(scene_path)?;
-        let d = scene.spec.train.clone();
-        let model_from = if args.model.is_some() {
+        let model_from = if args.settings.model.is_some() {
             "--model".to_string()
         } else {
             format!("{}: train.model", scene_path.display())
         };
-        let model_name = args
-            .model
-            .clone()
-            .or(d.model)
-            .unwrap_or_else(|| "tiny".into());
+        // The flags over the scene's train block; the algorithm's defaults fill the rest.
+        let d = args.settings.clone().over(scene.spec.train.clone());
+        let model_name = d.model.clone().unwrap_or_else(|| "tiny".into());
         let model = match model_name.as_str() {
             "tiny" => ModelChoice::Preset(Preset::Tiny),
             "small" => ModelChoice::Preset(Preset::Small),
@@ -875,44 +784,21 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
                 ModelChoice::Folder(p)
             }
         };
-        let algo = args.algo.or(d.algo).unwrap_or(Algo::Ippo);
-        let learner = args.learner.or(d.learner).unwrap_or_default();
-        let base = Hyper::for_learner(algo, learner);
-        let hyper = Hyper {
-            lr: args.lr.or(d.lr).unwrap_or(base.lr),
-            kl_coef: args.kl_coef.or(d.kl_coef).unwrap_or(base.kl_coef),
-            entropy_coef: args
-                .entropy_coef
-                .or(d.entropy_coef)
-                .unwrap_or(base.entropy_coef),
-            gamma: args.gamma.or(d.gamma).unwrap_or(base.gamma),
-            lambda: args.lambda.or(d.lambda).unwrap_or(base.lambda),
-            epochs: args.epochs.or(d.epochs).unwrap_or(base.epochs),
-            minibatch: args.minibatch.or(d.minibatch).unwrap_or(base.minibatch),
-            group_size: args.group_size.or(d.group_size).unwrap_or(base.group_size),
-            aa_beta: args.aa_beta.or(d.aa_beta).unwrap_or(base.aa_beta),
-            swap_every: args.swap_every.or(d.swap_every).unwrap_or(base.swap_every),
-            lora_rank: args
-                .lora_rank
-                .map(|r| r as usize)
-                .or(d.lora_rank)
-                .unwrap_or(base.lora_rank),
-            ..base
-        };
+        let (algo, learner, hyper) = d.resolve();
         TrainConfig {
             scene,
             scene_path: scene_path.clone(),
             algo,
-            iterations: args.iterations.or(d.iterations).unwrap_or(20),
-            arenas: args.arenas.or(d.arenas).unwrap_or(16),
-            seed: args.seed.or(d.seed).unwrap_or(0),
+            iterations: d.iterations.unwrap_or(20),
+            arenas: d.arenas.unwrap_or(16),
+            seed: d.seed.unwrap_or(0),
             out: out.clone(),
             model,
             hyper,
-            sharing: args.sharing.or(d.sharing).unwrap_or_default(),
+            sharing: d.sharing.unwrap_or_default(),
             learner,
             threads: args.threads.map(usize::from),
-            checkpoint_every: args.checkpoint_every.or(d.checkpoint_every).unwrap_or(10),
+            checkpoint_every: d.checkpoint_every.unwrap_or(10),
             resume: None,
             stop_after: None,
             tap: None,

@@ -338,7 +338,7 @@ fn check_maze(cx: &Ctx<'_>, m: &MazeParams) -> Result<(), SceneError> {
 }
 
 /// The `train:` block's settings, against the limits the command's flags have.
-pub(crate) fn check_train(cx: &Ctx<'_>, t: &TrainDefaults) -> Result<(), SceneError> {
+pub(crate) fn check_train(cx: &Ctx<'_>, t: &TrainSettings) -> Result<(), SceneError> {
     if let Err(bad) = crate::train::limits::check_settings(t) {
         return Err(cx.value_at(
             &[Seg::Field("train"), Seg::Field(bad.name)],

@@ -88,7 +88,7 @@ fn parse_with(src: &str, path: &Path, train: bool) -> Result<Scene, SceneError> 
             kind: SceneErrorKind::Syntax(e.code.to_string()),
         })?;
     if !train {
-        spec.train = TrainDefaults::default();
+        spec.train = TrainSettings::default();
     }
     validate::validate(spec, path, src)
 }

@@ -33,53 +33,13 @@ pub struct SceneSpec {
     pub randomize: RandomizeSpec,
     /// Default settings for `emergence train` on this scene; its flags override them.
     #[serde(default)]
-    pub train: TrainDefaults,
+    pub train: TrainSettings,
 }
 
-/// A scene's default training settings (every field optional; `emergence train` flags
-/// override them, built-in defaults fill the rest).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TrainDefaults {
-    /// Algorithm.
-    pub algo: Option<crate::train::Algo>,
-    /// Updates.
-    pub iterations: Option<u32>,
-    /// Arenas side by side.
-    pub arenas: Option<u32>,
-    /// Run seed.
-    pub seed: Option<u64>,
-    /// `tiny`, `small` or a model folder.
-    pub model: Option<String>,
-    /// AdamW learning rate.
-    pub lr: Option<f64>,
-    /// Weight of the KL to the starting model.
-    pub kl_coef: Option<f64>,
-    /// Weight of the entropy bonus.
-    pub entropy_coef: Option<f64>,
-    /// Discount.
-    pub gamma: Option<f32>,
-    /// GAE λ.
-    pub lambda: Option<f32>,
-    /// Passes over each batch.
-    pub epochs: Option<usize>,
-    /// Decisions per gradient step.
-    pub minibatch: Option<usize>,
-    /// Arenas sharing a seed (MAGRPO, Advantage Alignment).
-    pub group_size: Option<u32>,
-    /// Advantage Alignment's β.
-    pub aa_beta: Option<f32>,
-    /// CORY: updates between role swaps.
-    pub swap_every: Option<u32>,
-    /// One model, a LoRA adapter per role, or a model per learning team.
-    pub sharing: Option<crate::train::Sharing>,
-    /// The policy that learns: `lm` or `mlp`.
-    pub learner: Option<crate::train::LearnerKind>,
-    /// Rank of the per-role LoRA adapters.
-    pub lora_rank: Option<usize>,
-    /// Checkpoint period in iterations.
-    pub checkpoint_every: Option<u32>,
-}
+/// A scene's default training settings: the `train:` block, the same type as the command's
+/// flags (every field optional; the flags override them, the algorithm's defaults fill the
+/// rest).
+pub use crate::train::TrainSettings;
 
 /// The environment family, with its parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -103,7 +103,7 @@ pub struct OutOfRange {
 
 /// Checks every setting `t` gives (a scene's `train:` block, or a run's whole settings with
 /// every field given) against its limit: the first out of range.
-pub fn check_settings(t: &crate::scene::TrainDefaults) -> Result<(), OutOfRange> {
+pub fn check_settings(t: &super::TrainSettings) -> Result<(), OutOfRange> {
     let out = |name, value, expected| OutOfRange {
         name,
         value,
@@ -142,6 +142,22 @@ pub fn check_settings(t: &crate::scene::TrainDefaults) -> Result<(), OutOfRange>
         }
     }
     Ok(())
+}
+
+/// A flag's number checked against `limit`, as `f32` (for clap's `value_parser`).
+pub fn parse_f32(s: &str, limit: Real) -> Result<f32, String> {
+    parse_real(s, limit).map(|v| v as f32)
+}
+
+/// A flag's whole number checked against `limit`, as `u32` (for clap's `value_parser`).
+pub fn parse_u32(s: &str, limit: Int) -> Result<u32, String> {
+    let v = parse_int(s, limit)?;
+    u32::try_from(v).map_err(|_| format!("{v}: expected {}", limit.expected()))
+}
+
+/// A flag's whole number checked against `limit`, as `usize` (for clap's `value_parser`).
+pub fn parse_usize(s: &str, limit: Int) -> Result<usize, String> {
+    parse_int(s, limit).map(|v| v as usize)
 }
 
 /// Parses a flag's number and checks it against `limit` (for clap's `value_parser`).

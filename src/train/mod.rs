@@ -24,6 +24,7 @@ pub mod loss;
 mod metrics_files;
 pub mod optim;
 pub mod rollout;
+pub mod settings;
 pub mod sharing;
 pub mod trainer;
 
@@ -47,6 +48,7 @@ use checkpoint::{Learner, LearnerModel, save_checkpoint};
 pub use checkpoint::{TrainerState, newest_checkpoint, resume_config, whole_checkpoints};
 use metrics_files::MetricsFiles;
 pub use rollout::{Batch, Rollouts, Step, Trajectory};
+pub use settings::TrainSettings;
 pub use sharing::Sharing;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -87,24 +89,7 @@ impl From<candle_core::Error> for TrainError {
 
 /// Checks every setting against [`limits`], naming the setting and where it can be given.
 fn check_settings(cfg: &TrainConfig) -> Result<(), TrainError> {
-    let h = &cfg.hyper;
-    let given = crate::scene::TrainDefaults {
-        iterations: Some(cfg.iterations),
-        arenas: Some(cfg.arenas),
-        epochs: Some(h.epochs),
-        minibatch: Some(h.minibatch),
-        group_size: Some(h.group_size),
-        swap_every: Some(h.swap_every),
-        lora_rank: Some(h.lora_rank),
-        checkpoint_every: Some(cfg.checkpoint_every),
-        lr: Some(h.lr),
-        kl_coef: Some(h.kl_coef),
-        entropy_coef: Some(h.entropy_coef),
-        gamma: Some(h.gamma),
-        lambda: Some(h.lambda),
-        aa_beta: Some(h.aa_beta),
-        ..Default::default()
-    };
+    let given = TrainSettings::of_run(cfg);
     limits::check_settings(&given).map_err(|bad| {
         let name = bad.name;
         TrainError::Config(format!(
