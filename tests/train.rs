@@ -801,3 +801,129 @@ fn the_word_said_is_part_of_the_decision_and_learns() {
     // The action was taken with both words, one good and one bad: its credit cancels.
     assert!((a1[1] - a0[1]).abs() < 0.05, "{} -> {}", a0[1], a1[1]);
 }
+
+/// The language model's word is part of its decision too: after its action it says
+/// silence (`<eos>`) or a word, and an update moves that choice by the decision's credit
+/// (scored after the prompt, the action and `say`, as the policy samples it).
+#[test]
+fn the_language_models_word_is_part_of_its_decision_and_learns() {
+    use emergence::core::{DecisionTrace, Utterance};
+    use emergence::headless::{RunConfig, build_app};
+    use emergence::policy::lm::{Decoder, Lora, ModelSource, TrainHandle};
+    use emergence::train::{Batch, Step, Trainer, Trajectory};
+    use rand::SeedableRng;
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut sc = load_scene(&root.join("scenes/maze/corridor_pair.scene.ron")).expect("scene");
+    for a in &mut sc.agents {
+        a.policy = "lm".into();
+    }
+    let handle = TrainHandle::default();
+    let mut run = RunConfig::new(sc);
+    run.arenas = 2;
+    run.train = Some((
+        ModelSource::Embedded {
+            preset: Preset::Tiny,
+            seed: 3,
+        },
+        handle.clone(),
+    ));
+    let mut app = build_app(&run).expect("app");
+    app.update();
+    // A real decision: its prompt, its action, what it said.
+    let world = app.world_mut();
+    let mut q = world.query::<(&DecisionTrace, &emergence::core::Action, &Utterance)>();
+    let (trace, action, said) = q
+        .iter(world)
+        .map(|(t, a, u)| (t.clone(), a.0, *u))
+        .next()
+        .expect("an agent");
+    let choice = trace.said.expect("the word is recorded as a choice");
+    assert_eq!(said.0, choice.checked_sub(1), "choice 0 is silence");
+    let (choices, say, action_ids, cfg) = handle
+        .with(|t| {
+            (
+                t.talk.clone().expect("single-token words with silence"),
+                t.talk.clone().expect("talk").1,
+                t.actions.clone(),
+                t.config.clone(),
+            )
+        })
+        .expect("set up");
+    let (choices, _) = choices;
+    let probs = || -> Vec<f32> {
+        let weights = handle
+            .with(|t| {
+                t.vars
+                    .iter()
+                    .map(|(n, v)| (n.clone(), v.as_tensor().detach()))
+                    .collect()
+            })
+            .expect("weights");
+        let dec = Decoder::new(&cfg, &weights, Path::new("mem")).expect("decoder");
+        let mut p = trace.tokens.clone();
+        p.extend(&action_ids[usize::from(action)]);
+        p.extend(&say);
+        let h = dec.last_hidden(&[p], 0, Fwd::Fast, Lora::Base).expect("h");
+        let lp = candle_nn::ops::log_softmax(&dec.head(&h).expect("head"), 1).expect("lp");
+        let ids = Tensor::new(choices.as_slice(), &Device::Cpu).expect("ids");
+        candle_nn::ops::softmax(&lp.index_select(&ids, 1).expect("pick"), 1)
+            .and_then(|p| p.squeeze(0))
+            .and_then(|p| p.to_vec1())
+            .expect("p")
+    };
+    let before = probs();
+    let word = 3u8;
+    let hyper = Hyper {
+        lr: 3e-3,
+        entropy_coef: 0.0,
+        ..Hyper::default()
+    };
+    let mut trainer = Trainer::new(&handle, Algo::Reinforce, hyper, &Device::Cpu).expect("t");
+    let step = |said: u8, reward: f32| Step {
+        tokens: trace.tokens.clone(),
+        encoded: Default::default(),
+        global: Default::default(),
+        legal: vec![true; action_ids.len()],
+        action,
+        logprob: trace.logprob,
+        said: Some(said),
+        said_logprob: before[usize::from(said)].ln(),
+        value: 0.0,
+        reward,
+    };
+    let batch = Batch {
+        trajectories: (0..8)
+            .map(|k| Trajectory {
+                arena: k,
+                steps: vec![if k % 2 == 0 {
+                    step(word, 1.0)
+                } else {
+                    step(0, -1.0)
+                }],
+                terminated: true,
+                ..Default::default()
+            })
+            .collect(),
+        slots: 1,
+        ..Default::default()
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    for _ in 0..3 {
+        trainer.update(&batch, &mut rng).expect("update");
+    }
+    let after = probs();
+    let w = usize::from(word);
+    assert!(
+        after[w] > before[w] + 0.02,
+        "the paid word: {} -> {}",
+        before[w],
+        after[w]
+    );
+    assert!(
+        after[0] < before[0] - 0.02,
+        "the costly silence: {} -> {}",
+        before[0],
+        after[0]
+    );
+}

@@ -268,6 +268,10 @@ struct LmModel {
     decoder: Decoder,
     reference: Option<Decoder>,
     action_tokens: Tensor,
+    /// Each action's token (to write the talk prompt after the chosen action).
+    action_ids: Vec<u32>,
+    /// Families with talk: the token of each choice (silence first) and the ids of `say`.
+    talk: Option<(Tensor, Vec<u32>)>,
     pad: u32,
     /// LoRA per role or per agent: each owner's adapter over the variables (empty: no
     /// adapters).
@@ -382,6 +386,13 @@ impl Trainer {
                 actions: ids.len(),
                 model: Model::Lm(Box::new(LmModel {
                     action_tokens: Tensor::new(ids.as_slice(), device)?,
+                    action_ids: ids.clone(),
+                    talk: match &t.talk {
+                        Some((choices, say)) => {
+                            Some((Tensor::new(choices.as_slice(), device)?, say.clone()))
+                        }
+                        None => None,
+                    },
                     pad: t.pad,
                     decoder,
                     reference,
@@ -615,6 +626,11 @@ impl Trainer {
                 _ => None,
             };
         let advantages = self.advantages(batch, critic_values.as_ref())?;
+        // Whether this model learns what its agents say (and so rates decisions by both).
+        let trains_words = match &self.model {
+            Model::Lm(m) => m.talk.is_some(),
+            Model::Mlp(m) => m.net.as_ref().is_some_and(|n| n.words > 0),
+        };
         let mut out = Vec::new();
         for (i, (traj, (adv, targets))) in batch.trajectories.iter().zip(advantages).enumerate() {
             for (t, ((s, a), target)) in traj.steps.iter().zip(adv).zip(targets).enumerate() {
@@ -631,8 +647,8 @@ impl Trainer {
                     tokens: s.tokens.clone(),
                     legal: s.legal.clone(),
                     action: s.action,
-                    said: s.said,
-                    logprob: s.logprob + s.said_logprob,
+                    said: s.said.filter(|_| trains_words),
+                    logprob: s.logprob + if trains_words { s.said_logprob } else { 0.0 },
                     value: critic_values.as_ref().map_or(s.value, |c| c.0[i][t]),
                     adv: a,
                     target,
@@ -791,7 +807,34 @@ impl Trainer {
                 let tlp = candle_nn::ops::log_softmax(&decoder.head(&h)?, 1)?;
                 let alp = masked_action_logprobs(&tlp, &m.action_tokens, bias)?;
                 let v = decoder.value(&h)?.map(|v| v.squeeze(1)).transpose()?;
-                Ok(Some((alp, v, None)))
+                // Families with talk: what was said, after the prompt, the chosen action and
+                // `say`, as the policy scored it (one more forward over those prompts).
+                let wlp = match &m.talk {
+                    Some((choices, say)) if mb.iter().any(|s| s.said.is_some()) => {
+                        let talk: Vec<Vec<u32>> = mb
+                            .iter()
+                            .map(|s| {
+                                let mut p = s.tokens.clone();
+                                p.extend(m.action_ids.get(usize::from(s.action)));
+                                p.extend(say);
+                                p
+                            })
+                            .collect();
+                        let lora = if m.adapters.is_empty() || reference {
+                            Lora::Base
+                        } else {
+                            Lora::Each(&each)
+                        };
+                        let h = decoder.last_hidden(&talk, m.pad, path, lora)?;
+                        let tlp = candle_nn::ops::log_softmax(&decoder.head(&h)?, 1)?;
+                        Some(candle_nn::ops::log_softmax(
+                            &tlp.index_select(choices, 1)?,
+                            1,
+                        )?)
+                    }
+                    _ => None,
+                };
+                Ok(Some((alp, v, wlp)))
             }
             Model::Mlp(m) => {
                 let net = match (reference, &m.net, &m.reference) {

@@ -5,8 +5,12 @@
 //! words: each legal action word is scored by the sum of its tokens' log-probabilities after
 //! the prompt, illegal ones are masked, and the action is sampled from the agent's own stream.
 //! The trace keeps the prompt tokens, the log-probability of the choice, the entropy of the
-//! masked distribution, the probabilities and the value-head estimate. In the maze a word to
-//! say is then chosen the same way, after the prompt, the chosen action and `say`. When the
+//! masked distribution, the probabilities and the value-head estimate. In the maze what to
+//! say is then chosen the same way, after the prompt, the chosen action and `say`: silence
+//! (the end-of-text token `<eos>`: nothing more to say) or one of the scene's words; the
+//! choice and its log-probability are kept, and training counts them as part of the
+//! decision (a tokenizer without `<eos>` offers no silence, and its words are not trained).
+//! When the
 //! model folder holds LoRA adapters for roles (`adapters/<role>/`) or for agents
 //! (`adapters/agent_<slot>/`), each agent runs with its adapter, still in one batched
 //! forward: the base projections run once over every prompt, each adapter's low-rank update
@@ -69,6 +73,9 @@ pub struct Trainable {
     pub tokenizer: Tokenizer,
     /// Token ids of each action word.
     pub actions: Vec<Vec<u32>>,
+    /// Families with talk whose choices are one token each: the token of every choice
+    /// (silence, `<eos>`, first, then the scene's words) and the ids of `say`.
+    pub talk: Option<(Vec<u32>, Vec<u32>)>,
     /// The padding token.
     pub pad: u32,
     /// LoRA adapters being trained, one per owner (role or agent slot) in index order (empty
@@ -131,14 +138,25 @@ impl TrainHandle {
     }
 }
 
+/// What agents of a family with talk may say.
+struct Talk {
+    /// The token ids of each choice: silence (`<eos>`) first when the tokenizer has it,
+    /// then the scene's words.
+    choices: Vec<Vec<u32>>,
+    /// The ids of `say`, which the talk prompt ends with.
+    say: Vec<u32>,
+    /// Whether the first choice is silence.
+    silence: bool,
+}
+
 struct Ready {
     decoder: Decoder,
     tokenizer: Tokenizer,
     format: TextFormat,
     /// Token ids of each action word.
     actions: Vec<Vec<u32>>,
-    /// Token ids of each word agents may say, and of `say` (families with talk).
-    words: Option<(Vec<Vec<u32>>, Vec<u32>)>,
+    /// Families with talk: what agents may say.
+    words: Option<Talk>,
     pad: u32,
     /// A LoRA adapter per owner index (role or slot), from `adapters/<name>/` of the model
     /// folder or being trained.
@@ -221,10 +239,26 @@ impl LmPolicy {
         let words = match &scene.spec.family {
             FamilySpec::Maze(m) => {
                 let say = words_of(&["say".to_string()], "word")?.remove(0);
-                Some((words_of(&m.vocabulary, "vocabulary word")?, say))
+                let silence = folder.tokenizer.token_to_id("<eos>");
+                let choices = silence
+                    .map(|e| vec![e])
+                    .into_iter()
+                    .chain(words_of(&m.vocabulary, "vocabulary word")?)
+                    .collect();
+                Some(Talk {
+                    choices,
+                    say,
+                    silence: silence.is_some(),
+                })
             }
             _ => None,
         };
+        // Training scores single-token choices after the talk prompt (the embedded
+        // tokenizer's words are one token each), with silence first.
+        let talk_ids = words.as_ref().and_then(|t| {
+            (t.silence && t.choices.iter().all(|c| c.len() == 1))
+                .then(|| (t.choices.iter().map(|c| c[0]).collect(), t.say.clone()))
+        });
         let pad = folder
             .tokenizer
             .token_to_id("<pad>")
@@ -297,6 +331,7 @@ impl LmPolicy {
                     vars,
                     tokenizer: folder.tokenizer.clone(),
                     actions: action_ids.clone(),
+                    talk: talk_ids,
                     pad,
                     adapters: trained,
                     owner,
@@ -552,7 +587,16 @@ impl LmPolicy {
             d.trace.probs = probs;
             d.trace.value = values[i];
         }
-        if let Some((words, say)) = &r.words {
+        for d in batch.iter_mut() {
+            d.trace.said = None;
+            d.trace.said_logprob = 0.0;
+        }
+        if let Some(Talk {
+            choices: words,
+            say,
+            silence,
+        }) = &r.words
+        {
             let talk: Vec<Vec<u32>> = batch
                 .iter()
                 .zip(&prompts)
@@ -571,9 +615,15 @@ impl LmPolicy {
             if let Ok((scores, _, f)) = talked {
                 forwards += f;
                 for (d, s) in batch.iter_mut().zip(&scores) {
-                    let (w, ..) = sample(s, |_| true, d.rng);
+                    let (w, _, logprob, _) = sample(s, |_| true, d.rng);
                     if let Some(say) = d.say.as_deref_mut() {
-                        say.0 = Some(w as u8);
+                        if *silence {
+                            say.0 = w.checked_sub(1).map(|k| k as u8);
+                            d.trace.said = Some(w as u8);
+                            d.trace.said_logprob = logprob;
+                        } else {
+                            say.0 = Some(w as u8);
+                        }
                     }
                 }
             }
