@@ -7,7 +7,7 @@
 //! Targets (issue 5): `tiny` ≤ 150 ms and `small` ≤ 3.7 s per step.
 //!
 //! `update/mlp`: one gradient step of the `mlp` learner on a minibatch of 1024 decisions
-//! shaped like hide-and-seek's (91 cells, 37 header fields, 9 actions): forward, the PPO
+//! shaped like hide-and-seek's (91 cells, 69 header fields, 9 actions): forward, the PPO
 //! loss with a value loss, backward, AdamW. An IPPO iteration of 64 hide-and-seek arenas
 //! (51,200 decisions, 4 passes) makes 200 of them; `emergence train --learner mlp` prints
 //! the whole iteration's time and agent-steps/s.
@@ -125,11 +125,11 @@ fn update_mlp(c: &mut Criterion) {
         let rows: Vec<Encoded> = (0..ROWS)
             .map(|i| Encoded {
                 cells: (0..91).map(|k| ((i * 7 + k * 3) % 16) as u8).collect(),
-                dense: (0..37).map(|k| ((i + k) % 5) as f32 / 5.0).collect(),
+                dense: (0..69).map(|k| ((i + k) % 5) as f32 / 5.0).collect(),
             })
             .collect();
         let refs: Vec<&Encoded> = rows.iter().collect();
-        let net = MlpNet::new(91, 37, 9, 0, &dev).expect("net");
+        let net = MlpNet::new(91, 69, 9, 0, &dev).expect("net");
         let mut opt = AdamW::new(net.vars().to_vec(), AdamParams::default()).expect("adamw");
         let one_hot: Vec<f32> = (0..ROWS * 9)
             .map(|j| f32::from(u8::from(j % 9 == (j / 9) % 9)))

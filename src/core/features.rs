@@ -12,6 +12,9 @@ use super::Observation;
 /// the low nibble).
 pub const CODES: usize = 16;
 
+/// The most words a scene's talk vocabulary may have (its check says so too).
+pub const MAX_WORDS: usize = 32;
+
 /// An observation as the network reads it: the code (0..16) of every view cell, then of
 /// every known-map cell, and the header fields as numbers. The network's input is the
 /// one-hot of each cell's code followed by `dense` ([`features`] writes it out); the first
@@ -43,9 +46,10 @@ pub fn encode(obs: &Observation, out: &mut Encoded) {
     d.extend((0..4).map(|t| f32::from(u8::from(usize::from(obs.team).min(3) == t))));
     d.push(obs.others.len() as f32 / 4.0);
     d.push(obs.heard.len() as f32 / 4.0);
-    // Talk: which of the first 16 vocabulary words were heard this step.
+    // Talk: which vocabulary words were heard this step (a scene has at most 32).
     d.extend(
-        (0..16).map(|k| f32::from(u8::from(obs.heard.iter().any(|h| usize::from(h.word) == k)))),
+        (0..MAX_WORDS)
+            .map(|k| f32::from(u8::from(obs.heard.iter().any(|h| usize::from(h.word) == k)))),
     );
     // Repeated games: the last three rounds, one-hot, newest first, and the other's counts.
     for k in 0..3 {
@@ -62,8 +66,10 @@ pub fn encode(obs: &Observation, out: &mut Encoded) {
 
 /// The true global state of the agent's arena at this step, as MAPPO's centralised critic
 /// reads it (Yu et al. 2022's agent-specific global state): the whole map's cells drawn
-/// from this agent's side (itself, its team, the others), and every agent's position, facing
-/// and status in slot order, the step and the phase. Written by the family in
+/// from this agent's side (itself, its team, the others), and every agent's position and
+/// status in slot order (with its facing where the family has one) and the step (and the
+/// phase in hide-and-seek). A cell is its kind's code: in the maze, which plate opens
+/// which door and which key fits which lock is not in it (nor in the observation). Written by the family in
 /// [`super::SimSystems::Encode`] while [`CentralState`] is present, empty otherwise.
 #[derive(Component, Debug, Clone, Default, PartialEq)]
 pub struct GlobalView(pub Encoded);

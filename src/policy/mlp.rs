@@ -139,6 +139,16 @@ pub fn first_layer(
     cells: usize,
     dense: usize,
 ) -> candle_core::Result<Tensor> {
+    if let Some(r) = rows
+        .iter()
+        .find(|r| r.cells.len() != cells || r.dense.len() != dense)
+    {
+        candle_core::bail!(
+            "a row of {} cells and {} header fields for a layer of {cells} and {dense}",
+            r.cells.len(),
+            r.dense.len()
+        );
+    }
     let b = rows.len();
     let dev = w1.device();
     let values: Vec<f32> = rows.iter().flat_map(|r| r.dense.iter().copied()).collect();
@@ -184,7 +194,8 @@ fn shapes(inputs: usize, actions: usize, words: usize) -> Vec<(&'static str, [us
 
 /// The file of the weights in a model folder, and of its sizes.
 pub const WEIGHTS_FILE: &str = "mlp.safetensors";
-/// The sizes of a saved network (`{"cells": C, "dense": D, "actions": A, "hidden": H}`).
+/// The sizes of a saved network (`{"cells": C, "dense": D, "actions": A, "hidden": H,
+/// "words": W}`; `words` 0 or absent without talk).
 pub const CONFIG_FILE: &str = "mlp.json";
 
 /// What `mlp.json` holds.

@@ -266,6 +266,11 @@ pub fn collect_steps(
 /// from the agent's side followed by the agent's own observation (what it knows and sees,
 /// which the state alone does not say).
 fn agent_state(view: &GlobalView, obs: &Observation) -> Encoded {
+    if view.0.cells.is_empty() && view.0.dense.is_empty() {
+        // The family wrote no state: the trainer refuses the batch rather than let the
+        // critic read the agent's own view alone.
+        return Encoded::default();
+    }
     let mut own = Encoded::default();
     crate::core::encode(obs, &mut own);
     let mut out = view.0.clone();

@@ -569,7 +569,8 @@ impl Trainer {
         let globals = if self.algo == Algo::Mappo {
             let g = self.globals(batch)?;
             let Some(first) = g.iter().flatten().next() else {
-                return Err(TrainError::Config("a batch without decisions".into()));
+                // Nothing to learn from (a model whose agents made no decision this time).
+                return Ok(Vec::new());
             };
             let (cells, dense) = (first.cells.len(), first.dense.len());
             if self.critic.is_none() {

@@ -4,7 +4,8 @@
 //! The actors are the agents' own policies on their own observations (as in [`super::ippo`]);
 //! the critic `V(s, i)` reads the arena's true global state `s` as its family gives it from
 //! agent `i`'s side ([`crate::core::GlobalView`]: the whole map's cells, every agent's
-//! position, facing and status, the step and the phase), followed by `i`'s own observation
+//! position and status, facings where the family has them, the step, hide-and-seek's
+//! phase), followed by `i`'s own observation
 //! and its one-hot slot: the paper's agent-specific global state, "AS" (in a matrix game the
 //! state is the observation, so it appears twice, which the paper's feature pruning would
 //! drop). GAE runs over its values:
