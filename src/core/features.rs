@@ -41,9 +41,9 @@ pub fn encode(obs: &Observation, out: &mut Encoded) {
     d.push(f32::from(u8::from(obs.removed)));
     d.push(obs.prep_left as f32 / 100.0);
     d.push(f32::from(u8::from(obs.holding)));
-    d.extend((0..4).map(|f| f32::from(u8::from(usize::from(obs.facing) == f))));
+    push_one_hot(d, usize::from(obs.facing), 4);
     d.extend((0..8).map(|k| ((obs.keys >> k) & 1) as f32));
-    d.extend((0..4).map(|t| f32::from(u8::from(usize::from(obs.team).min(3) == t))));
+    push_one_hot(d, usize::from(obs.team).min(3), 4);
     d.push(obs.others.len() as f32 / 4.0);
     d.push(obs.heard.len() as f32 / 4.0);
     // Talk: which vocabulary words were heard this step (a scene has at most 32).

@@ -204,7 +204,9 @@ pub fn collect_steps(
                 {
                     t.bootstrap = Some(trace.value.unwrap_or(0.0));
                     if global {
-                        t.final_global = Some(agent_state(view, obs));
+                        let mut own = Encoded::default();
+                        crate::core::encode(obs, &mut own);
+                        t.final_global = Some(agent_state(view, &own));
                     }
                 }
             }
@@ -224,9 +226,18 @@ pub fn collect_steps(
             if *handle != policy {
                 continue;
             }
-            let mut encoded = crate::policy::mlp::Encoded::default();
-            if keep_features {
-                crate::policy::mlp::encode(obs, &mut encoded);
+            // The observation as a network reads it, once for the mlp and the critic.
+            let mut encoded = Encoded::default();
+            if keep_features || global {
+                crate::core::encode(obs, &mut encoded);
+            }
+            let global_row = if global {
+                agent_state(view, &encoded)
+            } else {
+                Encoded::default()
+            };
+            if !keep_features {
+                encoded = Encoded::default();
             }
             let traj = rollouts
                 .open
@@ -242,11 +253,7 @@ pub fn collect_steps(
             traj.steps.push(Step {
                 tokens: trace.tokens.clone(),
                 encoded,
-                global: if global {
-                    agent_state(view, obs)
-                } else {
-                    Encoded::default()
-                },
+                global: global_row,
                 legal: (0..n).map(|i| mask.allows(i as u8)).collect(),
                 action: action.0,
                 logprob: trace.logprob,
@@ -265,14 +272,12 @@ pub fn collect_steps(
 /// MAPPO's agent-specific global state (Yu et al. 2022, "AS"): the family's global state
 /// from the agent's side followed by the agent's own observation (what it knows and sees,
 /// which the state alone does not say).
-fn agent_state(view: &GlobalView, obs: &Observation) -> Encoded {
+fn agent_state(view: &GlobalView, own: &Encoded) -> Encoded {
     if view.0.cells.is_empty() && view.0.dense.is_empty() {
         // The family wrote no state: the trainer refuses the batch rather than let the
         // critic read the agent's own view alone.
         return Encoded::default();
     }
-    let mut own = Encoded::default();
-    crate::core::encode(obs, &mut own);
     let mut out = view.0.clone();
     out.cells.extend_from_slice(&own.cells);
     out.dense.extend_from_slice(&own.dense);

@@ -821,11 +821,7 @@ impl Trainer {
                                 p
                             })
                             .collect();
-                        let lora = if m.adapters.is_empty() || reference {
-                            Lora::Base
-                        } else {
-                            Lora::Each(&each)
-                        };
+                        // The same adapters, row by row, as the action's forward.
                         let h = decoder.last_hidden(&talk, m.pad, path, lora)?;
                         let tlp = candle_nn::ops::log_softmax(&decoder.head(&h)?, 1)?;
                         Some(candle_nn::ops::log_softmax(
