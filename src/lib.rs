@@ -18,6 +18,7 @@ pub mod gui;
 pub mod headless;
 pub mod inspect;
 pub mod metrics;
+pub mod outputs;
 pub mod policy;
 pub mod replay;
 pub mod scene;

@@ -70,18 +70,24 @@ struct RunArgs {
     /// matrix products (rayon's pool) [default: one per core].
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
-    /// Write one JSON line per finished episode per arena to this file.
+    /// Write one JSON line per finished episode per arena to this file (a file that exists
+    /// is refused unless --force).
     #[arg(long)]
     metrics: Option<PathBuf>,
-    /// Write a replay of every step of the recorded arenas to this file.
+    /// Write a replay of every step of the recorded arenas to this file (a file that exists
+    /// is refused unless --force).
     #[arg(long)]
     record: Option<PathBuf>,
     /// Arenas to record, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     record_arenas: Vec<u32>,
-    /// Write every step's state hash (hex, one per line) to this file.
+    /// Write every step's state hash (hex, one per line) to this file (a file that exists is
+    /// refused unless --force).
     #[arg(long)]
     hash_log: Option<PathBuf>,
+    /// Replace output files that exist (never an input: the scene or the model's files).
+    #[arg(long)]
+    force: bool,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -145,15 +151,22 @@ struct ViewArgs {
     /// can run side by side.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
-    /// Record the shown arenas' steps to this replay file.
+    /// Record the shown arenas' steps to this replay file (a file that exists is refused
+    /// unless --force).
     #[arg(long)]
     record: Option<PathBuf>,
-    /// Write every step's state hash (hex, one per line), like `run --hash-log`.
+    /// Write every step's state hash (hex, one per line), like `run --hash-log` (a file that
+    /// exists is refused unless --force).
     #[arg(long)]
     hash_log: Option<PathBuf>,
-    /// Save a PNG of the window after --frames frames and exit.
+    /// Save a PNG of the window after --frames frames and exit (a file that exists is
+    /// refused unless --force).
     #[arg(long)]
     screenshot: Option<PathBuf>,
+    /// Replace output files that exist (never an input: the scene, the replay, the model's
+    /// files).
+    #[arg(long)]
+    force: bool,
     /// Render this many frames, stepping once per frame, then exit (or take the screenshot).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     frames: Option<u32>,
@@ -197,9 +210,13 @@ struct EvalArgs {
     /// can run side by side.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
-    /// Also write the results as JSON to this file (refused if it exists).
+    /// Also write the results as JSON to this file (a file that exists is refused unless
+    /// --force).
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Replace the --json file if it exists (never an input: the scene or the model's files).
+    #[arg(long)]
+    force: bool,
 }
 
 /// A comma-separated list of partners, checked.
@@ -253,14 +270,14 @@ fn cmd_eval(args: EvalArgs) -> Result<()> {
             model.display()
         );
     }
-    if let Some(j) = &args.json
-        && j.exists()
-    {
-        anyhow::bail!(
-            "{}: exists; choose another --json file (nothing was written)",
-            j.display()
-        );
-    }
+    check_outputs(
+        &[
+            ("the scene", Some(&scene_path)),
+            ("the model", Some(&model)),
+        ],
+        &[("--json", args.json.as_ref())],
+        Some(args.force),
+    )?;
     let scene = if scene_path.file_name().is_some_and(|f| f == "scene.ron") {
         emergence::scene::load_run_scene(&scene_path)?
     } else {
@@ -362,7 +379,7 @@ struct TrainArgs {
     #[arg(long)]
     gui: bool,
     /// With --gui: save a PNG of the window after --frames frames and close it (training
-    /// goes on).
+    /// goes on); a file that exists is refused.
     #[arg(long, requires = "gui")]
     screenshot: Option<PathBuf>,
     /// With --gui: close the window after this many frames.
@@ -438,17 +455,20 @@ fn main() -> ExitCode {
     }
 }
 
-fn refuse_overwrite_of_input(out: &Option<PathBuf>, scene: &Path, flag: &str) -> Result<()> {
-    if let Some(out) = out
-        && let (Ok(a), Ok(b)) = (out.canonicalize(), scene.canonicalize())
-        && a == b
-    {
-        anyhow::bail!(
-            "{flag} {} would overwrite the scene file; choose another path",
-            out.display()
-        );
-    }
-    Ok(())
+/// Refuses outputs that would write over an input, share a file, or replace an existing
+/// file without `--force` ([`emergence::outputs::check`]); nothing is written on refusal.
+fn check_outputs(
+    inputs: &[(&str, Option<&PathBuf>)],
+    outputs: &[(&str, Option<&PathBuf>)],
+    force: Option<bool>,
+) -> Result<()> {
+    use emergence::outputs::{Named, check};
+    let named = |list: &[(&str, Option<&PathBuf>)]| -> Vec<Named> {
+        list.iter()
+            .filter_map(|(w, p)| p.map(|p| Named::new(*w, p.clone())))
+            .collect()
+    };
+    check(&named(inputs), &named(outputs), force).map_err(|e| anyhow::anyhow!(e))
 }
 
 fn cmd_run(args: RunArgs) -> Result<()> {
@@ -458,8 +478,18 @@ fn cmd_run(args: RunArgs) -> Result<()> {
         args.max_steps,
     )?;
     let device = parse_device(&args.device)?;
-    refuse_overwrite_of_input(&args.metrics, &args.scene, "--metrics")?;
-    refuse_overwrite_of_input(&args.record, &args.scene, "--record")?;
+    check_outputs(
+        &[
+            ("the scene", Some(&args.scene)),
+            ("--model", args.model.as_ref()),
+        ],
+        &[
+            ("--metrics", args.metrics.as_ref()),
+            ("--record", args.record.as_ref()),
+            ("--hash-log", args.hash_log.as_ref()),
+        ],
+        Some(args.force),
+    )?;
     let cfg = RunConfig {
         arenas: args.arenas,
         episodes: args.episodes,
@@ -735,7 +765,6 @@ fn cmd_list(dir: &Path) -> Result<()> {
 }
 
 fn cmd_train(args: TrainArgs) -> Result<()> {
-    use emergence::policy::lm::Preset;
     use emergence::train::{ModelChoice, TrainConfig, resume_config, train};
     let cfg = if let Some(run) = &args.resume {
         let mut given = args.settings.given();
@@ -773,17 +802,8 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
         // The flags over the scene's train block; the algorithm's defaults fill the rest.
         let d = args.settings.clone().over(scene.spec.train.clone());
         let model_name = d.model.clone().unwrap_or_else(|| "tiny".into());
-        let model = match model_name.as_str() {
-            "tiny" => ModelChoice::Preset(Preset::Tiny),
-            "small" => ModelChoice::Preset(Preset::Small),
-            dir => {
-                let p = PathBuf::from(dir);
-                if !p.is_dir() {
-                    anyhow::bail!("{model_from} {dir:?}: expected tiny, small or a model folder");
-                }
-                ModelChoice::Folder(p)
-            }
-        };
+        let model =
+            ModelChoice::parse(&model_name).map_err(|e| anyhow::anyhow!("{model_from} {e}"))?;
         let (algo, learner, hyper) = d.resolve();
         TrainConfig {
             scene,
@@ -812,6 +832,11 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
         stop_after: args.stop_after,
         ..cfg
     };
+    check_outputs(
+        &[("the scene", Some(&cfg.scene_path))],
+        &[("--screenshot", args.screenshot.as_ref())],
+        None,
+    )?;
     // A resumed run keeps its own thread count: rayon's pool is bounded by it too (main
     // built it already when --threads was given).
     if args.threads.is_none()
@@ -1086,6 +1111,20 @@ fn cmd_view(args: ViewArgs) -> Result<()> {
             args.speed
         );
     }
+    check_outputs(
+        &[
+            ("the scene", args.scene.as_ref()),
+            ("--replay", args.replay.as_ref()),
+            ("--model", args.model.as_ref()),
+            ("--checkpoint", args.checkpoint.as_ref()),
+        ],
+        &[
+            ("--record", args.record.as_ref()),
+            ("--hash-log", args.hash_log.as_ref()),
+            ("--screenshot", args.screenshot.as_ref()),
+        ],
+        Some(args.force),
+    )?;
     let mut run_dir = None;
     let source = if let Some(path) = &args.replay {
         ViewSource::Replay(emergence::inspect::Replay::load(path)?)
@@ -1096,8 +1135,6 @@ fn cmd_view(args: ViewArgs) -> Result<()> {
         let policy = args.policy.clone();
         let max_steps = args.max_steps;
         let scene = apply_overrides(load_scene(path)?, policy.as_deref(), max_steps)?;
-        refuse_overwrite_of_input(&args.record, path, "--record")?;
-        refuse_overwrite_of_input(&args.hash_log, path, "--hash-log")?;
         let model = match &args.checkpoint {
             Some(c) => {
                 if !c.join("model.safetensors").is_file() {

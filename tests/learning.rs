@@ -17,8 +17,11 @@
 //! its start's basin lies (hare-hare from the seeds whose untrained model hunts the stag
 //! less than about 30% of the time, measured in the issue's note); the `mlp` starts even.
 //!
-//! Not here yet (measured, see the issue's note): CORY with its KL penalty moves the observer only part of the
-//! way within a CI budget; the maze's talk is not yet a learned choice.
+//! CORY's test plays its trained copies against each other and reads the distribution the
+//! observer samples from after each word of the pioneer.
+//!
+//! Not here (measured, see the issue's note): a maze pair that talks beating one that is
+//! muted; tests/train.rs holds the shorter proof that the word said is learned.
 
 use emergence::policy::lm::Preset;
 use emergence::scene::load_scene;
@@ -310,4 +313,155 @@ fn magrpo_with_the_shared_reward_reaches_stag_stag_from_an_even_start() {
         "{:?}",
         own.strategy
     );
+}
+
+/// CORY (Ma et al. 2024): the observer reads the pioneer's choice of the same step. On an
+/// anti-coordination game (the pair earns only when the two choose differently, like two
+/// drivers picking lanes), what the observer should do depends only on what the pioneer
+/// chose: the other word. One round per episode, as the paper's tasks are one response each
+/// (with ten rounds the credit of one answer drowns in the next nine: 24 updates of 16
+/// arenas moved the observer only part of the way). Measured on the distribution the
+/// observer samples from in self-play of the trained copies (each copy as the observer in
+/// turn, 128 fresh arenas): its mean probability of the other word given that the pioneer
+/// said `left`, and given that it said `right`. Both must be at least 0.65. An observer
+/// that ignores the pioneer fails (saying `right` with probability q whatever it read gives
+/// q and 1 − q), so does one that copies it, and so does the untrained model, which leans to
+/// repeat the word it has just read (0.24 to 0.47). Measured, seeds 3 / 4 / 5, the lower of
+/// the two per copy: 0.91, 0.86 / 0.79, 0.91 / 0.73, 0.91; CORY's KL to the starting model
+/// keeps the pioneer saying both words (left 0.42 to 0.79 of the time), so the observer
+/// learns to answer each rather than the pair settling on one convention.
+#[test]
+fn the_cory_observer_learns_to_answer_the_pioneer() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("anti_coordination.scene.ron");
+    std::fs::write(
+        &path,
+        r#"(
+    name: "Anti-coordination",
+    family: Matrix(payoffs: [[0, 1], [1, 0]], actions: ["left", "right"], rounds: 1, history: 1),
+    teams: [(name: "player_a", policy: "lm"), (name: "player_b", policy: "lm")],
+)"#,
+    )
+    .expect("scene");
+    let mut cfg = config(
+        "coordination.scene.ron",
+        Algo::Cory,
+        CORY_ITERATIONS,
+        128,
+        seed(),
+        &dir.path().join("run"),
+    );
+    cfg.scene = load_scene(&path).expect("scene");
+    cfg.scene_path = path;
+    let t0 = std::time::Instant::now();
+    let summary = train(&cfg, |_| {}).expect("train");
+    let secs = t0.elapsed().as_secs_f64();
+    let ckpt = summary.checkpoints.last().expect("checkpoint");
+    let trained =
+        || ["agent_0", "agent_1"].map(|c| emergence::policy::lm::ModelSource::Folder(ckpt.join(c)));
+    let untrained = || {
+        [0, 1].map(|_| emergence::policy::lm::ModelSource::Embedded {
+            preset: Preset::Tiny,
+            seed: cfg.seed,
+        })
+    };
+    let returns: Vec<f64> = summary
+        .iterations
+        .iter()
+        .map(|r| r.team_returns.values().sum::<f64>() / r.team_returns.len() as f64)
+        .collect();
+    eprintln!("cory: {CORY_ITERATIONS} updates in {secs:.0} s; returns {returns:?}");
+    for pioneer in [0, 1] {
+        let (before, _) = observer_answers(&cfg.scene, untrained(), pioneer);
+        let (after, lead) = observer_answers(&cfg.scene, trained(), pioneer);
+        eprintln!(
+            "cory, copy {} observes: P(other word | pioneer said left, right) = {:.3}, {:.3} \
+             (untrained {:.3}, {:.3}); the pioneer says left {:.2} of the time",
+            1 - pioneer,
+            after[0],
+            after[1],
+            before[0],
+            before[1],
+            lead
+        );
+        assert!(
+            before[0].min(before[1]) < 0.5,
+            "the untrained observer already answers: {before:?}"
+        );
+        assert!(
+            after[0].min(after[1]) >= CORY_ANSWER,
+            "copy {} does not answer the pioneer's word: {after:?} (untrained {before:?})",
+            1 - pioneer
+        );
+    }
+}
+
+/// Iterations of the CORY test (128 arenas each).
+const CORY_ITERATIONS: u32 = 40;
+
+/// The least probability of answering the pioneer with the other word, after either word.
+const CORY_ANSWER: f64 = 0.65;
+
+/// The observer's mean probability of the word the pioneer did not say, after the pioneer
+/// said `left` and after it said `right` (NaN where it never did), in one self-play episode
+/// of `copies` on 128 arenas with copy `pioneer` leading; and the pioneer's mean
+/// probability of `left`.
+fn observer_answers(
+    scene: &emergence::scene::Scene,
+    copies: [emergence::policy::lm::ModelSource; 2],
+    pioneer: usize,
+) -> ([f64; 2], f64) {
+    use emergence::core::{Agent, DecisionTrace};
+    use emergence::headless::{RunConfig, build_app};
+    use emergence::policy::PolicyFactory;
+    use emergence::policy::lm::LmPolicy;
+    use emergence::train::cory::CoryPolicy;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+
+    let mut run = RunConfig::new(scene.clone());
+    run.arenas = 128;
+    run.seed = 1_000_003;
+    run.threads = Some(2);
+    let copies = Arc::new(copies);
+    run.policies.push((
+        "lm".into(),
+        PolicyFactory(Arc::new(move || {
+            let copy = |c: usize| LmPolicy::new(copies[c].clone(), candle_core::Device::Cpu);
+            Box::new(CoryPolicy::new(
+                [copy(0), copy(1)],
+                Arc::new(AtomicUsize::new(pioneer)),
+            ))
+        })),
+    ));
+    let mut app = build_app(&run).expect("app");
+    let (mut sum, mut n) = ([0.0f64; 2], [0u32; 2]);
+    let mut lead_left = 0.0;
+    let rounds = match &scene.spec.family {
+        emergence::scene::FamilySpec::Matrix(m) => m.rounds,
+        _ => unreachable!("a matrix game"),
+    };
+    for _ in 0..rounds {
+        app.update();
+        let world = app.world_mut();
+        let mut q = world.query::<(&Agent, &emergence::core::Action, &DecisionTrace)>();
+        let rows: Vec<(Agent, u8, Vec<f32>)> = q
+            .iter(world)
+            .map(|(a, act, t)| (*a, act.0, t.probs.clone()))
+            .collect();
+        for lead in rows.iter().filter(|r| usize::from(r.0.slot) == pioneer) {
+            let follow = rows
+                .iter()
+                .find(|r| r.0.arena == lead.0.arena && usize::from(r.0.slot) != pioneer)
+                .expect("observer");
+            let said = usize::from(lead.1);
+            lead_left += f64::from(lead.2[0]);
+            sum[said] += f64::from(follow.2[1 - said]);
+            n[said] += 1;
+        }
+    }
+    (
+        [sum[0] / f64::from(n[0]), sum[1] / f64::from(n[1])],
+        lead_left / f64::from(n[0] + n[1]),
+    )
 }

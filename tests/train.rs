@@ -927,3 +927,75 @@ fn the_language_models_word_is_part_of_its_decision_and_learns() {
         after[0]
     );
 }
+
+/// A run's config.json holds every setting in the one settings type (the flags', the scene
+/// block's), the resumed run reads back exactly the hyper-parameters it started with, and a
+/// resume that extends the run records its new total; a config.json written before the
+/// settings had one type still resumes.
+#[test]
+fn config_json_holds_every_setting_and_follows_a_resume() {
+    use emergence::train::{RunFile, TrainSettings};
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("run");
+    let mut cfg = config("prisoners_dilemma.scene.ron", Algo::Ippo, 2, 4, &out);
+    cfg.learner = LearnerKind::Mlp;
+    cfg.hyper = Hyper {
+        clip: 0.3,
+        value_coef: 0.25,
+        max_grad_norm: 0.5,
+        weight_decay: 0.01,
+        lr_final_frac: 0.5,
+        group_std: false,
+        ..Hyper::for_learner(Algo::Ippo, LearnerKind::Mlp)
+    };
+    cfg.checkpoint_every = 1;
+    train(&cfg, |_| {}).expect("train");
+    let read = |p: &Path| -> RunFile {
+        serde_json::from_str(&std::fs::read_to_string(p.join("config.json")).expect("read"))
+            .expect("config.json is a RunFile")
+    };
+    let file = read(&out);
+    assert_eq!(file.settings, TrainSettings::of_run(&cfg));
+    assert!(
+        serde_json::to_value(&file.settings)
+            .expect("json")
+            .as_object()
+            .expect("object")
+            .values()
+            .all(|v| !v.is_null()),
+        "every setting is given: {:?}",
+        file.settings
+    );
+    assert_eq!(file.settings.model.as_deref(), Some("tiny"));
+    let resumed = resume_config(&out, Some(3)).expect("resume");
+    assert_eq!(resumed.hyper, cfg.hyper);
+    assert_eq!(
+        (resumed.algo, resumed.learner, resumed.arenas, resumed.seed),
+        (cfg.algo, cfg.learner, cfg.arenas, cfg.seed)
+    );
+    train(&resumed, |_| {}).expect("resumed");
+    assert_eq!(read(&out).settings.iterations, Some(3));
+    let again = resume_config(&out, None).expect("config");
+    let err = train(&again, |_| {}).expect_err("done").to_string();
+    assert!(err.contains("done 3 of 3"), "{err}");
+
+    // The format before: TrainConfig's own fields with a `hyper` block.
+    let legacy = serde_json::json!({
+        "scene_path": cfg.scene_path,
+        "algo": "ippo",
+        "iterations": 5,
+        "arenas": 4,
+        "seed": 3,
+        "out": out,
+        "model": {"Preset": "tiny"},
+        "hyper": cfg.hyper,
+        "sharing": "shared",
+        "learner": "mlp",
+        "threads": 1,
+        "checkpoint_every": 1,
+        "eval_every": 10
+    });
+    std::fs::write(out.join("config.json"), legacy.to_string()).expect("write");
+    let old = resume_config(&out, None).expect("a legacy config.json resumes");
+    assert_eq!((old.iterations, old.hyper.clone()), (5, cfg.hyper.clone()));
+}

@@ -7,17 +7,54 @@ use std::path::{Path, PathBuf};
 
 use super::critic;
 use super::{
-    Algo, Hyper, LearnerKind, ModelChoice, Sharing, TrainConfig, TrainError, Trainer, io_err,
+    Algo, Hyper, LearnerKind, ModelChoice, Sharing, TrainConfig, TrainError, TrainSettings,
+    Trainer, io_err,
 };
 use crate::policy::lm::{ModelFolder, ModelSource, TrainHandle};
 use crate::policy::mlp::MlpHandle;
 use crate::scene::Scene;
 use candle_core::Device;
 
-/// The part of `config.json` a resumed run reads back (the scene comes from the run's own
-/// copy, `scene.ron`, so an edited scene file cannot change a resumed run).
+/// A run's `config.json`: its settings with every field given (the one settings type of the
+/// flags, a scene's `train:` block and experiment files), the scene file it started from, and
+/// how it runs. A resumed run reads it back (the scene from the run's own copy, `scene.ron`,
+/// so an edited scene file cannot change it) and writes it again with its new total of
+/// iterations and its thread count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunFile {
+    /// The scene file the run started from (for the record).
+    pub scene: PathBuf,
+    /// Every setting, each given.
+    pub settings: TrainSettings,
+    /// Worker threads (`--threads`; none: one per core).
+    pub threads: Option<usize>,
+    /// Partners played every `eval_every` iterations.
+    #[serde(default)]
+    pub eval_against: Vec<String>,
+    /// Iterations between evaluations.
+    #[serde(default = "super::default_eval_every")]
+    pub eval_every: u32,
+}
+
+impl RunFile {
+    /// The record of `cfg`.
+    pub fn of(cfg: &TrainConfig) -> Self {
+        Self {
+            scene: cfg.scene_path.clone(),
+            settings: TrainSettings::of_run(cfg),
+            threads: cfg.threads,
+            eval_against: cfg.eval_against.clone(),
+            eval_every: cfg.eval_every,
+        }
+    }
+}
+
+/// How `config.json` was written before the settings had one type (a run started by an
+/// older emergence still resumes).
 #[derive(Debug, Deserialize)]
-struct SavedConfig {
+struct LegacyConfig {
+    scene_path: PathBuf,
     algo: Algo,
     iterations: u32,
     arenas: u32,
@@ -41,14 +78,15 @@ struct SavedConfig {
 pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainConfig, TrainError> {
     let cpath = run_dir.join("config.json");
     let text = std::fs::read_to_string(&cpath).map_err(io_err(&cpath))?;
-    let saved: SavedConfig = serde_json::from_str(&text).map_err(|e| {
+    let at = |e: serde_json::Error| {
         TrainError::Config(format!(
             "{}:{}:{}: {e}",
             cpath.display(),
             e.line(),
             e.column()
         ))
-    })?;
+    };
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(at)?;
     let spath = run_dir.join("scene.ron");
     let scene = crate::scene::load_run_scene(&spath)
         .map_err(|e| TrainError::Config(format!("the run's scene copy: {e}")))?;
@@ -59,27 +97,85 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
             run_dir.display()
         ))
     })?;
-    Ok(TrainConfig {
-        scene,
-        scene_path: spath,
-        algo: saved.algo,
-        iterations: iterations.unwrap_or(saved.iterations),
-        arenas: saved.arenas,
-        seed: saved.seed,
-        out: run_dir.to_path_buf(),
-        model: saved.model,
-        hyper: saved.hyper,
-        sharing: saved.sharing,
-        learner: saved.learner,
-        threads: saved.threads,
-        // 0 meant every iteration (`max(1)`) before the limits were checked.
-        checkpoint_every: saved.checkpoint_every.max(1),
-        resume: Some(checkpoint.1),
-        stop_after: None,
-        tap: None,
-        eval_against: saved.eval_against,
-        eval_every: saved.eval_every.max(1),
-    })
+    let mut cfg = if value.get("settings").is_some() {
+        let file: RunFile = serde_json::from_str(&text).map_err(at)?;
+        let s = &file.settings;
+        let missing = |field: &str| {
+            TrainError::Config(format!(
+                "{}: settings.{field} is missing (a run's config.json gives every setting)",
+                cpath.display()
+            ))
+        };
+        let model = s.model.as_deref().ok_or_else(|| missing("model"))?;
+        let model = ModelChoice::parse(model)
+            .map_err(|e| TrainError::Config(format!("{}: settings.model {e}", cpath.display())))?;
+        let (algo, learner, hyper) = s.resolve();
+        TrainConfig {
+            scene,
+            scene_path: file.scene.clone(),
+            algo,
+            iterations: s.iterations.ok_or_else(|| missing("iterations"))?,
+            arenas: s.arenas.ok_or_else(|| missing("arenas"))?,
+            seed: s.seed.ok_or_else(|| missing("seed"))?,
+            out: run_dir.to_path_buf(),
+            model,
+            hyper,
+            sharing: s.sharing.unwrap_or_default(),
+            learner,
+            threads: file.threads,
+            checkpoint_every: s
+                .checkpoint_every
+                .ok_or_else(|| missing("checkpoint_every"))?,
+            resume: None,
+            stop_after: None,
+            tap: None,
+            eval_against: file.eval_against,
+            eval_every: file.eval_every,
+        }
+    } else {
+        let saved: LegacyConfig = serde_json::from_str(&text).map_err(at)?;
+        TrainConfig {
+            scene,
+            scene_path: saved.scene_path,
+            algo: saved.algo,
+            iterations: saved.iterations,
+            arenas: saved.arenas,
+            seed: saved.seed,
+            out: run_dir.to_path_buf(),
+            model: saved.model,
+            hyper: saved.hyper,
+            sharing: saved.sharing,
+            learner: saved.learner,
+            threads: saved.threads,
+            // 0 meant every iteration (`max(1)`) before the limits were checked.
+            checkpoint_every: saved.checkpoint_every.max(1),
+            resume: None,
+            stop_after: None,
+            tap: None,
+            eval_against: saved.eval_against,
+            eval_every: saved.eval_every.max(1),
+        }
+    };
+    if let Some(n) = iterations {
+        cfg.iterations = n;
+    }
+    cfg.resume = Some(checkpoint.1);
+    Ok(cfg)
+}
+
+/// Writes `cfg`'s `config.json` (a new file renamed over the old one, so a kill leaves one
+/// whole version).
+pub(super) fn write_run_file(cfg: &TrainConfig) -> Result<(), TrainError> {
+    let cpath = cfg.out.join("config.json");
+    let json = serde_json::to_string_pretty(&RunFile::of(cfg)).map_err(|e| TrainError::Io {
+        path: cpath.clone(),
+        io: std::io::Error::other(e),
+    })?;
+    let tmp = cfg
+        .out
+        .join(format!(".config.json.partial-{}", std::process::id()));
+    std::fs::write(&tmp, json + "\n").map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, &cpath).map_err(io_err(&cpath))
 }
 
 /// The whole checkpoint with the highest iteration in `run_dir/checkpoints` (a folder
@@ -301,12 +397,7 @@ fn write_moments(l: &Learner, ldir: &Path) -> Result<(), TrainError> {
 /// copy of its scene, which a resumed run reads).
 pub(super) fn start_run_folder(cfg: &TrainConfig) -> Result<(), TrainError> {
     std::fs::create_dir_all(&cfg.out).map_err(io_err(&cfg.out))?;
-    let cpath = cfg.out.join("config.json");
-    let json = serde_json::to_string_pretty(cfg).map_err(|e| TrainError::Io {
-        path: cpath.clone(),
-        io: std::io::Error::other(e),
-    })?;
-    std::fs::write(&cpath, json).map_err(io_err(&cpath))?;
+    write_run_file(cfg)?;
     // The run's own copy of its scene: a resumed run reads this one.
     let scopy = cfg.out.join("scene.ron");
     std::fs::copy(&cfg.scene_path, &scopy).map_err(io_err(&cfg.scene_path))?;

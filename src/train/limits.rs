@@ -79,6 +79,16 @@ pub const LORA_RANK: Int = Int::new("lora_rank", 1, 1_024);
 pub const CHECKPOINT_EVERY: Int = Int::new("checkpoint_every", 1, 1_000_000);
 /// AdamW's learning rate (0: a run that does not learn, a baseline).
 pub const LR: Real = Real::closed("lr", 0.0, 1.0);
+/// The last iteration's learning rate as a fraction of the first's.
+pub const LR_FINAL_FRAC: Real = Real::closed("lr_final_frac", 0.0, 1.0);
+/// AdamW's weight decay.
+pub const WEIGHT_DECAY: Real = Real::closed("weight_decay", 0.0, 1.0);
+/// PPO's clip range.
+pub const CLIP: Real = Real::closed("clip", 0.0, 10.0);
+/// Weight of the value loss.
+pub const VALUE_COEF: Real = Real::closed("value_coef", 0.0, 1e6);
+/// The global gradient norm gradients are scaled down to.
+pub const MAX_GRAD_NORM: Real = Real::closed("max_grad_norm", 1e-6, 1e6);
 /// Weight of the KL to the starting model.
 pub const KL_COEF: Real = Real::closed("kl_coef", 0.0, 1e6);
 /// Weight of the entropy bonus.
@@ -128,6 +138,11 @@ pub fn check_settings(t: &super::TrainSettings) -> Result<(), OutOfRange> {
     }
     let reals = [
         (LR, t.lr),
+        (LR_FINAL_FRAC, t.lr_final_frac),
+        (WEIGHT_DECAY, t.weight_decay),
+        (CLIP, t.clip),
+        (VALUE_COEF, t.value_coef),
+        (MAX_GRAD_NORM, t.max_grad_norm.map(f64::from)),
         (KL_COEF, t.kl_coef),
         (ENTROPY_COEF, t.entropy_coef),
         (GAMMA, t.gamma.map(f64::from)),

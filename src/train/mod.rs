@@ -45,7 +45,7 @@ use crate::policy::{PolicyFactory, PolicyRegistry};
 use crate::scene::Scene;
 pub use algo::cory;
 use checkpoint::{Learner, LearnerModel, save_checkpoint};
-pub use checkpoint::{TrainerState, newest_checkpoint, resume_config, whole_checkpoints};
+pub use checkpoint::{RunFile, TrainerState, newest_checkpoint, resume_config, whole_checkpoints};
 use metrics_files::MetricsFiles;
 pub use rollout::{Batch, Rollouts, Step, Trajectory};
 pub use settings::TrainSettings;
@@ -133,11 +133,41 @@ pub enum ModelChoice {
     Folder(PathBuf),
 }
 
+impl ModelChoice {
+    /// What `--model`, a scene's `train: (model: ...)` and `config.json` hold: `tiny`,
+    /// `small`, or a model folder, which must exist (`Err` says what was expected).
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "tiny" => Ok(Self::Preset(Preset::Tiny)),
+            "small" => Ok(Self::Preset(Preset::Small)),
+            dir => {
+                let p = PathBuf::from(dir);
+                if p.is_dir() {
+                    Ok(Self::Folder(p))
+                } else {
+                    Err(format!("{dir:?}: expected tiny, small or a model folder"))
+                }
+            }
+        }
+    }
+
+    /// The name [`ModelChoice::parse`] reads back (a folder called `tiny` is `./tiny`).
+    pub fn name(&self) -> String {
+        match self {
+            Self::Preset(Preset::Tiny) => "tiny".into(),
+            Self::Preset(Preset::Small) => "small".into(),
+            Self::Folder(p) if p.as_os_str() == "tiny" || p.as_os_str() == "small" => {
+                Path::new(".").join(p).to_string_lossy().into_owned()
+            }
+            Self::Folder(p) => p.to_string_lossy().into_owned(),
+        }
+    }
+}
+
 /// A training run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct TrainConfig {
     /// The scene (teams on `lm` learn; if none is, every team is put on `lm`).
-    #[serde(skip)]
     pub scene: Scene,
     /// The scene file, for the record.
     pub scene_path: PathBuf,
@@ -159,29 +189,23 @@ pub struct TrainConfig {
     /// two copies).
     pub sharing: Sharing,
     /// The policy that learns (`lm`, or `mlp`; `model` is the language model's start).
-    #[serde(default)]
     pub learner: LearnerKind,
     /// Bevy worker threads.
     pub threads: Option<usize>,
     /// Write a checkpoint every this many iterations (and after the last).
     pub checkpoint_every: u32,
     /// Continue from this checkpoint folder of the run in `out` (see [`resume_config`]).
-    #[serde(skip)]
     pub resume: Option<PathBuf>,
     /// Stop after this many iterations (counted from 0, like `iterations`) as if the run
     /// had been interrupted: the schedule stays that of `iterations`, and `--resume`
     /// continues it. A checkpoint is written at the stop.
-    #[serde(skip)]
     pub stop_after: Option<u32>,
     /// `--gui`: arena 0's frames are pushed here every step, for a window on another thread.
-    #[serde(skip)]
     pub tap: Option<crate::inspect::FrameTap>,
     /// `--eval-against`: partners the learning teams play without learning, at the first
     /// iteration, every `eval_every` and at the last (see [`eval`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub eval_against: Vec<String>,
     /// Iterations between evaluations.
-    #[serde(default = "default_eval_every")]
     pub eval_every: u32,
 }
 
@@ -557,6 +581,8 @@ pub fn train(
         }
         Some((state, dir)) => {
             checkpoint::restore(&mut learners, state, dir, cfg, &initial, &scene, &device)?;
+            // The record follows the run: its new total of iterations, its threads.
+            checkpoint::write_run_file(cfg)?;
             MetricsFiles::resume(&cfg.out, start)?
         }
     };

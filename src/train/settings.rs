@@ -42,6 +42,26 @@ pub struct TrainSettings {
     /// [default: 0.001].
     #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::LR))]
     pub lr: Option<f64>,
+    /// The learning rate at the last iteration, as a fraction of --lr (the schedule is
+    /// linear), in [0, 1] [default: 0.1].
+    #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::LR_FINAL_FRAC))]
+    pub lr_final_frac: Option<f64>,
+    /// AdamW weight decay, in [0, 1] [default: 0].
+    #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::WEIGHT_DECAY))]
+    pub weight_decay: Option<f64>,
+    /// PPO's clip range for the probability ratio (and the value), in [0, 10] [default: 0.2].
+    #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::CLIP))]
+    pub clip: Option<f64>,
+    /// Weight of the value loss, in [0, 1e6] [default: 0.5].
+    #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::VALUE_COEF))]
+    pub value_coef: Option<f64>,
+    /// Gradients are scaled down to this global norm, in [1e-6, 1e6] [default: 1].
+    #[arg(long, value_parser = |s: &str| parse_f32(s, limits::MAX_GRAD_NORM))]
+    pub max_grad_norm: Option<f32>,
+    /// MAGRPO: divide the group-relative advantages by the group's standard deviation
+    /// (`true` or `false`) [default: true].
+    #[arg(long)]
+    pub group_std: Option<bool>,
     /// Weight of the k3 KL to the frozen starting model, in [0, 1e6] (0: none) [default: 0;
     /// cory: 0.4].
     #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::KL_COEF))]
@@ -106,6 +126,12 @@ impl TrainSettings {
             model,
             learner,
             lr,
+            lr_final_frac,
+            weight_decay,
+            clip,
+            value_coef,
+            max_grad_norm,
+            group_std,
             kl_coef,
             entropy_coef,
             gamma,
@@ -132,6 +158,12 @@ impl TrainSettings {
             "model",
             "learner",
             "lr",
+            "lr_final_frac",
+            "weight_decay",
+            "clip",
+            "value_coef",
+            "max_grad_norm",
+            "group_std",
             "kl_coef",
             "entropy_coef",
             "gamma",
@@ -160,6 +192,12 @@ impl TrainSettings {
         let base = Hyper::for_learner(algo, learner);
         let hyper = Hyper {
             lr: self.lr.unwrap_or(base.lr),
+            lr_final_frac: self.lr_final_frac.unwrap_or(base.lr_final_frac),
+            weight_decay: self.weight_decay.unwrap_or(base.weight_decay),
+            clip: self.clip.unwrap_or(base.clip),
+            value_coef: self.value_coef.unwrap_or(base.value_coef),
+            max_grad_norm: self.max_grad_norm.unwrap_or(base.max_grad_norm),
+            group_std: self.group_std.unwrap_or(base.group_std),
             kl_coef: self.kl_coef.unwrap_or(base.kl_coef),
             entropy_coef: self.entropy_coef.unwrap_or(base.entropy_coef),
             gamma: self.gamma.unwrap_or(base.gamma),
@@ -170,7 +208,6 @@ impl TrainSettings {
             aa_beta: self.aa_beta.unwrap_or(base.aa_beta),
             swap_every: self.swap_every.unwrap_or(base.swap_every),
             lora_rank: self.lora_rank.unwrap_or(base.lora_rank),
-            ..base
         };
         (algo, learner, hyper)
     }
@@ -183,9 +220,15 @@ impl TrainSettings {
             iterations: Some(cfg.iterations),
             arenas: Some(cfg.arenas),
             seed: Some(cfg.seed),
-            model: None,
+            model: Some(cfg.model.name()),
             learner: Some(cfg.learner),
             lr: Some(h.lr),
+            lr_final_frac: Some(h.lr_final_frac),
+            weight_decay: Some(h.weight_decay),
+            clip: Some(h.clip),
+            value_coef: Some(h.value_coef),
+            max_grad_norm: Some(h.max_grad_norm),
+            group_std: Some(h.group_std),
             kl_coef: Some(h.kl_coef),
             entropy_coef: Some(h.entropy_coef),
             gamma: Some(h.gamma),
