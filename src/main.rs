@@ -846,8 +846,15 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
             .num_threads(n)
             .build_global();
     }
-    if let Some(dir) = &cfg.resume {
-        println!("resuming {} from {}", cfg.out.display(), dir.display());
+    match &cfg.resume {
+        Some(emergence::train::Resume::Checkpoint(dir)) => {
+            println!("resuming {} from {}", cfg.out.display(), dir.display());
+        }
+        Some(emergence::train::Resume::FromStart) => println!(
+            "resuming {} from its start: it stopped before its first checkpoint",
+            cfg.out.display()
+        ),
+        None => {}
     }
     let bar = if args.quiet {
         ProgressBar::hidden()
@@ -886,10 +893,8 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
         }
     };
     // Whether this command makes the run folder (so a failure may leave it behind).
-    let fresh_out = cfg.resume.is_none()
-        && (!cfg.out.exists()
-            || cfg.out.is_dir()
-                && std::fs::read_dir(&cfg.out).is_ok_and(|mut d| d.next().is_none()));
+    let fresh_out =
+        cfg.resume.is_none() && emergence::train::run_dir::is_fresh(&cfg.out).unwrap_or(false);
     let trained = if args.gui {
         train_with_window(&cfg, args.screenshot.clone(), args.frames, progress)
     } else {
@@ -900,20 +905,23 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
         Err(e) => {
             bar.abandon();
             if fresh_out
-                && cfg.out.is_dir()
+                && cfg.out.join("config.json").is_file()
                 && matches!(emergence::train::newest_checkpoint(&cfg.out), Ok(None))
             {
                 anyhow::bail!(
-                    "{e:#}\nnote: {} holds no checkpoint to resume from; remove it or give \
-                     another --out to start again",
+                    "{e:#}\nnote: {} holds no checkpoint yet; `emergence train --resume {}` \
+                     starts it again from its first iteration",
+                    cfg.out.display(),
                     cfg.out.display()
                 );
             }
             // Failed before writing a checkpoint of its own: the one it resumed from may
             // be at fault, so name the older ones.
             let whole = emergence::train::whole_checkpoints(&cfg.out).unwrap_or_default();
-            if let Some(from) = &cfg.resume
-                && whole.last().is_some_and(|(_, p)| p == from)
+            if let Some(emergence::train::Resume::Checkpoint(from)) = &cfg.resume
+                && whole
+                    .last()
+                    .is_some_and(|(k, p)| p == from && *k < cfg.iterations)
                 && whole.len() > 1
             {
                 let older: Vec<String> = whole[..whole.len() - 1]
@@ -977,6 +985,9 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
     println!("run folder: {}", cfg.out.display());
     for a in &summary.set_aside {
         println!("kept a checkpoint that was not whole as {}", a.display());
+    }
+    for n in &summary.notes {
+        println!("note: {n}");
     }
     for c in &summary.checkpoints {
         println!("checkpoint: {}", c.display());

@@ -67,3 +67,252 @@ fn outputs_never_write_over_inputs_or_each_other_and_existing_ones_need_force() 
     assert!(!o.status.success());
     assert_eq!(std::fs::read(d.join("pd.ron")).expect("read"), scene);
 }
+
+/// A training run of the Prisoner's Dilemma with the `mlp` learner (fast), a checkpoint
+/// every iteration, into `out` (relative to `dir`).
+fn train_args(out: &str, iterations: u32) -> Vec<String> {
+    let scene = shipped("prisoners_dilemma.scene.ron");
+    [
+        "train",
+        &scene.to_string_lossy(),
+        "--learner",
+        "mlp",
+        "--iterations",
+        &iterations.to_string(),
+        "--arenas",
+        "4",
+        "--seed",
+        "3",
+        "--checkpoint-every",
+        "1",
+        "--threads",
+        "1",
+        "--quiet",
+        "--out",
+        out,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn run_ok(dir: &Path, args: &[String]) -> String {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = emergence(dir, &args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The rows of a run's metrics.jsonl without their timings.
+fn rows(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .expect("metrics")
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).expect("a whole row");
+            let m = v.as_object_mut().expect("object");
+            m.retain(|k, _| !k.ends_with("seconds") && !k.ends_with("per_sec"));
+            v
+        })
+        .collect()
+}
+
+/// `strace`, which kills the process at its Nth write to a file (Debian package `strace`;
+/// `.ci/run` installs it).
+fn strace() -> Command {
+    let probe = Command::new("strace").arg("-V").output();
+    assert!(
+        probe.is_ok_and(|o| o.status.success()),
+        "this test kills a run at a chosen write with strace: install it (apt-get install strace)"
+    );
+    Command::new("strace")
+}
+
+/// Killed at its 1st, 2nd or 4th write of a metrics row (the 1st: before its first
+/// checkpoint), a run resumes (from its start when it has no checkpoint) and ends with the
+/// rows of a run that was never killed; leftovers of a killed checkpoint write are removed
+/// and said. Rows are written in one write each, so a kill leaves whole rows.
+#[test]
+fn a_run_killed_at_a_metrics_write_resumes_to_the_rows_of_one_never_killed() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    run_ok(d, &train_args("whole", 5));
+    let whole = rows(&d.join("whole"));
+    assert_eq!(whole.len(), 5);
+    for when in [1, 2, 4] {
+        let name = format!("killed{when}");
+        let run = d.join(&name);
+        let o = strace()
+            .current_dir(d)
+            .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=write", "-P"])
+            .arg(run.join("metrics.jsonl"))
+            .args(["-e", &format!("inject=write:signal=KILL:when={when}")])
+            .arg(env!("CARGO_BIN_EXE_emergence"))
+            .args(train_args(&name, 5))
+            .output()
+            .expect("strace runs");
+        assert!(
+            !o.status.success(),
+            "the run was not killed: {}",
+            stderr(&o)
+        );
+        assert_eq!(rows(&run).len(), when - 1, "whole rows only");
+        let leftover = run.join("checkpoints/.iter_9.partial-999999999");
+        std::fs::create_dir_all(&leftover).expect("mkdir");
+        let said = run_ok(
+            d,
+            &["train", "--resume", &name, "--quiet"].map(String::from),
+        );
+        if when == 1 {
+            assert!(said.contains("from its start"), "{said}");
+        }
+        assert!(
+            !leftover.exists() && said.contains(".iter_9.partial-999999999"),
+            "{said}"
+        );
+        assert_eq!(rows(&run), whole, "killed at write {when}");
+    }
+    // A fresh --out into a run folder says how to continue it.
+    let o = emergence(
+        d,
+        &train_args("killed1", 5)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    assert!(
+        stderr(&o).contains("continue the run in it with --resume"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A last row cut short (a kill inside a write, a full disk) is dropped on resume, said with
+/// its line, and written again.
+#[test]
+fn a_metrics_row_cut_short_is_dropped_said_and_written_again() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    run_ok(d, &train_args("run", 3));
+    let run = d.join("run");
+    let whole = rows(&run);
+    std::fs::remove_dir_all(run.join("checkpoints/iter_3")).expect("rm");
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).expect("read");
+    let cut = text.trim_end().len() - 40;
+    std::fs::write(run.join("metrics.jsonl"), &text[..cut]).expect("cut");
+    let said = run_ok(
+        d,
+        &["train", "--resume", "run", "--quiet"].map(String::from),
+    );
+    assert!(
+        said.contains("metrics.jsonl:3: dropped a row cut short"),
+        "{said}"
+    );
+    assert_eq!(rows(&run), whole);
+    let csv = std::fs::read_to_string(run.join("metrics.csv")).expect("csv");
+    assert_eq!(csv.lines().count(), 4, "a header and 3 rows: {csv}");
+}
+
+/// One process at a time on a run folder: a second `train --resume` (or a fresh run into it)
+/// is refused naming the holder's pid and touches nothing; once the holder is gone (the
+/// kernel releases its lock however it ends), the run continues, and its config.json
+/// records the new total.
+#[test]
+fn a_run_folder_takes_one_process_at_a_time() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    run_ok(d, &train_args("run", 2));
+    let run = d.join("run");
+    let before = std::fs::read(run.join("metrics.jsonl")).expect("read");
+    let held = emergence::train::run_dir::RunLock::acquire(&run).expect("lock");
+    let o = emergence(
+        d,
+        &["train", "--resume", "run", "--iterations", "3", "--quiet"],
+    );
+    let e = stderr(&o);
+    assert!(
+        !o.status.success() && e.contains(&format!("in use by process {}", std::process::id())),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read(run.join("metrics.jsonl")).expect("read"),
+        before
+    );
+    drop(held);
+    run_ok(
+        d,
+        &["train", "--resume", "run", "--iterations", "3", "--quiet"].map(String::from),
+    );
+    assert_eq!(rows(&run).len(), 3);
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).expect("read"))
+            .expect("json");
+    assert_eq!(config["settings"]["iterations"], 3);
+}
+
+/// A checkpoint's files and folder reach the disk before the rename that publishes it, and
+/// the rename itself after (fsync of the files, of the temporary folder, then of
+/// `checkpoints/`), traced with strace.
+#[test]
+fn a_checkpoint_is_flushed_to_disk_before_and_after_its_rename() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let trace = d.join("trace.txt");
+    let o = strace()
+        .current_dir(d)
+        .args([
+            "-f",
+            "-qq",
+            "-y",
+            "-e",
+            "trace=fsync,rename,renameat,renameat2",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(env!("CARGO_BIN_EXE_emergence"))
+        .args(train_args("run", 1))
+        .output()
+        .expect("strace runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&trace).expect("trace");
+    let lines: Vec<&str> = text.lines().collect();
+    let publish = lines
+        .iter()
+        .position(|l| {
+            l.contains("rename")
+                && l.contains(".iter_1.partial-")
+                && l.contains("checkpoints/iter_1\"")
+        })
+        .unwrap_or_else(|| panic!("no rename of the checkpoint in:\n{text}"));
+    let before = &lines[..publish];
+    for file in [
+        "mlp.safetensors",
+        "mlp.json",
+        "optimizer.safetensors",
+        "trainer_state.json",
+    ] {
+        assert!(
+            before
+                .iter()
+                .any(|l| l.contains("fsync(") && l.contains(&format!("/{file}>"))),
+            "{file} not flushed before the rename:\n{text}"
+        );
+    }
+    // The folder itself: `.iter_1.partial-PID>` closes the descriptor's path.
+    let folder_flushed = before.iter().any(|l| {
+        l.contains("fsync(")
+            && l.split(".iter_1.partial-").nth(1).is_some_and(|rest| {
+                let digits = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+                digits.len() < rest.len() && digits.starts_with('>')
+            })
+    });
+    assert!(
+        folder_flushed,
+        "the checkpoint's folder not flushed before the rename:\n{text}"
+    );
+    assert!(
+        lines[publish..]
+            .iter()
+            .any(|l| l.contains("fsync(") && l.contains("/run/checkpoints>")),
+        "checkpoints/ not flushed after the rename:\n{text}"
+    );
+}

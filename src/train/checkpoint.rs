@@ -73,8 +73,9 @@ struct LegacyConfig {
     eval_every: u32,
 }
 
-/// The settings of the run in `run_dir` with its newest whole checkpoint to resume from;
-/// `iterations`, when given, is the new total (it may extend the run).
+/// The settings of the run in `run_dir` with its newest whole checkpoint to resume from (or
+/// its start, when it was stopped before its first); `iterations`, when given, is the new
+/// total (it may extend the run).
 pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainConfig, TrainError> {
     let cpath = run_dir.join("config.json");
     let text = std::fs::read_to_string(&cpath).map_err(io_err(&cpath))?;
@@ -90,13 +91,8 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
     let spath = run_dir.join("scene.ron");
     let scene = crate::scene::load_run_scene(&spath)
         .map_err(|e| TrainError::Config(format!("the run's scene copy: {e}")))?;
-    let checkpoint = newest_checkpoint(run_dir)?.ok_or_else(|| {
-        TrainError::Config(format!(
-            "{}: no whole checkpoint to resume from (checkpoints/iter_K with \
-             trainer_state.json)",
-            run_dir.display()
-        ))
-    })?;
+    // None: it stopped before its first checkpoint, and starts again.
+    let checkpoint = newest_checkpoint(run_dir)?;
     let mut cfg = if value.get("settings").is_some() {
         let file: RunFile = serde_json::from_str(&text).map_err(at)?;
         let s = &file.settings;
@@ -159,7 +155,10 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
     if let Some(n) = iterations {
         cfg.iterations = n;
     }
-    cfg.resume = Some(checkpoint.1);
+    cfg.resume = Some(match checkpoint {
+        Some((_, dir)) => super::Resume::Checkpoint(dir),
+        None => super::Resume::FromStart,
+    });
     Ok(cfg)
 }
 
@@ -171,11 +170,7 @@ pub(super) fn write_run_file(cfg: &TrainConfig) -> Result<(), TrainError> {
         path: cpath.clone(),
         io: std::io::Error::other(e),
     })?;
-    let tmp = cfg
-        .out
-        .join(format!(".config.json.partial-{}", std::process::id()));
-    std::fs::write(&tmp, json + "\n").map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, &cpath).map_err(io_err(&cpath))
+    super::run_dir::write_atomic(&cpath, (json + "\n").as_bytes())
 }
 
 /// The whole checkpoint with the highest iteration in `run_dir/checkpoints` (a folder
@@ -284,6 +279,8 @@ pub(super) fn save_checkpoint(
         let _ = std::fs::remove_dir_all(&tmp);
     }
     written?;
+    // Durable before it is published: a power loss after the rename finds it whole.
+    super::run_dir::sync_tree(&tmp)?;
     let aside = if dir.symlink_metadata().is_ok() {
         let aside = (1..)
             .map(|n| parent.join(format!("{name}.incomplete-{n}")))
@@ -295,6 +292,7 @@ pub(super) fn save_checkpoint(
         None
     };
     std::fs::rename(&tmp, dir).map_err(io_err(dir))?;
+    super::run_dir::sync_dir(parent)?;
     Ok(aside)
 }
 
@@ -397,11 +395,11 @@ fn write_moments(l: &Learner, ldir: &Path) -> Result<(), TrainError> {
 /// copy of its scene, which a resumed run reads).
 pub(super) fn start_run_folder(cfg: &TrainConfig) -> Result<(), TrainError> {
     std::fs::create_dir_all(&cfg.out).map_err(io_err(&cfg.out))?;
-    write_run_file(cfg)?;
-    // The run's own copy of its scene: a resumed run reads this one.
-    let scopy = cfg.out.join("scene.ron");
-    std::fs::copy(&cfg.scene_path, &scopy).map_err(io_err(&cfg.scene_path))?;
-    Ok(())
+    // The run's own copy of its scene (a resumed run reads this one), then its settings:
+    // a folder with a config.json always has its scene copy.
+    let text = std::fs::read(&cfg.scene_path).map_err(io_err(&cfg.scene_path))?;
+    super::run_dir::write_atomic(&cfg.out.join("scene.ron"), &text)?;
+    write_run_file(cfg)
 }
 
 /// A resumed run's state from checkpoint `dir`: every model's optimizer moments and step

@@ -20,17 +20,38 @@ impl MetricsFiles {
     }
 
     /// Keeps the rows of iterations up to `upto` (a resumed run redoes the later ones):
-    /// both files are rewritten through temporary files renamed into place.
-    pub(super) fn resume(dir: &Path, upto: u32) -> Result<Self, TrainError> {
+    /// both files are rewritten through temporary files renamed into place (the CSV from the
+    /// JSON rows). A last row cut short by a kill (no line end, not JSON) is dropped; its
+    /// line number is returned. Any other row that does not parse is an error.
+    pub(super) fn resume(dir: &Path, upto: u32) -> Result<(Self, Option<usize>), TrainError> {
         let path = dir.join("metrics.jsonl");
-        let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            // A kill between the checkpoint and the first row's file: nothing to keep.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(io_err(&path)(e)),
+        };
         let mut kept = Vec::new();
-        for (i, line) in text.lines().enumerate() {
+        let mut torn = None;
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        for (i, line) in lines.iter().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
-            let value: serde_json::Value = serde_json::from_str(line)
-                .map_err(|e| TrainError::Config(format!("{}:{}: {e}", path.display(), i + 1)))?;
+            let value: serde_json::Value = match serde_json::from_str(line) {
+                Ok(v) => v,
+                Err(_) if i + 1 == lines.len() && !line.ends_with('\n') => {
+                    torn = Some(i + 1);
+                    continue;
+                }
+                Err(e) => {
+                    return Err(TrainError::Config(format!(
+                        "{}:{}: {e}",
+                        path.display(),
+                        i + 1
+                    )));
+                }
+            };
             if value
                 .get("iteration")
                 .and_then(|v| v.as_u64())
@@ -51,7 +72,7 @@ impl MetricsFiles {
         }
         files.jsonl.0 = dir.join("metrics.jsonl");
         files.csv.0 = dir.join("metrics.csv");
-        Ok(files)
+        Ok((files, torn))
     }
 
     fn create_named(dir: &Path, jsonl: &str, csv: &str) -> Result<Self, TrainError> {
@@ -75,8 +96,14 @@ impl MetricsFiles {
         self.write_value(&value)
     }
 
+    /// Writes one row: each file's line in a single write, so a kill leaves whole rows and
+    /// at most the last one cut short (which [`MetricsFiles::resume`] drops).
     fn write_value(&mut self, value: &serde_json::Value) -> Result<(), TrainError> {
-        writeln!(self.jsonl.1, "{value}").map_err(io_err(&self.jsonl.0))?;
+        let line = format!("{value}\n");
+        self.jsonl
+            .1
+            .write_all(line.as_bytes())
+            .map_err(io_err(&self.jsonl.0))?;
         // CSV: flatten one level (team_returns.X, metrics.Y).
         let mut row: BTreeMap<String, String> = BTreeMap::new();
         if let serde_json::Value::Object(map) = value {
@@ -93,12 +120,14 @@ impl MetricsFiles {
                 }
             }
         }
+        let mut out = String::new();
         if self.columns.is_none() {
             let mut c: Vec<String> = row.keys().cloned().collect();
             c.retain(|k| k != "iteration");
             c.insert(0, "iteration".into());
             let header: Vec<String> = c.iter().map(|k| csv_field(k)).collect();
-            writeln!(self.csv.1, "{}", header.join(",")).map_err(io_err(&self.csv.0))?;
+            out.push_str(&header.join(","));
+            out.push('\n');
             self.columns = Some(c);
         }
         let line: Vec<String> = self
@@ -107,10 +136,12 @@ impl MetricsFiles {
             .flatten()
             .map(|c| row.get(c).map_or(String::new(), |v| csv_field(v)))
             .collect();
-        writeln!(self.csv.1, "{}", line.join(",")).map_err(io_err(&self.csv.0))?;
-        self.jsonl.1.flush().map_err(io_err(&self.jsonl.0))?;
-        self.csv.1.flush().map_err(io_err(&self.csv.0))?;
-        Ok(())
+        out.push_str(&line.join(","));
+        out.push('\n');
+        self.csv
+            .1
+            .write_all(out.as_bytes())
+            .map_err(io_err(&self.csv.0))
     }
 }
 

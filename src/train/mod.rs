@@ -24,6 +24,7 @@ pub mod loss;
 mod metrics_files;
 pub mod optim;
 pub mod rollout;
+pub mod run_dir;
 pub mod settings;
 pub mod sharing;
 pub mod trainer;
@@ -164,6 +165,16 @@ impl ModelChoice {
     }
 }
 
+/// Where a resumed run continues from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resume {
+    /// This whole checkpoint folder of the run.
+    Checkpoint(PathBuf),
+    /// Its first iteration: it stopped before its first checkpoint. Its settings and scene
+    /// copy are kept; its metrics rows are written again.
+    FromStart,
+}
+
 /// A training run.
 #[derive(Debug, Clone)]
 pub struct TrainConfig {
@@ -194,8 +205,9 @@ pub struct TrainConfig {
     pub threads: Option<usize>,
     /// Write a checkpoint every this many iterations (and after the last).
     pub checkpoint_every: u32,
-    /// Continue from this checkpoint folder of the run in `out` (see [`resume_config`]).
-    pub resume: Option<PathBuf>,
+    /// Continue the run in `out` (see [`resume_config`]); `None`: a fresh run, whose `out`
+    /// must be empty or absent.
+    pub resume: Option<Resume>,
     /// Stop after this many iterations (counted from 0, like `iterations`) as if the run
     /// had been interrupted: the schedule stays that of `iterations`, and `--resume`
     /// continues it. A checkpoint is written at the stop.
@@ -256,6 +268,9 @@ pub struct TrainSummary {
     /// Folders that stood where a checkpoint was written, not whole (an earlier run stopped
     /// while it was renamed into place, or a hand edit): kept under a new name, not deleted.
     pub set_aside: Vec<PathBuf>,
+    /// What the run found and mended on its way (leftovers of killed writes removed, a
+    /// metrics row cut short by a kill dropped), for the user to read.
+    pub notes: Vec<String>,
     /// The plots drawn at the end (a drawing failure does not fail the run).
     pub plots: Result<Vec<PathBuf>, String>,
 }
@@ -291,9 +306,15 @@ pub fn train(
                 .into(),
         ));
     }
-    let resumed: Option<(TrainerState, &Path)> = match &cfg.resume {
+    // A resumed run's folder is locked before its state is read; a fresh one's once it is
+    // known to be fresh, just before anything is written.
+    let mut lock = match &cfg.resume {
+        Some(_) => Some(run_dir::RunLock::acquire(&cfg.out)?),
         None => None,
-        Some(dir) => {
+    };
+    let resumed: Option<(TrainerState, &Path)> = match &cfg.resume {
+        None | Some(Resume::FromStart) => None,
+        Some(Resume::Checkpoint(dir)) => {
             let spath = dir.join("trainer_state.json");
             let text = std::fs::read_to_string(&spath).map_err(io_err(&spath))?;
             let state: TrainerState = serde_json::from_str(&text).map_err(|e| {
@@ -316,18 +337,8 @@ pub fn train(
             cfg.iterations
         )));
     }
-    if resumed.is_none()
-        && cfg.out.exists()
-        && std::fs::read_dir(&cfg.out)
-            .map_err(io_err(&cfg.out))?
-            .next()
-            .is_some()
-    {
-        return Err(TrainError::Config(format!(
-            "{}: the run folder exists and is not empty; choose another --out, or continue \
-             it with --resume (nothing in it was touched)",
-            cfg.out.display()
-        )));
+    if cfg.resume.is_none() {
+        refuse_used_folder(&cfg.out)?;
     }
     let mut scene = cfg.scene.clone();
     let learner = cfg.learner.policy();
@@ -574,16 +585,43 @@ pub fn train(
         })
         .collect::<Result<_, TrainError>>()?;
 
+    if lock.is_none() {
+        lock = Some(run_dir::RunLock::acquire(&cfg.out)?);
+        // Another process may have started here since the check.
+        refuse_used_folder(&cfg.out)?;
+    }
+    let mut notes = Vec::new();
+    for dir in [cfg.out.clone(), cfg.out.join("checkpoints")] {
+        for p in run_dir::remove_leftovers(&dir)? {
+            notes.push(format!(
+                "removed {}, left by a process killed while it wrote",
+                p.display()
+            ));
+        }
+    }
     let mut writer = match &resumed {
         None => {
-            checkpoint::start_run_folder(cfg)?;
+            if cfg.resume.is_none() {
+                checkpoint::start_run_folder(cfg)?;
+            } else {
+                // Stopped before its first checkpoint: the same run from its start.
+                checkpoint::write_run_file(cfg)?;
+            }
             MetricsFiles::create(&cfg.out)?
         }
         Some((state, dir)) => {
             checkpoint::restore(&mut learners, state, dir, cfg, &initial, &scene, &device)?;
             // The record follows the run: its new total of iterations, its threads.
             checkpoint::write_run_file(cfg)?;
-            MetricsFiles::resume(&cfg.out, start)?
+            let (files, torn) = MetricsFiles::resume(&cfg.out, start)?;
+            if let Some(line) = torn {
+                notes.push(format!(
+                    "{}:{line}: dropped a row cut short (the process was killed while it \
+                     wrote it); the rows after iteration {start} are written again",
+                    cfg.out.join("metrics.jsonl").display()
+                ));
+            }
+            files
         }
     };
 
@@ -694,12 +732,34 @@ pub fn train(
         iter_start = Instant::now();
     }
     let plots = crate::metrics::plot::plot_run(&cfg.out).map_err(|e| e.to_string());
+    drop(lock);
     Ok(TrainSummary {
         iterations: reports,
         checkpoints,
         set_aside,
         plots,
+        notes,
     })
+}
+
+/// Refuses a fresh run's `--out` that holds anything but a lock left by a run killed
+/// before it wrote its settings (see [`run_dir::is_fresh`]); says how to continue a run
+/// that is there.
+fn refuse_used_folder(out: &Path) -> Result<(), TrainError> {
+    if run_dir::is_fresh(out)? {
+        return Ok(());
+    }
+    let how = if out.join("config.json").is_file() {
+        "continue the run in it with --resume (from its newest checkpoint, or from its start if \
+         it has none)"
+    } else {
+        "it is not a run folder"
+    };
+    Err(TrainError::Config(format!(
+        "{}: the folder exists and is not empty; choose another --out, or {how} (nothing in it \
+         was touched)",
+        out.display()
+    )))
 }
 
 /// The learners of checkpoint `dir` against every partner of `--eval-against`, as the row's
