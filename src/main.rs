@@ -885,9 +885,14 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
         if r.update.skipped > 0 {
             bar.suspend(|| {
                 eprintln!(
-                    "warning: iteration {}: {} gradient step(s) skipped for a non-finite loss or \
-                     gradient; the weights were kept",
-                    r.iteration, r.update.skipped
+                    "warning: iteration {}: {} gradient step(s) skipped ({}); the weights were \
+                     kept",
+                    r.iteration,
+                    r.update.skipped,
+                    r.update
+                        .skip_reason
+                        .as_deref()
+                        .unwrap_or("a non-finite loss or gradient")
                 )
             });
         }

@@ -485,6 +485,126 @@ fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
     let stats = trainer.update(&batch, &mut rng).expect("update");
     assert_eq!((stats.steps, stats.skipped), (1, 0));
     assert!(weights(&trainer) != before, "weights did not move");
+    // Skipped steps one after another stop the run, saying why.
+    let broken = Batch {
+        trajectories: vec![Trajectory {
+            steps: vec![step(f32::NAN)],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    for _ in 1..emergence::train::trainer::MAX_SKIPPED_IN_A_ROW {
+        let stats = trainer
+            .update(&broken, &mut rng)
+            .expect("skipped, not stopped");
+        assert_eq!(stats.skip_reason.as_deref(), Some("the loss is NaN"));
+    }
+    let err = trainer
+        .update(&broken, &mut rng)
+        .expect_err("stopped")
+        .to_string();
+    assert!(
+        err.contains("gradient steps in a row were skipped (the loss is NaN)"),
+        "{err}"
+    );
+}
+
+/// Weights holding NaN are refused where they load, naming the file, the tensor and the
+/// entry: a model folder, an mlp, a checkpoint's optimizer moments (so a resume cannot
+/// write an all-NaN model). Weights that go bad during a run stop it at the next decision,
+/// naming the model, instead of playing action 0 for ever.
+#[test]
+fn weights_that_are_not_numbers_are_refused_where_they_load_and_stop_a_run() {
+    use emergence::headless::{RunConfig, run};
+    use emergence::policy::PolicyFactory;
+    use emergence::policy::mlp::{MlpHandle, MlpNet, MlpPolicy};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().expect("tmp");
+    let sc = load_scene(&scene("coordination.scene.ron")).expect("scene");
+    // A model folder with one NaN.
+    let folder =
+        ModelFolder::init(Preset::Tiny, 3, std::slice::from_ref(&sc), &Device::Cpu).expect("init");
+    let model = dir.path().join("model");
+    folder.save(&model).expect("save");
+    let wpath = model.join("model.safetensors");
+    let mut map = candle_core::safetensors::load(&wpath, &Device::Cpu).expect("load");
+    let name = "model.layers.0.mlp.up_proj.weight";
+    let mut w: Vec<f32> = map[name]
+        .flatten_all()
+        .and_then(|t| t.to_vec1())
+        .expect("w");
+    w[5] = f32::NAN;
+    let shape = map[name].shape().clone();
+    map.insert(
+        name.into(),
+        Tensor::from_vec(w, shape, &Device::Cpu).expect("t"),
+    );
+    candle_core::safetensors::save(&map, &wpath).expect("save");
+    let err = ModelFolder::load(&model, &Device::Cpu)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("model.safetensors: tensor `model.layers.0.mlp.up_proj.weight` holds NaN at flat index 5"),
+        "{err}"
+    );
+
+    // An mlp whose weights went bad mid-run: the run stops at its next decision.
+    let pd = load_scene(&scene("prisoners_dilemma.scene.ron")).expect("scene");
+    let handle = MlpHandle::default();
+    let mut cfg = RunConfig::new(pd.clone());
+    for a in &mut cfg.scene.agents {
+        a.policy = "mlp".into();
+    }
+    let h = handle.clone();
+    cfg.policies.push((
+        "mlp".into(),
+        PolicyFactory(Arc::new(move || {
+            Box::new(MlpPolicy::with_handle(0, Device::Cpu, h.clone()))
+        })),
+    ));
+    run(&cfg, |_| {}).expect("a sound network plays");
+    let net: MlpNet = handle.net().expect("the network it built");
+    for (_, v) in net.vars() {
+        v.set(&(v.as_tensor() * f64::NAN).expect("nan"))
+            .expect("set");
+    }
+    let err = run(&cfg, |_| {}).expect_err("stopped").to_string();
+    assert!(
+        err.contains("not a distribution") && err.contains("NaN"),
+        "{err}"
+    );
+
+    // A checkpoint whose optimizer moments hold NaN is not resumed.
+    let mut tc = config(
+        "prisoners_dilemma.scene.ron",
+        Algo::Ippo,
+        2,
+        4,
+        &dir.path().join("run"),
+    );
+    tc.learner = LearnerKind::Mlp;
+    tc.hyper = Hyper::for_learner(Algo::Ippo, LearnerKind::Mlp);
+    tc.checkpoint_every = 1;
+    train(&tc, |_| {}).expect("train");
+    let opath = dir
+        .path()
+        .join("run/checkpoints/iter_2/optimizer.safetensors");
+    let mut moments = candle_core::safetensors::load(&opath, &Device::Cpu).expect("load");
+    let key = moments
+        .keys()
+        .find(|k| k.starts_with("exp_avg_sq."))
+        .expect("a moment")
+        .clone();
+    let bad = (&moments[&key] * f64::NAN).expect("nan");
+    moments.insert(key.clone(), bad);
+    candle_core::safetensors::save(&moments, &opath).expect("save");
+    let resumed = resume_config(&dir.path().join("run"), Some(3)).expect("config");
+    let err = train(&resumed, |_| {}).expect_err("refused").to_string();
+    assert!(
+        err.contains(&format!("tensor {key} holds NaN at flat index 0")),
+        "{err}"
+    );
 }
 
 /// A policy that values every state at its step number (and moves nowhere), so a test can

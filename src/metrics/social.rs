@@ -4,18 +4,26 @@
 //! | metric | definition here |
 //! |---|---|
 //! | efficiency | mean per-capita return, Σᵢ Rᵢ / N |
-//! | equality | 1 − Gini(R) = 1 − Σᵢ Σⱼ \|Rᵢ − Rⱼ\| / (2 N Σᵢ Rᵢ); 1 when every return is 0 |
+//! | equality | 1 − Gini(R) = 1 − Σᵢ Σⱼ \|Rᵢ − Rⱼ\| / (2 N Σᵢ \|Rᵢ\|); 1 when every return is 0 |
 //! | sustainability | mean over agents with some reward of the mean step index of their rewarded steps (left out when no agent was rewarded) |
 //! | peace | share of agent-steps not spent removed (zapped): 1 − Σᵢ removedᵢ / (N T) |
+//!
+//! The Gini coefficient is normalised by the sum of the returns' magnitudes (Raffinetti,
+//! Siletti & Vernizzi 2015, "On the Gini coefficient normalization when attributes with
+//! negative values are considered", Statistical Methods & Applications 24: 507-521): the
+//! same as the usual Gini when no return is negative, and still in [0, 1] when some are (a
+//! scene with a zap cost), where dividing by the plain sum leaves [0, 1] and even changes
+//! sign.
 
 use std::collections::BTreeMap;
 
 use crate::core::AgentStats;
 
-/// Gini coefficient of `values` (0 when all are equal; 0 for an empty or all-zero slice).
+/// Gini coefficient of `values`, normalised by the sum of their magnitudes (see the module
+/// header): in [0, 1] for any signs; 0 when all are equal, for an empty or an all-zero slice.
 pub fn gini(values: &[f32]) -> f64 {
     let n = values.len() as f64;
-    let total: f64 = values.iter().map(|&v| f64::from(v)).sum();
+    let total: f64 = values.iter().map(|&v| f64::from(v).abs()).sum();
     if values.is_empty() || total == 0.0 {
         return 0.0;
     }
@@ -71,6 +79,21 @@ mod tests {
         assert!((gini(&[1.0, 2.0, 3.0]) - 2.0 / 9.0).abs() < 1e-12);
         assert_eq!(gini(&[]), 0.0);
         assert_eq!(gini(&[0.0, 0.0]), 0.0);
+    }
+
+    #[test]
+    fn gini_stays_in_its_range_for_negative_returns() {
+        // A zap cost: −2.4 and 2.6. Σ|diff| = 2·5 = 10; Σ|R| = 5; 10 / (2·2·5) = 0.5 (the
+        // plain sum, 0.2, gave 12.5 and an equality of −11.5).
+        assert!((gini(&[-2.4, 2.6]) - 0.5).abs() < 1e-6);
+        // All negative and equal: perfectly equal.
+        assert_eq!(gini(&[-1.0, -1.0, -1.0]), 0.0);
+        // [−1, 0, 1]: Σ|diff| = 2·(1 + 2 + 1) = 8; 8 / (2·3·2) = 2/3.
+        assert!((gini(&[-1.0, 0.0, 1.0]) - 2.0 / 3.0).abs() < 1e-12);
+        // Sums to zero, unequal: still in range (the plain sum divides by zero).
+        assert!((0.0..=1.0).contains(&gini(&[-3.0, 1.0, 2.0])));
+        let m = social_outcomes(&[-2.4, 2.6], &[AgentStats::default(); 2], 5);
+        assert!((m["equality"] - 0.5).abs() < 1e-6);
     }
 
     #[test]

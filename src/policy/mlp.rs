@@ -427,16 +427,14 @@ impl MlpNet {
                 let t = t
                     .to_dtype(candle_core::DType::F32)
                     .map_err(|e| format!("{}: {name}: {e}", wpath.display()))?;
-                let finite = t
-                    .flatten_all()
-                    .and_then(|f| f.to_vec1::<f32>())
+                if let Some((i, v)) = super::sampling::first_non_finite_entry(&t)
                     .map_err(|e| format!("{}: {name}: {e}", wpath.display()))?
-                    .iter()
-                    .all(|x| x.is_finite());
-                if !finite {
+                {
                     return Err(format!(
-                        "{}: {name} holds NaN or infinite values",
-                        wpath.display()
+                        "{}: {name} holds {v} at flat index {i} (of {}); expected finite \
+                         numbers (the file is damaged, or was saved from a diverged run)",
+                        wpath.display(),
+                        t.elem_count()
                     ));
                 }
                 let var = Var::from_tensor(&t)
@@ -622,6 +620,18 @@ impl Policy for MlpPolicy {
                 return;
             }
         };
+        if let Some((d, (i, v))) = batch.iter().zip(&logits).find_map(|(d, l)| {
+            let mask = d.mask;
+            super::sampling::first_non_finite(l, |i| mask.allows(i as u8)).map(|bad| (d, bad))
+        }) {
+            self.stats.errors += 1;
+            self.failure.get_or_insert(format!(
+                "its action distribution is not a distribution (score {v} for action {i} of \
+                 agent {} in arena {}): its weights hold NaN or infinities; stopped",
+                d.agent.slot, d.agent.arena
+            ));
+            return;
+        }
         for ((d, l), v) in batch.iter_mut().zip(&logits).zip(&values) {
             let mask = d.mask;
             let (pick, probs, logprob, entropy) = sample(l, |i| mask.allows(i as u8), d.rng);

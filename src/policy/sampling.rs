@@ -3,6 +3,28 @@
 
 use rand::Rng;
 
+/// The first score an allowed choice has that is not a finite number (a model with broken
+/// weights gives NaN everywhere): its index and value.
+pub fn first_non_finite(scores: &[f32], allowed: impl Fn(usize) -> bool) -> Option<(usize, f32)> {
+    scores
+        .iter()
+        .enumerate()
+        .find(|&(i, s)| allowed(i) && !s.is_finite())
+        .map(|(i, &s)| (i, s))
+}
+
+/// The first entry of `t` that is not finite: its index in the flattened tensor and its
+/// value (`Ok(None)` when every entry is finite).
+pub fn first_non_finite_entry(
+    t: &candle_core::Tensor,
+) -> candle_core::Result<Option<(usize, f32)>> {
+    let v = t
+        .flatten_all()?
+        .to_dtype(candle_core::DType::F32)?
+        .to_vec1::<f32>()?;
+    Ok(v.iter().position(|x| !x.is_finite()).map(|i| (i, v[i])))
+}
+
 /// The masked softmax of `scores` (entries where `allowed` is false get probability 0) and
 /// one draw from it: (choice, probabilities, log-probability of the choice, entropy).
 pub fn sample(

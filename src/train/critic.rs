@@ -151,7 +151,9 @@ impl Critic {
         if !clip_grad_norm(&mut grads, &vars, max_grad_norm)?.is_finite() {
             return Ok(None);
         }
-        self.opt.step(&grads)?;
+        if self.opt.step(&grads)?.is_some() {
+            return Ok(None);
+        }
         Ok(Some(l))
     }
 
@@ -212,6 +214,14 @@ impl Critic {
                     "tensor {key} has shape {:?}, expected {:?}",
                     t.dims(),
                     var.dims()
+                ));
+            }
+            if let Some((i, x)) = crate::policy::sampling::first_non_finite_entry(t)
+                .map_err(|e| format!("tensor {key}: {e}"))?
+            {
+                return Err(format!(
+                    "tensor {key} holds {x} at flat index {i} (of {}); expected finite numbers",
+                    t.elem_count()
                 ));
             }
             var.set(t).map_err(|e| format!("tensor {key}: {e}"))?;

@@ -98,19 +98,57 @@ impl AdamW {
     }
 
     /// One step on the gradients in `grads` (variables without one keep their value and
-    /// moments).
-    pub fn step(&mut self, grads: &GradStore) -> Result<()> {
-        self.step += 1;
+    /// moments). The new weights and moments of every variable are checked before any
+    /// replaces the old: if one would hold NaN or an infinity (moments restored from a
+    /// damaged checkpoint, weights that overflowed), nothing changes, the step is not
+    /// counted, and its name is returned (`Ok(Some(name))`).
+    pub fn step(&mut self, grads: &GradStore) -> Result<Option<String>> {
         let p = self.params;
-        let t = i32::try_from(self.step).unwrap_or(i32::MAX);
+        let t = i32::try_from(self.step + 1).unwrap_or(i32::MAX);
         let scale_m = 1.0 / (1.0 - p.beta1.powi(t));
         let scale_v = 1.0 / (1.0 - p.beta2.powi(t));
-        for s in &mut self.slots {
+        // Devices' new moments and weights, staged until all are checked.
+        let mut staged: Vec<Option<(Tensor, Tensor, Tensor)>> = Vec::new();
+        for s in &self.slots {
+            let Some(g) = grads.get(s.var.as_tensor()) else {
+                staged.push(None);
+                continue;
+            };
+            match &s.moments {
+                Moments::Host(m, v) => {
+                    match host_finite(s.var.as_tensor(), g, (m, v), p, (scale_m, scale_v)) {
+                        Some(true) => {}
+                        Some(false) => return Ok(Some(s.name.clone())),
+                        None => bail!(
+                            "AdamW: the gradient of {} is not an f32 tensor of its shape",
+                            s.name
+                        ),
+                    }
+                    staged.push(None);
+                }
+                Moments::Device(sm, sv) => {
+                    let m = ((sm * p.beta1)? + (g * (1.0 - p.beta1))?)?;
+                    let v = ((sv * p.beta2)? + (g.sqr()? * (1.0 - p.beta2))?)?;
+                    let denom = ((&v * scale_v)?.sqrt()? + p.eps)?;
+                    let update = ((&m * scale_m)? / denom)?;
+                    let decayed = (s.var.as_tensor() * (1.0 - p.lr * p.weight_decay))?;
+                    let theta = (decayed - (update * p.lr)?)?;
+                    for x in [&m, &v, &theta] {
+                        if crate::policy::sampling::first_non_finite_entry(x)?.is_some() {
+                            return Ok(Some(s.name.clone()));
+                        }
+                    }
+                    staged.push(Some((m, v, theta)));
+                }
+            }
+        }
+        self.step += 1;
+        for (s, staged) in self.slots.iter_mut().zip(staged) {
             let Some(g) = grads.get(s.var.as_tensor()) else {
                 continue;
             };
-            let theta = match &mut s.moments {
-                Moments::Host(m, v) => {
+            let theta = match (&mut s.moments, staged) {
+                (Moments::Host(m, v), _) => {
                     match host_step(s.var.as_tensor(), g, (m, v), p, (scale_m, scale_v)) {
                         Some(theta) => Tensor::from_vec(theta, s.var.shape(), s.var.device())?,
                         None => bail!(
@@ -119,19 +157,15 @@ impl AdamW {
                         ),
                     }
                 }
-                Moments::Device(sm, sv) => {
-                    let m = ((&*sm * p.beta1)? + (g * (1.0 - p.beta1))?)?;
-                    let v = ((&*sv * p.beta2)? + (g.sqr()? * (1.0 - p.beta2))?)?;
-                    let denom = ((&v * scale_v)?.sqrt()? + p.eps)?;
-                    let update = ((&m * scale_m)? / denom)?;
-                    let decayed = (s.var.as_tensor() * (1.0 - p.lr * p.weight_decay))?;
+                (Moments::Device(sm, sv), Some((m, v, theta))) => {
                     (*sm, *sv) = (m, v);
-                    (decayed - (update * p.lr)?)?
+                    theta
                 }
+                (Moments::Device(..), None) => continue,
             };
             s.var.set(&theta)?;
         }
-        Ok(())
+        Ok(None)
     }
 
     /// The moments as named tensors (`exp_avg.NAME`, `exp_avg_sq.NAME`, PyTorch's names).
@@ -174,6 +208,15 @@ impl AdamW {
                         t.dims(),
                     ));
                 }
+                if let Some((i, x)) = crate::policy::sampling::first_non_finite_entry(t)
+                    .map_err(|e| format!("tensor {key}: {e}"))?
+                {
+                    return Err(format!(
+                        "tensor {key} holds {x} at flat index {i} (of {}); expected finite \
+                         numbers",
+                        t.elem_count()
+                    ));
+                }
                 t.to_dtype(dtype)
                     .and_then(|t| t.to_device(device))
                     .map_err(|e| format!("tensor {key}: {e}"))
@@ -195,6 +238,41 @@ impl AdamW {
         self.step = step;
         Ok(())
     }
+}
+
+/// Whether [`host_step`] would leave `theta`, `m` and `v` finite, computed the same way
+/// without writing anything (`None` as for [`host_step`]).
+fn host_finite(
+    theta: &Tensor,
+    g: &Tensor,
+    (m, v): (&[f32], &[f32]),
+    p: AdamParams,
+    (scale_m, scale_v): (f64, f64),
+) -> Option<bool> {
+    let g = g.contiguous().ok()?;
+    let (theta, g) = (lock(theta)?, lock(&g)?);
+    let (theta, g) = (theta.data(), g.data());
+    if theta.len() != m.len() || g.len() != m.len() {
+        return None;
+    }
+    let c = |x: f64| x as f32;
+    let (b1, b2, c1, c2) = (c(p.beta1), c(p.beta2), c(1.0 - p.beta1), c(1.0 - p.beta2));
+    let (sm, sv, eps, lr) = (c(scale_m), c(scale_v), c(p.eps), c(p.lr));
+    let decay = c(1.0 - p.lr * p.weight_decay);
+    const CHUNK: usize = 1 << 14;
+    Some(
+        m.par_chunks(CHUNK)
+            .zip(v.par_chunks(CHUNK))
+            .zip(theta.par_chunks(CHUNK).zip(g.par_chunks(CHUNK)))
+            .all(|((m, v), (theta, g))| {
+                (0..m.len()).all(|i| {
+                    let m = m[i] * b1 + g[i] * c1;
+                    let v = v[i] * b2 + (g[i] * g[i]) * c2;
+                    let update = (m * sm) / ((v * sv).sqrt() + eps);
+                    (theta[i] * decay - update * lr).is_finite() && m.is_finite() && v.is_finite()
+                })
+            }),
+    )
 }
 
 /// One AdamW step of an f32 variable on the CPU, in one pass over its elements: updates the
@@ -240,6 +318,53 @@ mod tests {
     use super::*;
     use candle_core::Device;
 
+    /// A step that would leave NaN in a weight or a moment changes nothing (weights,
+    /// moments, step count) and names the variable; moments saved with NaN are refused.
+    #[test]
+    fn a_step_that_would_leave_nan_changes_nothing_and_names_the_variable() -> Result<()> {
+        let dev = Device::Cpu;
+        for dtype in [DType::F32, DType::F64] {
+            let a = Var::from_tensor(&Tensor::new(&[1.0f32, 2.0], &dev)?.to_dtype(dtype)?)?;
+            let b = Var::from_tensor(&Tensor::new(&[3.0f32], &dev)?.to_dtype(dtype)?)?;
+            let mut opt = AdamW::new(
+                vec![("a".into(), a.clone()), ("b".into(), b.clone())],
+                AdamParams::default(),
+            )?;
+            let loss = || -> Result<GradStore> {
+                (a.as_tensor().sum_all()? + b.as_tensor().sum_all()?)?.backward()
+            };
+            assert_eq!(opt.step(&loss()?)?, None);
+            let saved: HashMap<String, Tensor> = opt.state()?.into_iter().collect();
+            // b's second moment goes bad (as a damaged file's would, had it loaded).
+            let mut bad = saved.clone();
+            bad.insert("exp_avg_sq.b".into(), (&saved["exp_avg_sq.b"] * f64::NAN)?);
+            let err = opt.load_state(&bad, 1).expect_err("refused");
+            assert!(
+                err.contains("exp_avg_sq.b holds NaN at flat index 0"),
+                "{err}"
+            );
+            match &mut opt.slots[1].moments {
+                Moments::Host(_, v) => v[0] = f32::NAN,
+                Moments::Device(_, v) => *v = (&*v * f64::NAN)?,
+            }
+            let before: Vec<Vec<f64>> = [&a, &b]
+                .iter()
+                .map(|v| v.as_tensor().to_dtype(DType::F64)?.to_vec1::<f64>())
+                .collect::<Result<_>>()?;
+            assert_eq!(opt.step(&loss()?)?, Some("b".to_string()), "{dtype:?}");
+            let after: Vec<Vec<f64>> = [&a, &b]
+                .iter()
+                .map(|v| v.as_tensor().to_dtype(DType::F64)?.to_vec1::<f64>())
+                .collect::<Result<_>>()?;
+            assert_eq!(before, after, "{dtype:?}: a weight changed");
+            assert_eq!(opt.steps(), 1);
+            let m_a = opt.state()?[0].1.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+            let saved_m_a = saved["exp_avg.a"].to_dtype(DType::F64)?.to_vec1::<f64>()?;
+            assert_eq!(m_a, saved_m_a, "{dtype:?}: a's moment changed");
+        }
+        Ok(())
+    }
+
     /// Two steps on θ = 1 with gradients 0.5 then −1, worked by hand:
     /// step 1: m = 0.05, v = 0.00025, m̂ = 0.5, v̂ = 0.25, θ = 1·(1 − 0.1·0.01) − 0.1·0.5/0.5 = 0.899;
     /// step 2: m = −0.055, v = 0.00124975, m̂ = −0.055/0.19, v̂ = 0.00124975/0.001999,
@@ -263,7 +388,7 @@ mod tests {
             for (g, want) in [0.5f32, -1.0].into_iter().zip([0.899f32, 0.934_711]) {
                 // loss = g·θ has gradient g.
                 let loss = (var.as_tensor() * f64::from(g))?.sum_all()?;
-                opt.step(&loss.backward()?)?;
+                assert_eq!(opt.step(&loss.backward()?)?, None);
                 let got = first(var.as_tensor())?;
                 assert!(
                     (got - want).abs() < 1e-5,

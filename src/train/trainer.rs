@@ -205,8 +205,11 @@ pub struct UpdateStats {
     pub samples: usize,
     /// Gradient steps taken.
     pub steps: usize,
-    /// Gradient steps skipped for a non-finite loss or gradient.
+    /// Gradient steps skipped for a non-finite loss, gradient, new weight or moment.
     pub skipped: usize,
+    /// Why the first skipped step was skipped.
+    #[serde(skip)]
+    pub skip_reason: Option<String>,
     /// Seconds spent updating.
     pub update_seconds: f64,
     /// Learning rate used.
@@ -231,6 +234,7 @@ impl UpdateStats {
             samples: parts.iter().map(|s| s.samples).sum(),
             steps: parts.iter().map(|s| s.steps).sum(),
             skipped: parts.iter().map(|s| s.skipped).sum(),
+            skip_reason: parts.iter().find_map(|s| s.skip_reason.clone()),
             update_seconds: parts.iter().map(|s| s.update_seconds).sum(),
             lr: parts.first().map_or(0.0, |s| s.lr),
         }
@@ -308,7 +312,14 @@ pub struct Trainer {
     /// Seeds the centralised critic's weights and an `mlp`'s reference (set to the run
     /// seed, which is also the `mlp`'s).
     pub seed: u64,
+    /// Gradient steps skipped one after another (across updates), and why the last was.
+    skipped_in_a_row: u32,
+    skip_reason: Option<String>,
 }
+
+/// Gradient steps skipped in a row after which a run stops: its weights or moments are
+/// broken, and no step can mend them.
+pub const MAX_SKIPPED_IN_A_ROW: u32 = 20;
 
 impl Trainer {
     /// A trainer for the model behind `handle` (the policy must have been set up).
@@ -405,6 +416,8 @@ impl Trainer {
                 device: device.clone(),
                 critic: None,
                 seed: 0,
+                skipped_in_a_row: 0,
+                skip_reason: None,
             })
         });
         built.unwrap_or_else(|| {
@@ -453,6 +466,8 @@ impl Trainer {
             device: device.clone(),
             critic: None,
             seed,
+            skipped_in_a_row: 0,
+            skip_reason: None,
         };
         t.bind_mlp()?;
         Ok(t)
@@ -745,6 +760,7 @@ impl Trainer {
                 match self.step(&mb, value_scale)? {
                     Some(s) => {
                         stats.steps += 1;
+                        self.skipped_in_a_row = 0;
                         stats.policy_loss += s.policy_loss;
                         stats.value_loss += critic_loss.unwrap_or(s.value_loss);
                         stats.entropy += s.entropy;
@@ -753,7 +769,21 @@ impl Trainer {
                         stats.kl_ref += s.kl_ref;
                         stats.grad_norm += s.grad_norm;
                     }
-                    None => stats.skipped += 1,
+                    None => {
+                        stats.skipped += 1;
+                        self.skipped_in_a_row += 1;
+                        if stats.skip_reason.is_none() {
+                            stats.skip_reason = self.skip_reason.clone();
+                        }
+                        if self.skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW {
+                            return Err(TrainError::Config(format!(
+                                "stopped: {MAX_SKIPPED_IN_A_ROW} gradient steps in a row were \
+                                 skipped ({}); the weights were kept, and the last checkpoint \
+                                 is whole",
+                                self.skip_reason.as_deref().unwrap_or("a non-finite loss")
+                            )));
+                        }
+                    }
                 }
             }
         }
@@ -951,16 +981,24 @@ impl Trainer {
             out.approx_kl =
                 lr.iter().map(|l| l.exp() - 1.0 - l).sum::<f32>() / lr.len().max(1) as f32;
         }
-        if !loss.to_scalar::<f32>()?.is_finite() {
+        let l = loss.to_scalar::<f32>()?;
+        if !l.is_finite() {
+            self.skip_reason = Some(format!("the loss is {l}"));
             return Ok(None);
         }
         let mut grads = loss.backward()?;
         let norm = clip_grad_norm(&mut grads, &self.vars, self.hyper.max_grad_norm)?;
         out.grad_norm = norm;
         if !norm.is_finite() {
+            self.skip_reason = Some(format!("the gradient's norm is {norm}"));
             return Ok(None);
         }
-        self.opt.step(&grads)?;
+        if let Some(name) = self.opt.step(&grads)? {
+            self.skip_reason = Some(format!(
+                "the step would leave NaN or an infinity in {name} or its optimizer moments"
+            ));
+            return Ok(None);
+        }
         Ok(Some(out))
     }
 }

@@ -60,6 +60,28 @@ pub fn read_config(path: &Path) -> Result<LmConfig, LmError> {
     Ok(cfg)
 }
 
+/// Refuses weights holding NaN or an infinity, naming the first such tensor (in name order)
+/// and entry.
+pub fn check_finite<'a>(
+    weights: impl IntoIterator<Item = (&'a String, &'a candle_core::Tensor)>,
+    path: &Path,
+) -> Result<(), LmError> {
+    let mut all: Vec<_> = weights.into_iter().collect();
+    all.sort_by(|a, b| a.0.cmp(b.0));
+    for (name, t) in all {
+        if let Some((index, value)) = crate::policy::sampling::first_non_finite_entry(t)? {
+            return Err(LmError::NonFinite {
+                path: path.to_path_buf(),
+                name: name.clone(),
+                index,
+                value,
+                len: t.elem_count(),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl ModelFolder {
     /// Loads `dir`: config, weights (every tensor checked against the config) and tokenizer.
     pub fn load(dir: &Path, device: &Device) -> Result<Self, LmError> {
@@ -79,6 +101,7 @@ impl ModelFolder {
         let weights: Weights = loaded.into_iter().collect();
         // Build once to check every name and shape against the config.
         Decoder::new(&config, &weights, &wpath)?;
+        check_finite(&weights, &wpath)?;
         let tpath = dir.join("tokenizer.json");
         let tokenizer = Tokenizer::from_file(&tpath).map_err(|e| LmError::Tokenizer {
             path: tpath.clone(),

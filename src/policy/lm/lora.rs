@@ -237,6 +237,13 @@ impl Adapter {
             };
             let a = get("lora_A.weight", [config.r, inp])?;
             let b = get("lora_B.weight", [out, config.r])?;
+            super::folder::check_finite(
+                [
+                    (&format!("{PREFIX}{name}.lora_A.weight"), &a),
+                    (&format!("{PREFIX}{name}.lora_B.weight"), &b),
+                ],
+                &wpath,
+            )?;
             weights.insert(name, (a, b));
         }
         Ok(Self { config, weights })

@@ -93,6 +93,23 @@ pub enum LmError {
         /// The shape the configuration implies.
         expected: Vec<usize>,
     },
+    /// A weight holds NaN or an infinity.
+    #[error(
+        "{path}: tensor `{name}` holds {value} at flat index {index} (of {len}); expected \
+         finite numbers (the file is damaged, or was saved from a diverged run)"
+    )]
+    NonFinite {
+        /// The safetensors file.
+        path: PathBuf,
+        /// The tensor's name.
+        name: String,
+        /// The first bad entry's index in the flattened tensor.
+        index: usize,
+        /// Its value (NaN, inf or -inf).
+        value: f32,
+        /// The tensor's number of entries.
+        len: usize,
+    },
     /// The tokenizer cannot be read or does not fit the model or the scene.
     #[error("{path}: {msg}")]
     Tokenizer {

@@ -576,6 +576,19 @@ impl LmPolicy {
                     return;
                 }
             };
+        if let Some((d, (i, v))) = batch.iter().zip(&scores).find_map(|(d, s)| {
+            let mask = d.mask;
+            crate::policy::sampling::first_non_finite(s, |i| mask.allows(i as u8))
+                .map(|bad| (d, bad))
+        }) {
+            self.stats.errors += 1;
+            self.failure.get_or_insert(format!(
+                "{model}: its action distribution is not a distribution (score {v} for action \
+                 {i} of agent {} in arena {}): its weights hold NaN or infinities; stopped",
+                d.agent.slot, d.agent.arena
+            ));
+            return;
+        }
         for (i, ((d, s), p)) in batch.iter_mut().zip(&scores).zip(&prompts).enumerate() {
             let mask = d.mask;
             let (a, probs, logprob, entropy) = sample(s, |i| mask.allows(i as u8), d.rng);
