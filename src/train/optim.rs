@@ -240,6 +240,65 @@ impl AdamW {
     }
 }
 
+/// AdamW's per-element update in f32, with the constants of one step: the same operations
+/// in the same order as the tensor path (candle's affine maps round their f64 factors to
+/// f32).
+#[derive(Clone, Copy)]
+struct HostAdam {
+    b1: f32,
+    b2: f32,
+    c1: f32,
+    c2: f32,
+    sm: f32,
+    sv: f32,
+    eps: f32,
+    lr: f32,
+    decay: f32,
+}
+
+impl HostAdam {
+    fn new(p: AdamParams, (scale_m, scale_v): (f64, f64)) -> Self {
+        let c = |x: f64| x as f32;
+        Self {
+            b1: c(p.beta1),
+            b2: c(p.beta2),
+            c1: c(1.0 - p.beta1),
+            c2: c(1.0 - p.beta2),
+            sm: c(scale_m),
+            sv: c(scale_v),
+            eps: c(p.eps),
+            lr: c(p.lr),
+            decay: c(1.0 - p.lr * p.weight_decay),
+        }
+    }
+
+    /// The new (θ, m, v) of one element.
+    #[inline]
+    fn apply(&self, theta: f32, g: f32, m: f32, v: f32) -> (f32, f32, f32) {
+        let m = m * self.b1 + g * self.c1;
+        let v = v * self.b2 + (g * g) * self.c2;
+        let update = (m * self.sm) / ((v * self.sv).sqrt() + self.eps);
+        (theta * self.decay - update * self.lr, m, v)
+    }
+}
+
+/// Chunks the host loops split a variable into.
+const CHUNK: usize = 1 << 14;
+
+/// Runs `f` over the contiguous f32 data of `theta` and `g` when both are on the CPU and
+/// hold `len` elements (`None` otherwise).
+fn with_host_data<R>(
+    theta: &Tensor,
+    g: &Tensor,
+    len: usize,
+    f: impl FnOnce(&[f32], &[f32]) -> R,
+) -> Option<R> {
+    let g = g.contiguous().ok()?;
+    let (theta, g) = (lock(theta)?, lock(&g)?);
+    let (theta, g) = (theta.data(), g.data());
+    (theta.len() == len && g.len() == len).then(|| f(theta, g))
+}
+
 /// Whether [`host_step`] would leave `theta`, `m` and `v` finite, computed the same way
 /// without writing anything (`None` as for [`host_step`]).
 fn host_finite(
@@ -247,70 +306,46 @@ fn host_finite(
     g: &Tensor,
     (m, v): (&[f32], &[f32]),
     p: AdamParams,
-    (scale_m, scale_v): (f64, f64),
+    scales: (f64, f64),
 ) -> Option<bool> {
-    let g = g.contiguous().ok()?;
-    let (theta, g) = (lock(theta)?, lock(&g)?);
-    let (theta, g) = (theta.data(), g.data());
-    if theta.len() != m.len() || g.len() != m.len() {
-        return None;
-    }
-    let c = |x: f64| x as f32;
-    let (b1, b2, c1, c2) = (c(p.beta1), c(p.beta2), c(1.0 - p.beta1), c(1.0 - p.beta2));
-    let (sm, sv, eps, lr) = (c(scale_m), c(scale_v), c(p.eps), c(p.lr));
-    let decay = c(1.0 - p.lr * p.weight_decay);
-    const CHUNK: usize = 1 << 14;
-    Some(
+    let k = HostAdam::new(p, scales);
+    with_host_data(theta, g, m.len(), |theta, g| {
         m.par_chunks(CHUNK)
             .zip(v.par_chunks(CHUNK))
             .zip(theta.par_chunks(CHUNK).zip(g.par_chunks(CHUNK)))
             .all(|((m, v), (theta, g))| {
                 (0..m.len()).all(|i| {
-                    let m = m[i] * b1 + g[i] * c1;
-                    let v = v[i] * b2 + (g[i] * g[i]) * c2;
-                    let update = (m * sm) / ((v * sv).sqrt() + eps);
-                    (theta[i] * decay - update * lr).is_finite() && m.is_finite() && v.is_finite()
+                    let (t, m, v) = k.apply(theta[i], g[i], m[i], v[i]);
+                    t.is_finite() && m.is_finite() && v.is_finite()
                 })
-            }),
-    )
+            })
+    })
 }
 
 /// One AdamW step of an f32 variable on the CPU, in one pass over its elements: updates the
-/// moments `m` and `v` in place and returns the new values of `theta`. The same f32
-/// operations in the same order as the tensor path (candle's affine maps round their f64
-/// factors to f32). `None` when `theta` or `g` is not a contiguous f32 tensor on the CPU of
-/// the moments' size.
+/// moments `m` and `v` in place and returns the new values of `theta`. `None` when `theta`
+/// or `g` is not a contiguous f32 tensor on the CPU of the moments' size.
 fn host_step(
     theta: &Tensor,
     g: &Tensor,
     (m, v): (&mut [f32], &mut [f32]),
     p: AdamParams,
-    (scale_m, scale_v): (f64, f64),
+    scales: (f64, f64),
 ) -> Option<Vec<f32>> {
-    let g = g.contiguous().ok()?;
-    let (theta, g) = (lock(theta)?, lock(&g)?);
-    let (theta, g) = (theta.data(), g.data());
-    if theta.len() != m.len() || g.len() != m.len() {
-        return None;
-    }
-    let c = |x: f64| x as f32;
-    let (b1, b2, c1, c2) = (c(p.beta1), c(p.beta2), c(1.0 - p.beta1), c(1.0 - p.beta2));
-    let (sm, sv, eps, lr) = (c(scale_m), c(scale_v), c(p.eps), c(p.lr));
-    let decay = c(1.0 - p.lr * p.weight_decay);
-    let mut out = vec![0f32; theta.len()];
-    const CHUNK: usize = 1 << 14;
-    out.par_chunks_mut(CHUNK)
-        .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
-        .zip(theta.par_chunks(CHUNK).zip(g.par_chunks(CHUNK)))
-        .for_each(|((out, (m, v)), (theta, g))| {
-            for i in 0..out.len() {
-                m[i] = m[i] * b1 + g[i] * c1;
-                v[i] = v[i] * b2 + (g[i] * g[i]) * c2;
-                let update = (m[i] * sm) / ((v[i] * sv).sqrt() + eps);
-                out[i] = theta[i] * decay - update * lr;
-            }
-        });
-    Some(out)
+    let k = HostAdam::new(p, scales);
+    let len = m.len();
+    with_host_data(theta, g, len, |theta, g| {
+        let mut out = vec![0f32; len];
+        out.par_chunks_mut(CHUNK)
+            .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
+            .zip(theta.par_chunks(CHUNK).zip(g.par_chunks(CHUNK)))
+            .for_each(|((out, (m, v)), (theta, g))| {
+                for i in 0..out.len() {
+                    (out[i], m[i], v[i]) = k.apply(theta[i], g[i], m[i], v[i]);
+                }
+            });
+        out
+    })
 }
 
 #[cfg(test)]
