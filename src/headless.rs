@@ -151,6 +151,16 @@ pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
             cfg.group_size, cfg.arenas
         )));
     }
+    if let Some((_, &twice)) = cfg
+        .record_arenas
+        .iter()
+        .enumerate()
+        .find(|(i, a)| cfg.record_arenas[..*i].contains(a))
+    {
+        return Err(RunError::Config(format!(
+            "--record-arenas names arena {twice} twice; name each arena once"
+        )));
+    }
     if let Some(&bad) = cfg.record_arenas.iter().find(|&&a| a >= cfg.arenas) {
         return Err(RunError::Config(format!(
             "--record-arenas names arena {bad}, but there are only {} (0 to {})",

@@ -690,10 +690,16 @@ fn cmd_check(path: &Path) -> Result<()> {
         if let emergence::scene::PolicySpec::Lm(emergence::scene::LmSpec { model: Some(m) }) =
             &t.policy
         {
-            emergence::policy::lm::ModelFolder::load(Path::new(m), &candle_core::Device::Cpu)
-                .with_context(|| {
+            let folder =
+                emergence::policy::lm::ModelFolder::load(Path::new(m), &candle_core::Device::Cpu)
+                    .with_context(|| {
                     format!("{}: team {:?}: lm(model: {m:?})", path.display(), t.name)
                 })?;
+            emergence::policy::lm::tokenizer::warn_unknown_scene_words(
+                &folder.tokenizer,
+                &scene,
+                &Path::new(m).join("tokenizer.json"),
+            );
         }
     }
     print!("{}", describe(&scene));

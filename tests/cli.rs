@@ -316,3 +316,86 @@ fn a_checkpoint_is_flushed_to_disk_before_and_after_its_rename() {
         "checkpoints/ not flushed after the rename:\n{text}"
     );
 }
+
+/// Small inputs that used to pass silently: a byte-order mark before a scene (accepted), an
+/// arena recorded twice (refused), a tokenizer with two tokens on one id or without its
+/// unknown token (refused when the model loads), and a scene word the model's tokenizer
+/// lacks (a warning, once per word, at `check` and when a run starts).
+#[test]
+fn small_inputs_are_accepted_refused_or_warned_about_as_they_should() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let text = std::fs::read_to_string(shipped("prisoners_dilemma.scene.ron")).expect("read");
+    std::fs::write(d.join("bom.ron"), format!("\u{feff}{text}")).expect("write");
+    let o = emergence(d, &["check", "bom.ron"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let o = emergence(
+        d,
+        &[
+            "run",
+            "bom.ron",
+            "--arenas",
+            "2",
+            "--record",
+            "r.jsonl",
+            "--record-arenas",
+            "0,1,0",
+            "--quiet",
+        ],
+    );
+    assert!(
+        stderr(&o).contains("--record-arenas names arena 0 twice"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!d.join("r.jsonl").exists());
+
+    // A model whose tokenizer knows only the shipped Prisoner's Dilemma.
+    std::fs::create_dir_all(d.join("scenes")).expect("mkdir");
+    std::fs::write(d.join("scenes/pd.scene.ron"), &text).expect("write");
+    let o = emergence(d, &["model", "init", "--out", "m", "--scenes", "scenes"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let zebra = text.replace(
+        "(name: \"row\", policy: \"tit_for_tat\")",
+        "(name: \"zebra\", policy: lm(model: \"m\"))",
+    );
+    assert_ne!(zebra, text);
+    std::fs::write(d.join("zebra.ron"), &zebra).expect("write");
+    let warning = "the scene's team name \"zebra\" is not in this tokenizer";
+    for args in [
+        &["check", "zebra.ron"][..],
+        &["run", "zebra.ron", "--arenas", "2", "--quiet"],
+    ] {
+        let o = emergence(d, args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        assert_eq!(
+            stderr(&o).matches(warning).count(),
+            1,
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+
+    let tpath = d.join("m/tokenizer.json");
+    let original = std::fs::read_to_string(&tpath).expect("read");
+    let mut json: serde_json::Value = serde_json::from_str(&original).expect("json");
+    let id = json["model"]["vocab"]["cooperate"].clone();
+    json["model"]["vocab"]["defect"] = id;
+    std::fs::write(&tpath, json.to_string()).expect("write");
+    let o = emergence(d, &["model", "info", "m"]);
+    assert!(
+        stderr(&o).contains("tokenizer.json") && stderr(&o).contains("share the id"),
+        "{}",
+        stderr(&o)
+    );
+    let mut json: serde_json::Value = serde_json::from_str(&original).expect("json");
+    json["model"]["unk_token"] = "<nope>".into();
+    std::fs::write(&tpath, json.to_string()).expect("write");
+    let o = emergence(d, &["model", "info", "m"]);
+    assert!(
+        stderr(&o).contains("its unknown token \"<nope>\" is not in its vocabulary"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -79,6 +79,8 @@ pub fn parse_scene(src: &str, path: &Path) -> Result<Scene, SceneError> {
 /// [`parse_scene`], ignoring the `train:` block unless `train` (a resumed run takes its
 /// settings from its `config.json`, not from its scene copy).
 fn parse_with(src: &str, path: &Path, train: bool) -> Result<Scene, SceneError> {
+    // A byte-order mark, which some editors write at the start of a UTF-8 file, is not RON.
+    let src = src.strip_prefix('\u{feff}').unwrap_or(src);
     let mut spec: SceneSpec = ron_options()
         .from_str(src)
         .map_err(|e| SceneError::Invalid {

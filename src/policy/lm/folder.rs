@@ -107,6 +107,10 @@ impl ModelFolder {
             path: tpath.clone(),
             msg: e.to_string(),
         })?;
+        super::tokenizer::check_tokenizer(&tokenizer).map_err(|msg| LmError::Tokenizer {
+            path: tpath.clone(),
+            msg,
+        })?;
         let n = tokenizer.get_vocab_size(true);
         if n > config.vocab_size {
             return Err(LmError::Tokenizer {

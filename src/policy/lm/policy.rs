@@ -217,6 +217,9 @@ impl LmPolicy {
                 dir.join("tokenizer.json"),
             ),
         };
+        if let ModelSource::Folder(_) = &self.source {
+            super::tokenizer::warn_unknown_scene_words(&folder.tokenizer, scene, &tpath);
+        }
         let unk = folder.tokenizer.token_to_id("<unk>");
         let words_of = |list: &[String], what: &str| -> Result<Vec<Vec<u32>>, LmError> {
             list.iter()

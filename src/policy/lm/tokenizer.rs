@@ -79,6 +79,93 @@ pub fn build_tokenizer(vocabulary: &[String]) -> Result<Tokenizer, String> {
     Ok(tok)
 }
 
+/// Refuses a tokenizer that cannot be used safely: two tokens with one id (the model could
+/// not tell them apart), or a word-level or word-piece model whose unknown token is not in
+/// its vocabulary (any word it lacks would fail to encode mid-run; a byte-level BPE, which
+/// can spell any text, needs none).
+pub fn check_tokenizer(tok: &Tokenizer) -> Result<(), String> {
+    use tokenizers::ModelWrapper;
+    let vocab = tok.get_vocab(true);
+    let mut by_id: Vec<(u32, &String)> = vocab.iter().map(|(w, &i)| (i, w)).collect();
+    by_id.sort();
+    if let Some(pair) = by_id.windows(2).find(|p| p[0].0 == p[1].0) {
+        return Err(format!(
+            "tokens {:?} and {:?} share the id {}; expected one id per token",
+            pair[0].1, pair[1].1, pair[0].0
+        ));
+    }
+    let unk = match tok.get_model() {
+        ModelWrapper::WordLevel(m) => Some(m.unk_token.clone()),
+        ModelWrapper::WordPiece(m) => Some(m.unk_token.clone()),
+        ModelWrapper::BPE(m) => {
+            let byte_level = m.byte_fallback
+                || tok.get_pre_tokenizer().is_some_and(|p| {
+                    serde_json::to_string(p).is_ok_and(|j| j.contains("ByteLevel"))
+                });
+            (!byte_level).then(|| m.unk_token.clone().unwrap_or_default())
+        }
+        ModelWrapper::Unigram(_) => None,
+    };
+    if let Some(unk) = unk
+        && !vocab.contains_key(&unk)
+    {
+        return Err(format!(
+            "its unknown token {unk:?} is not in its vocabulary, so a word it lacks could not \
+             be encoded; expected an unknown token (such as \"<unk>\") with an id"
+        ));
+    }
+    Ok(())
+}
+
+/// The scene's own words (team names, roles, key names, the maze's vocabulary) that `tok`
+/// reads only as its unknown token, each once, with what they are.
+pub fn unknown_scene_words(tok: &Tokenizer, scene: &Scene) -> Vec<(String, &'static str)> {
+    let unk = tok.token_to_id(SPECIAL[1]);
+    let mut words: Vec<(String, &'static str)> = Vec::new();
+    words.extend(
+        scene
+            .team_names()
+            .iter()
+            .map(|n| (n.to_string(), "team name")),
+    );
+    words.extend(scene.roles.iter().map(|r| (r.clone(), "role")));
+    if let FamilySpec::Maze(m) = &scene.spec.family {
+        words.extend(m.vocabulary.iter().map(|w| (w.clone(), "word")));
+    }
+    for t in &scene.cells {
+        if let Thing::Key(n) | Thing::LockedDoor(n) = t {
+            words.push((n.clone(), "key name"));
+        }
+    }
+    let mut seen = BTreeSet::new();
+    words
+        .into_iter()
+        .filter(|(w, _)| seen.insert(w.clone()))
+        .filter(|(w, _)| {
+            encode(tok, w).is_ok_and(|ids| ids.is_empty() || unk.is_some_and(|u| ids.contains(&u)))
+        })
+        .collect()
+}
+
+/// Says once per process and word, on standard error, that `tok` (at `path`) reads a word
+/// of the scene as its unknown token.
+pub fn warn_unknown_scene_words(tok: &Tokenizer, scene: &Scene, path: &std::path::Path) {
+    static SAID: std::sync::Mutex<BTreeSet<String>> = std::sync::Mutex::new(BTreeSet::new());
+    for (w, what) in unknown_scene_words(tok, scene) {
+        let fresh = SAID
+            .lock()
+            .map(|mut s| s.insert(format!("{}\0{w}", path.display())))
+            .unwrap_or(true);
+        if fresh {
+            eprintln!(
+                "warning: {}: the scene's {what} {w:?} is not in this tokenizer: the model reads \
+                 it as an unknown token, not as a word",
+                path.display()
+            );
+        }
+    }
+}
+
 /// Token ids of `text` (no special tokens added).
 pub fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, String> {
     tok.encode(text, false)
