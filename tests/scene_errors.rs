@@ -349,6 +349,15 @@ fn maze_maps_and_generation() {
     let solo = r#"(name: "m", family: Maze(generate: (plate_doors: 1)), teams: [(name: "a", policy: "random")])"#;
     let e = err(solo);
     assert_at(&e, 1, 50, "plate doors need one agent on the plate");
+    let crowded = r#"(name: "m", family: Maze(generate: (width: 7, height: 7, plate_doors: 8, key_doors: 8)), teams: [(name: "a", policy: "random"), (name: "b", policy: "random")])"#;
+    let e = err(crowded);
+    let text = e.to_string();
+    assert!(
+        text.starts_with("bad.scene.ron:1:")
+            && text.contains("a 7×7 maze has room for")
+            && text.contains("not the 8 and 8 asked"),
+        "{text}"
+    );
     let e = err(&MAZE.replace(
         "family: Maze(),",
         "family: Maze(vocabulary: [\"go\", \"go\"]),",

@@ -245,6 +245,12 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
                 ),
             ));
         }
+        if let Err(why) = crate::envs::maze::generate::check_capacity(g, agents.len()) {
+            return Err(cx.field_at(
+                &[FAM, Seg::Field("generate")],
+                rule(why, "a larger width and height, or fewer doors"),
+            ));
+        }
         return Ok(Scene {
             path: path.to_path_buf(),
             spec,

@@ -4,8 +4,11 @@
 //! agents around a random cell, puts the exit on the cell farthest from it, and places the
 //! doors on passages of the unique start → exit path, at least four steps apart. A locked
 //! door's key lies before it (off the main path when possible); a plate door gets one plate
-//! before it and one after it, so two agents can take turns holding it. A door whose items
-//! find no room is left out, so a small maze may get fewer doors than asked for.
+//! before it and one after it, so two agents can take turns holding it. A carving whose path
+//! is too short for the doors asked is carved again (up to [`ATTEMPTS`] times, from the same
+//! stream, so the same seed gives the same maze); [`check_capacity`], run when a scene is
+//! checked, refuses sizes where sample layouts still fall short, so what `check` prints is
+//! what is built.
 
 use rand::Rng;
 use rand::seq::SliceRandom;
@@ -78,8 +81,60 @@ fn carve(w: usize, h: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
     tiles
 }
 
-/// Generates a maze for `n_agents` agents from `rng`.
+/// Carvings tried for one maze before the one with the most doors is kept.
+pub const ATTEMPTS: usize = 64;
+
+/// Sample layouts [`check_capacity`] generates (with every seed when the scene fixes none).
+const SAMPLES: u64 = 16;
+
+/// Generates a maze for `n_agents` agents from `rng`, with every door asked for (carving
+/// again while one does not fit; after [`ATTEMPTS`] carvings, the one with the most doors).
 pub fn generate(spec: &GenerateSpec, n_agents: usize, rng: &mut ChaCha8Rng) -> Layout {
+    let wanted = usize::from(spec.plate_doors) + usize::from(spec.key_doors);
+    let mut best: Option<Layout> = None;
+    for _ in 0..ATTEMPTS {
+        let l = generate_once(spec, n_agents, rng);
+        let placed = doors_of(&l);
+        if placed >= wanted {
+            return l;
+        }
+        if best.as_ref().is_none_or(|b| doors_of(b) < placed) {
+            best = Some(l);
+        }
+    }
+    best.unwrap_or_else(|| generate_once(spec, n_agents, rng))
+}
+
+/// Plate doors and locked doors of a generated layout.
+fn doors_of(l: &Layout) -> usize {
+    l.doors.len() + l.keys.len()
+}
+
+/// `Err` (what fits, for the message) when sample layouts of `spec` (its fixed seed, or
+/// [`SAMPLES`] seeds) do not all get every door asked for.
+pub fn check_capacity(spec: &GenerateSpec, n_agents: usize) -> Result<(), String> {
+    use rand::SeedableRng;
+    let wanted = (spec.plate_doors, spec.key_doors);
+    let seeds: Vec<u64> = match spec.seed {
+        Some(s) => vec![s],
+        None => (0..SAMPLES).collect(),
+    };
+    for seed in seeds {
+        let l = generate(spec, n_agents, &mut ChaCha8Rng::seed_from_u64(seed));
+        let got = (l.doors.len(), l.keys.len());
+        if got.0 < usize::from(wanted.0) || got.1 < usize::from(wanted.1) {
+            return Err(format!(
+                "a {}×{} maze has room for {} plate doors and {} key doors (layout seed \
+                 {seed}), not the {} and {} asked",
+                spec.width, spec.height, got.0, got.1, wanted.0, wanted.1
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One carving and its doors (some may not fit).
+fn generate_once(spec: &GenerateSpec, n_agents: usize, rng: &mut ChaCha8Rng) -> Layout {
     let w = usize::from(spec.width.max(5)) | 1;
     let h = usize::from(spec.height.max(5)) | 1;
     let tiles = carve(w, h, rng);
@@ -277,6 +332,26 @@ mod tests {
             .filter(|l| l.doors.len() == 1 && l.keys.len() == 1)
             .count();
         assert!(doors >= 30, "{doors} of 40 mazes got both doors");
+    }
+
+    /// Every layout gets the doors asked for, and a size that cannot hold them is refused
+    /// by the check that `emergence check` runs.
+    #[test]
+    fn every_door_asked_for_is_built_or_the_size_is_refused() {
+        for (w, plates, keys) in [(15, 2, 0), (15, 1, 1), (21, 3, 2), (31, 8, 0)] {
+            let s = spec(w, w, plates, keys);
+            check_capacity(&s, 2).expect("fits");
+            for seed in 100..140 {
+                let l = generate(&s, 2, &mut ChaCha8Rng::seed_from_u64(seed));
+                assert_eq!(
+                    (l.doors.len(), l.keys.len()),
+                    (usize::from(plates), usize::from(keys)),
+                    "{w}×{w}, seed {seed}"
+                );
+            }
+        }
+        let err = check_capacity(&spec(7, 7, 8, 8), 2).expect_err("too small");
+        assert!(err.contains("a 7×7 maze has room for"), "{err}");
     }
 
     #[test]
