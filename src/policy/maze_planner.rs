@@ -1,6 +1,12 @@
 //! `maze_planner`: the full-map upper bound of the cooperative maze. Every planner sees the
-//! whole map and all teammates, and applies the same deterministic joint rule to that
-//! shared state, so planners coordinate without talking:
+//! whole map and all teammates. When a whole team of up to three agents is on the planner,
+//! it follows a shortest joint plan found by a search over every agent's moves together
+//! ([`super::maze_joint`]; planned once, followed while the team stays on it), which solves
+//! every solvable maze within its state budget, plate doors in any number included. Larger
+//! teams, mixed teams, and the rare maze whose search exceeds the budget follow the
+//! deterministic joint rule below, applied by each planner to the shared state, so
+//! planners coordinate without talking (the rule can deadlock with two or more plate doors:
+//! each agent holding the other's plate):
 //!
 //! 1. *Hold.* The lowest-slot agent on a plate of door `D` stays while another agent stands
 //!    in `D` or `D` lies on another agent's relaxed path to the exit (relaxed: every door
@@ -20,6 +26,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use super::maze_bots::Known;
+use super::maze_joint::{Joint, MAX_AGENTS, Maze};
 use super::{Decision, Policy};
 use crate::envs::maze::{act, view};
 
@@ -29,6 +36,11 @@ pub struct MazePlanner {
     /// Searches already run this step, per arena: every planner of an arena sees the same
     /// map and the same positions, so they share them.
     memo: BTreeMap<u32, Memo>,
+    /// Each arena's joint plan ([`super::maze_joint`]), kept while the team follows it.
+    plans: BTreeMap<u32, Plan>,
+    /// Arenas whose search found no plan, and the step it ran at (this episode they follow
+    /// the rule).
+    gave_up: BTreeMap<u32, u32>,
 }
 
 /// The searches of one arena at one step that do not depend on who asks: distance fields
@@ -208,12 +220,88 @@ fn plan(d: &Decision<'_>, memo: &mut Memo) -> u8 {
     }
 }
 
+/// The joint moves ahead of an arena's team, each with the state it starts from.
+type Plan = std::collections::VecDeque<(Joint, Vec<u8>)>;
+
+/// The team's joint state as `group` (every agent of one arena, all planners) sees it.
+fn joint_of(group: &[&Decision<'_>], maze: &Maze<'_>, m: &Known<'_>) -> Option<Joint> {
+    let n = group.len();
+    let mut at = vec![u32::MAX; n];
+    let mut keys = vec![0u32; n];
+    for d in group {
+        let slot = usize::from(d.agent.slot);
+        *at.get_mut(slot)? = m.index(d.obs.pos)? as u32;
+        keys[slot] = d.obs.keys;
+    }
+    if at.contains(&u32::MAX) {
+        return None;
+    }
+    maze.start(&at, &keys)
+}
+
+impl MazePlanner {
+    /// The joint actions of `group` (every agent of one arena, in any order) this step,
+    /// by slot: the next of the arena's plan when the team stands where the plan expects,
+    /// else from a new search; `None` when the search finds no plan (too many agents or
+    /// states, or no way out).
+    fn joint_actions(&mut self, arena: u32, group: &[&Decision<'_>]) -> Option<Vec<u8>> {
+        if group.len() > MAX_AGENTS {
+            return None;
+        }
+        // A search that failed is not run again until the next episode.
+        let step = group[0].obs.step;
+        if self.gave_up.get(&arena).is_some_and(|&s| s < step) {
+            return None;
+        }
+        self.gave_up.remove(&arena);
+        let m = Known::of(group[0].obs)?;
+        let maze = Maze::new(&m)?;
+        let now = joint_of(group, &maze, &m)?;
+        let plan = self.plans.entry(arena).or_default();
+        let on_plan = plan
+            .front()
+            .is_some_and(|(s, _)| s.at == now.at && s.open == now.open);
+        if !on_plan {
+            match maze.plan(now) {
+                Some(p) => *plan = p.into(),
+                None => {
+                    plan.clear();
+                    self.gave_up.insert(arena, step);
+                    return None;
+                }
+            }
+        }
+        plan.pop_front().map(|(_, acts)| acts)
+    }
+}
+
 impl Policy for MazePlanner {
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
         self.memo.clear();
-        for d in batch {
+        // Arenas whose whole team plans together follow a joint plan.
+        let mut by_arena: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, d) in batch.iter().enumerate() {
+            by_arena.entry(d.agent.arena).or_default().push(i);
+        }
+        let mut chosen: Vec<Option<u8>> = vec![None; batch.len()];
+        for (arena, idx) in &by_arena {
+            let team = batch[idx[0]].obs.others.len() + 1;
+            if idx.len() != team {
+                continue;
+            }
+            let group: Vec<&Decision<'_>> = idx.iter().map(|&i| &batch[i]).collect();
+            if let Some(acts) = self.joint_actions(*arena, &group) {
+                for &i in idx {
+                    chosen[i] = acts.get(usize::from(batch[i].agent.slot)).copied();
+                }
+            }
+        }
+        for (d, c) in batch.iter_mut().zip(chosen) {
             let memo = self.memo.entry(d.agent.arena).or_default();
-            d.action.0 = plan(d, memo);
+            d.action.0 = match c {
+                Some(a) if d.mask.allows(a) => a,
+                _ => plan(d, memo),
+            };
         }
     }
 }

@@ -8,6 +8,7 @@ mod hns_bots;
 pub mod lm;
 mod matrix_bots;
 mod maze_bots;
+mod maze_joint;
 mod maze_planner;
 pub mod mlp;
 mod random;
