@@ -67,6 +67,8 @@ fn run_binary(scene: &Path, threads: u32, dir: &Path) -> (Vec<u8>, String) {
         .arg(&replay)
         .arg("--hash-log")
         .arg(&hashes)
+        // Each scene writes over the previous scene's files.
+        .arg("--force")
         .output()
         .expect("binary runs");
     assert!(
