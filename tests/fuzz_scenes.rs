@@ -142,7 +142,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     ]
 }
 
-/// Byte ranges of the `k`-th (mod count) match of `pred` over tokens found by `find`.
+/// The `k`-th item of `items`, counting round (`None` when there is none).
 fn nth<T: Copy>(items: &[T], k: usize) -> Option<T> {
     (!items.is_empty()).then(|| items[k % items.len()])
 }
@@ -208,10 +208,9 @@ fn apply(text: &str, m: &Mutation) -> String {
                 .filter_map(|(i, _)| {
                     let from = i + "policy: ".len();
                     let rest = &text[from..];
-                    let len = if rest.starts_with('"') {
-                        rest[1..].find('"').map(|e| e + 2)
-                    } else {
-                        rest.find([',', ')'])
+                    let len = match rest.strip_prefix('"') {
+                        Some(quoted) => quoted.find('"').map(|e| e + 2),
+                        None => rest.find([',', ')']),
                     }?;
                     Some((from, from + len))
                 })

@@ -51,8 +51,6 @@ pub struct Maze<'a> {
     /// Plate-door group of each door or plate cell.
     door_group: HashMap<usize, u8>,
     plate_group: HashMap<usize, u8>,
-    /// Distance to the nearest exit with every door open.
-    relaxed: Vec<u32>,
 }
 
 impl<'a> Maze<'a> {
@@ -79,10 +77,6 @@ impl<'a> Maze<'a> {
         if keys.len() > 64 || locks.len() > 64 {
             return None;
         }
-        let relaxed = m.distances(
-            |i| !matches!(view::kind(m.cells[i]), view::WALL | view::UNKNOWN),
-            |i| view::kind(m.cells[i]) == view::EXIT,
-        );
         Some(Self {
             key_at: keys.iter().enumerate().map(|(k, &(i, _))| (i, k)).collect(),
             lock_at: locks
@@ -94,7 +88,6 @@ impl<'a> Maze<'a> {
             keys,
             door_group,
             plate_group,
-            relaxed,
             m,
         })
     }
@@ -174,10 +167,21 @@ impl<'a> Maze<'a> {
             .all(|&c| view::kind(self.m.cells[c as usize]) == view::EXIT)
     }
 
-    fn heuristic(&self, s: &Joint) -> u32 {
+    /// Every cell's distance to the nearest exit with every door open (the search's
+    /// heuristic; computed when a search starts, not on the steps that follow a plan).
+    fn relaxed(&self) -> Vec<u32> {
+        let m = self.m;
+        m.distances(
+            |i| !matches!(view::kind(m.cells[i]), view::WALL | view::UNKNOWN),
+            |i| view::kind(m.cells[i]) == view::EXIT,
+        )
+    }
+
+    /// The largest of the agents' relaxed distances to an exit.
+    fn heuristic(relaxed: &[u32], s: &Joint) -> u32 {
         s.at[..usize::from(s.n)]
             .iter()
-            .map(|&c| self.relaxed[c as usize])
+            .map(|&c| relaxed[c as usize])
             .max()
             .unwrap_or(0)
     }
@@ -232,11 +236,16 @@ impl<'a> Maze<'a> {
     /// [`MAX_STATES`] states.
     pub fn plan(&self, start: Joint) -> Option<Vec<(Joint, Vec<u8>)>> {
         let n = usize::from(start.n);
+        let relaxed = self.relaxed();
         let mut nodes: Vec<(Joint, usize, [u8; MAX_AGENTS], u32)> =
             vec![(start, usize::MAX, [act::NOOP; MAX_AGENTS], 0)];
         let mut seen: HashMap<Joint, usize> = HashMap::from([(start, 0)]);
         // (f, tie-break towards deeper nodes, then first found), node id.
-        let mut open = BinaryHeap::from([Reverse((self.heuristic(&start), Reverse(0u32), 0usize))]);
+        let mut open = BinaryHeap::from([Reverse((
+            Self::heuristic(&relaxed, &start),
+            Reverse(0u32),
+            0usize,
+        ))]);
         while let Some(Reverse((_, Reverse(g), id))) = open.pop() {
             if nodes[id].3 != g {
                 continue;
@@ -268,7 +277,7 @@ impl<'a> Maze<'a> {
                         for k in 0..n {
                             acts[k] = options[k][pick[k]].0;
                         }
-                        let h = self.heuristic(&next);
+                        let h = Self::heuristic(&relaxed, &next);
                         let nid = nodes.len();
                         nodes.push((next, id, acts, g2));
                         seen.insert(next, nid);

@@ -427,16 +427,12 @@ impl MlpNet {
                 let t = t
                     .to_dtype(candle_core::DType::F32)
                     .map_err(|e| format!("{}: {name}: {e}", wpath.display()))?;
-                if let Some((i, v)) = super::sampling::first_non_finite_entry(&t)
-                    .map_err(|e| format!("{}: {name}: {e}", wpath.display()))?
-                {
-                    return Err(format!(
-                        "{}: {name} holds {v} at flat index {i} (of {}); expected finite \
-                         numbers (the file is damaged, or was saved from a diverged run)",
-                        wpath.display(),
-                        t.elem_count()
-                    ));
-                }
+                super::sampling::check_finite(name, &t).map_err(|e| {
+                    format!(
+                        "{}: {e} (the file is damaged, or was saved from a diverged run)",
+                        wpath.display()
+                    )
+                })?;
                 let var = Var::from_tensor(&t)
                     .map_err(|e| format!("{}: {name}: {e}", wpath.display()))?;
                 Ok((name.to_string(), var))

@@ -25,6 +25,19 @@ pub fn first_non_finite_entry(
     Ok(v.iter().position(|x| !x.is_finite()).map(|i| (i, v[i])))
 }
 
+/// `Err` naming tensor `name`'s first entry that is not finite ("tensor NAME holds NaN at
+/// flat index I (of N); expected finite numbers"), or the error reading it.
+pub fn check_finite(name: &str, t: &candle_core::Tensor) -> Result<(), String> {
+    match first_non_finite_entry(t) {
+        Ok(None) => Ok(()),
+        Ok(Some((i, v))) => Err(format!(
+            "tensor {name} holds {v} at flat index {i} (of {}); expected finite numbers",
+            t.elem_count()
+        )),
+        Err(e) => Err(format!("tensor {name}: {e}")),
+    }
+}
+
 /// The masked softmax of `scores` (entries where `allowed` is false get probability 0) and
 /// one draw from it: (choice, probabilities, log-probability of the choice, entropy).
 pub fn sample(

@@ -216,14 +216,7 @@ impl Critic {
                     var.dims()
                 ));
             }
-            if let Some((i, x)) = crate::policy::sampling::first_non_finite_entry(t)
-                .map_err(|e| format!("tensor {key}: {e}"))?
-            {
-                return Err(format!(
-                    "tensor {key} holds {x} at flat index {i} (of {}); expected finite numbers",
-                    t.elem_count()
-                ));
-            }
+            crate::policy::sampling::check_finite(&key, t)?;
             var.set(t).map_err(|e| format!("tensor {key}: {e}"))?;
         }
         let moments: HashMap<String, Tensor> = tensors

@@ -208,15 +208,7 @@ impl AdamW {
                         t.dims(),
                     ));
                 }
-                if let Some((i, x)) = crate::policy::sampling::first_non_finite_entry(t)
-                    .map_err(|e| format!("tensor {key}: {e}"))?
-                {
-                    return Err(format!(
-                        "tensor {key} holds {x} at flat index {i} (of {}); expected finite \
-                         numbers",
-                        t.elem_count()
-                    ));
-                }
+                crate::policy::sampling::check_finite(&key, t)?;
                 t.to_dtype(dtype)
                     .and_then(|t| t.to_device(device))
                     .map_err(|e| format!("tensor {key}: {e}"))
