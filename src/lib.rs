@@ -13,6 +13,7 @@
 pub mod alloc;
 pub mod core;
 pub mod envs;
+pub mod experiment;
 #[cfg(feature = "gui")]
 pub mod gui;
 pub mod headless;

@@ -37,9 +37,12 @@ enum Command {
     Plot(PlotArgs),
     /// Watch an arena in a window (built with the `gui` feature): live, or a replay.
     View(ViewArgs),
-    /// Validate a scene file and print a summary of it.
+    /// Run a named experiment (or an experiment file): train every arm on every seed,
+    /// evaluate, and write a report that says whether the paper's result reproduced.
+    Reproduce(ReproduceArgs),
+    /// Validate a scene file (or an experiment file) and print a summary of it.
     Check {
-        /// The `.scene.ron` file.
+        /// The `.scene.ron` (or `.experiment.ron`) file.
         scene: PathBuf,
     },
     /// Create or inspect language-model folders.
@@ -51,6 +54,39 @@ enum Command {
         #[arg(long, default_value = "scenes")]
         scenes: PathBuf,
     },
+}
+
+#[derive(clap::Args)]
+struct ReproduceArgs {
+    /// A shipped experiment's name (see --list) or an `.experiment.ron` file.
+    #[arg(required_unless_present = "list")]
+    experiment: Option<String>,
+    /// List the shipped experiments.
+    #[arg(long)]
+    list: bool,
+    /// The report folder (runs, report.md, report.json, figures/); run again on the same
+    /// folder to resume.
+    #[arg(long, required_unless_present = "list")]
+    out: Option<PathBuf>,
+    /// Seeds: the file's first N, then the numbers after its last, 1 to 1,000.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    seeds: Option<u16>,
+    /// The smaller budget (about 10 minutes on two cores); the report says so.
+    #[arg(long)]
+    quick: bool,
+    /// Every run's iterations: a smoke test of the pipeline, not a result, 1 to 1,000,000.
+    #[arg(long, value_parser = |s: &str| emergence::train::limits::parse_u32(s, emergence::train::limits::ITERATIONS))]
+    iterations: Option<u32>,
+    /// Threads for the whole experiment: that many runs side by side, one thread each
+    /// [default: one per core].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
+    /// Where shipped experiments are looked for.
+    #[arg(long, default_value = "experiments")]
+    dir: PathBuf,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(clap::Args)]
@@ -424,6 +460,7 @@ fn main() -> ExitCode {
         Command::Train(a) => a.threads,
         Command::Eval(a) => a.threads,
         Command::View(a) => a.threads,
+        Command::Reproduce(a) => a.threads,
         _ => None,
     };
     // --threads bounds all the compute: Bevy's pools (through the run's settings) and rayon's
@@ -442,6 +479,7 @@ fn main() -> ExitCode {
         Command::Eval(args) => cmd_eval(args),
         Command::Plot(args) => cmd_plot(args),
         Command::View(args) => cmd_view(args),
+        Command::Reproduce(args) => cmd_reproduce(args),
         Command::Check { scene } => cmd_check(&scene),
         Command::List { scenes } => cmd_list(&scenes),
         Command::Model(m) => cmd_model(m),
@@ -683,7 +721,165 @@ fn describe(scene: &Scene) -> String {
     s
 }
 
+fn cmd_reproduce(args: ReproduceArgs) -> Result<()> {
+    use emergence::experiment::{self, runner};
+    if args.list {
+        let found = experiment::find(&args.dir);
+        if found.is_empty() {
+            println!("no experiments in {}", args.dir.display());
+        }
+        for p in found {
+            match experiment::load(&p) {
+                Ok(e) => {
+                    let arms: Vec<&str> = e.spec.arms.iter().map(|a| a.name.as_str()).collect();
+                    println!("{}", e.name);
+                    println!("    {}", e.spec.claim);
+                    println!("    source: {}", e.spec.source);
+                    println!(
+                        "    arms: {}; seeds: {}; file: {}",
+                        arms.join(", "),
+                        e.spec.seeds.len(),
+                        p.display()
+                    );
+                }
+                Err(err) => println!("{}\n    error: {err}", experiment::name_of(&p)),
+            }
+        }
+        return Ok(());
+    }
+    let (Some(given), Some(out)) = (&args.experiment, &args.out) else {
+        anyhow::bail!("give an experiment and --out, or --list");
+    };
+    let path = experiment::resolve(given, &args.dir)?;
+    let exp = experiment::load(&path)?;
+    let threads = args.threads.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get()),
+        usize::from,
+    );
+    let opts = runner::Options {
+        out: out.clone(),
+        seeds: args.seeds.map(usize::from),
+        quick: args.quick,
+        iterations: args.iterations,
+        threads,
+        stop_after: None,
+    };
+    let plan = runner::plan(&exp, &opts);
+    let total: u64 = plan
+        .runs
+        .iter()
+        .map(|r| u64::from(r.settings.iterations.unwrap_or(20)))
+        .sum();
+    println!(
+        "{}: {} arms x {} seeds = {} runs, {} budget, {} at once; report in {}",
+        exp.name,
+        exp.spec.arms.len(),
+        plan.seeds.len(),
+        plan.runs.len(),
+        match plan.budget {
+            runner::Budget::Full => "full",
+            runner::Budget::Quick => "quick",
+            runner::Budget::Custom { .. } => "custom",
+        },
+        threads.min(plan.runs.len()).max(1),
+        out.display()
+    );
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} iterations (eta {eta}) {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let finished = std::sync::atomic::AtomicUsize::new(0);
+    let n_runs = plan.runs.len();
+    let on_event = |e: runner::Event| match e {
+        runner::Event::Started { done, .. } => bar.inc(u64::from(done)),
+        runner::Event::Iteration { .. } => bar.inc(1),
+        runner::Event::Evaluating { .. } => {}
+        runner::Event::Finished { run, kept } => {
+            let k = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let r = &plan.runs[run];
+            bar.set_message(format!(
+                "| {k}/{n_runs} runs done (last: {} seed {}{})",
+                r.arm,
+                r.seed,
+                if kept { ", kept" } else { "" }
+            ));
+        }
+    };
+    let written = match experiment::reproduce(&exp, &opts, &on_event) {
+        Ok(w) => w,
+        Err(e) => {
+            bar.abandon();
+            return Err(e.into());
+        }
+    };
+    bar.finish();
+    let r = &written.report;
+    println!();
+    if written.outcome.kept + written.outcome.resumed > 0 {
+        println!(
+            "resumed: {} runs kept from before, {} continued from a checkpoint",
+            written.outcome.kept, written.outcome.resumed
+        );
+    }
+    println!("{}: {}", r.experiment, r.verdict.to_uppercase());
+    println!("budget: {}", r.budget);
+    for c in &r.checks {
+        let v = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
+        println!(
+            "  {:<16} {}  ({} vs {}; holds on {} of {} seeds)",
+            c.verdict,
+            c.check,
+            v(c.lhs),
+            v(c.rhs),
+            c.seeds_holding,
+            c.seeds
+        );
+    }
+    println!(
+        "time: {:.0} s of runs, {:.0} s wall",
+        r.timing.total_run_seconds, r.timing.wall_seconds
+    );
+    if let Some(peak) = emergence::metrics::peak_memory_bytes() {
+        println!("peak memory: {:.1} MiB", peak as f64 / 1048576.0);
+    }
+    if let Some(e) = &written.figure_error {
+        eprintln!("warning: the figures could not be drawn: {e}");
+    }
+    for f in &written.files {
+        println!("wrote {}", f.display());
+    }
+    Ok(())
+}
+
 fn cmd_check(path: &Path) -> Result<()> {
+    if path
+        .to_string_lossy()
+        .ends_with(emergence::experiment::EXTENSION)
+    {
+        let e = emergence::experiment::load(path)?;
+        println!("{}: a valid experiment", path.display());
+        println!("claim     {}", e.spec.claim);
+        println!("source    {}", e.spec.source);
+        for (a, s) in e.spec.arms.iter().zip(&e.scenes) {
+            println!(
+                "arm       {:<16} scene {}",
+                a.name,
+                s.file
+                    .as_ref()
+                    .map_or("(inline)".to_string(), |f| f.display().to_string())
+            );
+        }
+        println!("seeds     {:?}", e.spec.seeds);
+        println!("checks    {}", e.spec.expect.join("; "));
+        return Ok(());
+    }
     let scene = load_scene(path)?;
     // The model folders the teams name load as a run would load them.
     for t in &scene.spec.teams {
@@ -771,7 +967,7 @@ fn cmd_list(dir: &Path) -> Result<()> {
 }
 
 fn cmd_train(args: TrainArgs) -> Result<()> {
-    use emergence::train::{ModelChoice, TrainConfig, resume_config, train};
+    use emergence::train::{TrainConfig, resume_config, train};
     let cfg = if let Some(run) = &args.resume {
         let mut given = args.settings.given();
         given.retain(|f| f != "--iterations");
@@ -807,32 +1003,14 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
         };
         // The flags over the scene's train block; the algorithm's defaults fill the rest.
         let d = args.settings.clone().over(scene.spec.train.clone());
-        let model_name = d.model.clone().unwrap_or_else(|| "tiny".into());
-        let model =
-            ModelChoice::parse(&model_name).map_err(|e| anyhow::anyhow!("{model_from} {e}"))?;
-        let (algo, learner, hyper) = d.resolve();
-        TrainConfig {
-            scene,
-            scene_path: scene_path.clone(),
-            algo,
-            iterations: d.iterations.unwrap_or(20),
-            arenas: d.arenas.unwrap_or(16),
-            seed: d.seed.unwrap_or(0),
-            out: out.clone(),
-            model,
-            hyper,
-            sharing: d.sharing.unwrap_or_default(),
-            learner,
-            threads: args.threads.map(usize::from),
-            checkpoint_every: d.checkpoint_every.unwrap_or(10),
-            resume: None,
-            stop_after: None,
-            tap: None,
-            eval_against: args.eval_against.clone().map(|p| p.0).unwrap_or_default(),
-            eval_every: args
-                .eval_every
-                .unwrap_or(emergence::train::default_eval_every()),
-        }
+        let mut cfg = TrainConfig::from_settings(scene, scene_path.clone(), &d, out.clone())
+            .map_err(|e| anyhow::anyhow!("{model_from} {e}"))?;
+        cfg.threads = args.threads.map(usize::from);
+        cfg.eval_against = args.eval_against.clone().map(|p| p.0).unwrap_or_default();
+        cfg.eval_every = args
+            .eval_every
+            .unwrap_or(emergence::train::default_eval_every());
+        cfg
     };
     let cfg = TrainConfig {
         stop_after: args.stop_after,

@@ -146,6 +146,25 @@ pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, PlotError> {
     Ok(rows)
 }
 
+/// The per-iteration numbers of a row besides returns, metrics and evaluations: what an
+/// experiment's measures and figures may read.
+pub const ROW_SERIES: [&str; 14] = [
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clip_frac",
+    "kl_ref",
+    "grad_norm",
+    "explained_variance",
+    "lr",
+    "seconds",
+    "rollout_seconds",
+    "update_seconds",
+    "agent_steps_per_sec",
+    "tokens_per_sec",
+];
+
 /// The update's series drawn in `losses.png`.
 const LOSSES: [&str; 8] = [
     "policy_loss",
@@ -296,7 +315,7 @@ fn eval_panels(rows: &[Map<String, Value>]) -> Vec<Panel> {
 }
 
 /// Registers the embedded font once per process; later calls return the first outcome.
-fn register_font() -> Result<(), String> {
+pub(crate) fn register_font() -> Result<(), String> {
     static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
     REGISTERED
         .get_or_init(|| {

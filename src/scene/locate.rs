@@ -348,6 +348,18 @@ pub fn locate_value(src: &str, path: &[Seg<'_>]) -> Option<usize> {
     Some(if i < bytes.len() { i } else { at })
 }
 
+/// The byte range `[start, end)` of the value at `path` (the text after the field's
+/// colon, or the list item), if found.
+pub fn value_span(src: &str, path: &[Seg<'_>]) -> Option<(usize, usize)> {
+    let start = locate_value(src, path)?;
+    let mut sc = Scanner {
+        src: src.as_bytes(),
+        pos: start,
+    };
+    sc.value(0);
+    Some((start, sc.pos.min(src.len())))
+}
+
 /// 1-based line and column (in characters) of byte offset `at`.
 pub fn line_col(src: &str, at: usize) -> (usize, usize) {
     let at = at.min(src.len());

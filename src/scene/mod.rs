@@ -6,7 +6,7 @@ mod asset;
 mod checks;
 mod error;
 mod family_rules;
-mod locate;
+pub mod locate;
 mod params;
 mod schema;
 mod validate;
@@ -74,6 +74,11 @@ pub fn ron_options() -> ron::Options {
 /// Parses and validates a scene from its text; `path` is used in errors.
 pub fn parse_scene(src: &str, path: &Path) -> Result<Scene, SceneError> {
     parse_with(src, path, true)
+}
+
+/// Reads a file as UTF-8 text for a RON parser (the same checks as a scene file's).
+pub fn read_text(path: &Path) -> Result<String, SceneError> {
+    read_source(path)
 }
 
 /// [`parse_scene`], ignoring the `train:` block unless `train` (a resumed run takes its

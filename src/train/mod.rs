@@ -221,6 +221,41 @@ pub struct TrainConfig {
     pub eval_every: u32,
 }
 
+impl TrainConfig {
+    /// A fresh run of `scene` into `out` with the given `settings`; the algorithm's and the
+    /// learner's defaults fill the fields not given (see [`TrainSettings::resolve`]). Errs
+    /// with the model name's problem when `settings.model` names no model.
+    pub fn from_settings(
+        scene: Scene,
+        scene_path: PathBuf,
+        settings: &TrainSettings,
+        out: PathBuf,
+    ) -> Result<Self, String> {
+        let model = ModelChoice::parse(settings.model.as_deref().unwrap_or("tiny"))?;
+        let (algo, learner, hyper) = settings.resolve();
+        Ok(TrainConfig {
+            scene,
+            scene_path,
+            algo,
+            iterations: settings.iterations.unwrap_or(20),
+            arenas: settings.arenas.unwrap_or(16),
+            seed: settings.seed.unwrap_or(0),
+            out,
+            model,
+            hyper,
+            sharing: settings.sharing.unwrap_or_default(),
+            learner,
+            threads: None,
+            checkpoint_every: settings.checkpoint_every.unwrap_or(10),
+            resume: None,
+            stop_after: None,
+            tap: None,
+            eval_against: Vec::new(),
+            eval_every: default_eval_every(),
+        })
+    }
+}
+
 /// Evaluations every 10 iterations unless told.
 pub fn default_eval_every() -> u32 {
     10

@@ -1,0 +1,572 @@
+//! An experiment's report: every measure per arm (mean ± sample standard deviation over
+//! seeds, and each seed's value), the verdict of each expected check, the setup and the
+//! commands to rerun one arm; written as `report.md` and `report.json` (the same content;
+//! its `timing` object holds everything that differs between two invocations).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::runner::{Budget, Plan, read_final_eval};
+use super::{Experiment, Source, Window};
+use crate::train::eval;
+
+/// Mean, spread and per-seed values of one measure for one arm.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stat {
+    /// Mean over the seeds that have a value (`None`: none has).
+    pub mean: Option<f64>,
+    /// Sample standard deviation (n - 1; 0 for one seed).
+    pub std: Option<f64>,
+    /// Per seed, in the plan's seed order.
+    pub per_seed: Vec<Option<f64>>,
+}
+
+impl Stat {
+    /// From per-seed values.
+    pub fn of(per_seed: Vec<Option<f64>>) -> Stat {
+        let v: Vec<f64> = per_seed.iter().flatten().copied().collect();
+        let n = v.len() as f64;
+        let mean = (!v.is_empty()).then(|| v.iter().sum::<f64>() / n);
+        let std = mean.map(|m| {
+            if v.len() < 2 {
+                0.0
+            } else {
+                (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+            }
+        });
+        Stat {
+            mean,
+            std,
+            per_seed,
+        }
+    }
+}
+
+/// One measure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasureReport {
+    /// Its name.
+    pub name: String,
+    /// What it is.
+    pub about: String,
+    /// Where it comes from, in words.
+    pub source: String,
+    /// Per arm.
+    pub arms: BTreeMap<String, Stat>,
+}
+
+/// One expected check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckReport {
+    /// As written.
+    pub check: String,
+    /// Left side's value on the means.
+    pub lhs: Option<f64>,
+    /// Right side's value on the means.
+    pub rhs: Option<f64>,
+    /// `reproduced`, `not reproduced`, or `no value` (a measure was missing).
+    pub verdict: String,
+    /// Seeds on which the check holds (judged on that seed's values alone).
+    pub seeds_holding: usize,
+    /// Seeds judged.
+    pub seeds: usize,
+}
+
+/// One arm's setup.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArmReport {
+    /// Name.
+    pub name: String,
+    /// What it is.
+    pub about: String,
+    /// The settings its runs trained with (as given; the algorithm's defaults fill the rest,
+    /// see each run's `config.json`).
+    pub settings: crate::train::TrainSettings,
+    /// The command that reruns its first seed alone, from the report folder.
+    pub command: String,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The experiment's name.
+    pub experiment: String,
+    /// The claim.
+    pub claim: String,
+    /// Its source.
+    pub source: String,
+    /// Notes on the setup.
+    pub notes: String,
+    /// The budget, in words.
+    pub budget: String,
+    /// Whether this is the full budget.
+    pub full_budget: bool,
+    /// The seeds.
+    pub seeds: Vec<u64>,
+    /// The partners (labels).
+    pub partners: Vec<String>,
+    /// The arms.
+    pub arms: Vec<ArmReport>,
+    /// Every measure.
+    pub measures: Vec<MeasureReport>,
+    /// Every expected check.
+    pub checks: Vec<CheckReport>,
+    /// `reproduced` when every check is, else `not reproduced`.
+    pub verdict: String,
+    /// Timings (what differs between two invocations).
+    pub timing: Timing,
+}
+
+/// Timings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    /// Per run (`ARM/seed_S`), training and final evaluation seconds.
+    pub run_seconds: BTreeMap<String, f64>,
+    /// Their sum: the experiment's cost run one at a time.
+    pub total_run_seconds: f64,
+    /// Wall seconds of the invocation that wrote the report (runs kept from earlier
+    /// invocations not counted).
+    pub wall_seconds: f64,
+}
+
+/// A run's `metrics.jsonl` rows.
+pub fn read_rows(dir: &Path) -> Result<Vec<Map<String, Value>>, String> {
+    crate::metrics::plot::read_rows(&dir.join("metrics.jsonl")).map_err(|e| e.to_string())
+}
+
+/// A training series' value in one row (see [`Source::Train`]); `None` where the row has
+/// none (evaluations are in some rows only).
+pub fn series(row: &Map<String, Value>, name: &str) -> Option<f64> {
+    let num = |v: Option<&Value>| v.and_then(Value::as_f64);
+    if name == "return" {
+        let m = row.get("team_returns")?.as_object()?;
+        let v: Vec<f64> = m.values().filter_map(Value::as_f64).collect();
+        return (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    }
+    if let Some(t) = name.strip_prefix("return.") {
+        return num(row.get("team_returns")?.get(t));
+    }
+    if let Some(m) = name.strip_prefix("metrics.") {
+        return num(row.get("metrics")?.get(m));
+    }
+    if let Some(e) = name.strip_prefix("eval.") {
+        return num(row.get("eval")?.get(e));
+    }
+    num(row.get(name))
+}
+
+/// The `(iteration, value)` points of a series in a run's rows.
+pub fn points(rows: &[Map<String, Value>], name: &str) -> Vec<(f64, f64)> {
+    rows.iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            let x = r
+                .get("iteration")
+                .and_then(Value::as_f64)
+                .unwrap_or((i + 1) as f64);
+            series(r, name).map(|y| (x, y))
+        })
+        .collect()
+}
+
+/// Where a measure comes from, in words.
+fn describe(source: &Source) -> String {
+    match source {
+        Source::Eval { partner, value } => {
+            format!("final checkpoint against {partner}: {value}")
+        }
+        Source::Onset {
+            value,
+            above,
+            below,
+            hold,
+        } => {
+            let (side, x) = match (above, below) {
+                (Some(a), _) => ("above", *a),
+                (_, Some(b)) => ("below", *b),
+                _ => ("above", f64::NAN),
+            };
+            format!("training: first iteration from which {value} stays {side} {x} for {hold}")
+        }
+        Source::Train { value, at } => match at {
+            Window::First(n) => format!("training: {value}, mean of the first {n} iterations"),
+            Window::Last(n) => format!("training: {value}, mean of the last {n} iterations"),
+        },
+    }
+}
+
+/// One measure of one run folder.
+pub fn measure_of(dir: &Path, source: &Source) -> Result<Option<f64>, String> {
+    match source {
+        Source::Eval { partner, value } => {
+            let fe = read_final_eval(dir)?;
+            let label = eval::parse_partners(partner)
+                .ok()
+                .and_then(|k| k.first().map(|k| eval::label(k)))
+                .unwrap_or_else(|| partner.clone());
+            Ok(fe.partners.get(&label).and_then(|v| v.get(value)).copied())
+        }
+        Source::Onset {
+            value,
+            above,
+            below,
+            hold,
+        } => {
+            let rows = read_rows(dir)?;
+            Ok(onset(&points(&rows, value), *above, *below, *hold))
+        }
+        Source::Train { value, at } => {
+            let rows = read_rows(dir)?;
+            let v: Vec<f64> = points(&rows, value).into_iter().map(|p| p.1).collect();
+            let w: &[f64] = match at {
+                Window::First(n) => &v[..v.len().min(*n as usize)],
+                Window::Last(n) => &v[v.len().saturating_sub(*n as usize)..],
+            };
+            Ok((!w.is_empty()).then(|| w.iter().sum::<f64>() / w.len() as f64))
+        }
+    }
+}
+
+/// The first `x` from which `pts` stay above `above` (or below `below`) for `hold` points
+/// in a row.
+pub fn onset(pts: &[(f64, f64)], above: Option<f64>, below: Option<f64>, hold: u32) -> Option<f64> {
+    let inside = |y: f64| match (above, below) {
+        (Some(a), _) => y > a,
+        (_, Some(b)) => y < b,
+        _ => false,
+    };
+    let hold = hold.max(1) as usize;
+    let mut run = 0;
+    for (i, &(_, y)) in pts.iter().enumerate() {
+        if inside(y) {
+            run += 1;
+            if run == hold {
+                return Some(pts[i + 1 - hold].0);
+            }
+        } else {
+            run = 0;
+        }
+    }
+    None
+}
+
+/// The rerun command of one run, as `emergence train` flags.
+pub fn command(scene: &Path, out: &Path, settings: &crate::train::TrainSettings) -> String {
+    let v = serde_json::to_value(settings).unwrap_or_default();
+    let mut parts = vec![
+        "emergence train".to_string(),
+        scene.display().to_string(),
+        format!("--out {}", out.display()),
+    ];
+    let flags = settings.given();
+    for flag in flags {
+        let field = flag.trim_start_matches("--").replace('-', "_");
+        let value = match v.get(&field) {
+            Some(Value::String(s)) => clap_value(&field, s),
+            Some(x) => x.to_string(),
+            None => continue,
+        };
+        parts.push(format!("{flag} {value}"));
+    }
+    parts.join(" ")
+}
+
+/// A serde name of an enum setting as its flag's value.
+fn clap_value(field: &str, serde_name: &str) -> String {
+    use clap::ValueEnum;
+    let names = |all: Vec<(String, String)>| {
+        all.into_iter()
+            .find(|(s, _)| s == serde_name)
+            .map(|(_, c)| c)
+            .unwrap_or_else(|| serde_name.to_string())
+    };
+    let pair = |s: String, v: Option<clap::builder::PossibleValue>| {
+        (s, v.map(|p| p.get_name().to_string()).unwrap_or_default())
+    };
+    match field {
+        "algo" => names(
+            crate::train::Algo::value_variants()
+                .iter()
+                .map(|a| pair(json_name(a), a.to_possible_value()))
+                .collect(),
+        ),
+        "learner" => names(
+            crate::train::LearnerKind::value_variants()
+                .iter()
+                .map(|a| pair(json_name(a), a.to_possible_value()))
+                .collect(),
+        ),
+        "sharing" => names(
+            crate::train::Sharing::value_variants()
+                .iter()
+                .map(|a| pair(json_name(a), a.to_possible_value()))
+                .collect(),
+        ),
+        _ => serde_name.to_string(),
+    }
+}
+
+fn json_name<T: Serialize>(x: &T) -> String {
+    match serde_json::to_value(x) {
+        Ok(Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+/// Aggregates the runs of `plan` in `out` into a report.
+pub fn aggregate(
+    exp: &Experiment,
+    plan: &Plan,
+    out: &Path,
+    wall_seconds: f64,
+) -> Result<Report, String> {
+    let spec = &exp.spec;
+    let mut measures = Vec::new();
+    for m in &spec.measures {
+        let mut arms = BTreeMap::new();
+        for arm in &spec.arms {
+            let mut per_seed = Vec::new();
+            for &seed in &plan.seeds {
+                let Some(r) = plan
+                    .runs
+                    .iter()
+                    .find(|r| r.arm == arm.name && r.seed == seed)
+                else {
+                    per_seed.push(None);
+                    continue;
+                };
+                let v = if matches!(m.from, Source::Eval { .. }) && !r.evaluated {
+                    None
+                } else {
+                    measure_of(&out.join(&r.dir), &m.from)?
+                };
+                per_seed.push(v.filter(|x| x.is_finite()));
+            }
+            arms.insert(arm.name.clone(), Stat::of(per_seed));
+        }
+        measures.push(MeasureReport {
+            name: m.name.clone(),
+            about: m.about.clone(),
+            source: describe(&m.from),
+            arms,
+        });
+    }
+    let value_of = |seed: Option<usize>| {
+        let measures = &measures;
+        move |measure: &str, arm: &str| -> Option<f64> {
+            let s = measures.iter().find(|m| m.name == measure)?.arms.get(arm)?;
+            match seed {
+                None => s.mean,
+                Some(i) => s.per_seed.get(i).copied().flatten(),
+            }
+        }
+    };
+    let mut checks = Vec::new();
+    for c in &exp.checks {
+        let on_means = c.judge(&value_of(None));
+        let seeds_holding = (0..plan.seeds.len())
+            .filter(|&i| c.judge(&value_of(Some(i))).is_some_and(|(_, _, h)| h))
+            .count();
+        checks.push(CheckReport {
+            check: c.text.clone(),
+            lhs: on_means.map(|x| x.0),
+            rhs: on_means.map(|x| x.1),
+            verdict: match on_means {
+                Some((_, _, true)) => "reproduced",
+                Some((_, _, false)) => "not reproduced",
+                None => "no value",
+            }
+            .to_string(),
+            seeds_holding,
+            seeds: plan.seeds.len(),
+        });
+    }
+    let verdict = if checks.iter().all(|c| c.verdict == "reproduced") {
+        "reproduced"
+    } else {
+        "not reproduced"
+    }
+    .to_string();
+    let mut arms = Vec::new();
+    for arm in &spec.arms {
+        let Some(r) = plan.runs.iter().find(|r| r.arm == arm.name) else {
+            continue;
+        };
+        let mut shown = r.settings.clone();
+        shown.seed = None;
+        arms.push(ArmReport {
+            name: arm.name.clone(),
+            about: arm.about.clone(),
+            settings: shown,
+            command: command(
+                &r.scene,
+                &Path::new("rerun").join(format!("{}-seed{}", r.arm, r.seed)),
+                &r.settings,
+            ),
+        });
+    }
+    let mut run_seconds = BTreeMap::new();
+    for r in &plan.runs {
+        let dir = out.join(&r.dir);
+        let train: f64 = read_rows(&dir)?
+            .iter()
+            .filter_map(|row| row.get("seconds").and_then(Value::as_f64))
+            .sum();
+        let ev = read_final_eval(&dir).map(|f| f.seconds).unwrap_or(0.0);
+        run_seconds.insert(format!("{}/seed_{}", r.arm, r.seed), train + ev);
+    }
+    Ok(Report {
+        experiment: exp.name.clone(),
+        claim: spec.claim.clone(),
+        source: spec.source.clone(),
+        notes: spec.notes.clone(),
+        budget: plan.budget.describe(),
+        full_budget: plan.budget == Budget::Full,
+        seeds: plan.seeds.clone(),
+        partners: plan.partners.iter().map(|p| eval::label(p)).collect(),
+        arms,
+        measures,
+        checks,
+        verdict,
+        timing: Timing {
+            total_run_seconds: run_seconds.values().sum(),
+            run_seconds,
+            wall_seconds,
+        },
+    })
+}
+
+fn fmt(x: Option<f64>) -> String {
+    x.map_or_else(|| "–".to_string(), |v| format!("{v:.3}"))
+}
+
+/// The report as Markdown; `figures` are file names under `figures/`.
+pub fn markdown(r: &Report, figures: &[String]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# {}: {}\n", r.experiment, r.verdict.to_uppercase());
+    let _ = writeln!(s, "**Claim.** {}\n", r.claim);
+    let _ = writeln!(s, "**Source.** {}\n", r.source);
+    if !r.notes.is_empty() {
+        let _ = writeln!(s, "{}\n", r.notes.trim());
+    }
+    let _ = writeln!(s, "**Budget.** {}.\n", r.budget);
+    let seeds: Vec<String> = r.seeds.iter().map(u64::to_string).collect();
+    let _ = writeln!(
+        s,
+        "**Seeds.** {} ({}). **Partners.** {}.\n",
+        r.seeds.len(),
+        seeds.join(", "),
+        if r.partners.is_empty() {
+            "none".to_string()
+        } else {
+            r.partners.join(", ")
+        }
+    );
+    let _ = writeln!(s, "## Expected outcome\n");
+    let _ = writeln!(
+        s,
+        "| check | left | right | verdict | seeds where it holds |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---|---:|");
+    for c in &r.checks {
+        let _ = writeln!(
+            s,
+            "| `{}` | {} | {} | {} | {} of {} |",
+            c.check,
+            fmt(c.lhs),
+            fmt(c.rhs),
+            c.verdict,
+            c.seeds_holding,
+            c.seeds
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nEach check is judged on the means over seeds; the last column judges it on each \
+         seed's values alone.\n"
+    );
+    let _ = writeln!(s, "## Measures (mean ± standard deviation over seeds)\n");
+    let mut head = "| measure |".to_string();
+    let mut rule = "|---|".to_string();
+    for a in &r.arms {
+        let _ = write!(head, " {} |", a.name);
+        rule.push_str("---:|");
+    }
+    let _ = writeln!(s, "{head}\n{rule}");
+    for m in &r.measures {
+        let _ = write!(s, "| {} |", m.name);
+        for a in &r.arms {
+            match m.arms.get(&a.name) {
+                Some(Stat {
+                    mean: Some(mu),
+                    std: Some(sd),
+                    ..
+                }) => {
+                    let _ = write!(s, " {mu:.3} ± {sd:.3} |");
+                }
+                _ => s.push_str(" – |"),
+            }
+        }
+        s.push('\n');
+    }
+    let _ = writeln!(s, "\nPer seed ({}):\n", seeds.join(", "));
+    let _ = writeln!(s, "| measure | arm | per seed | from |");
+    let _ = writeln!(s, "|---|---|---|---|");
+    for m in &r.measures {
+        for a in &r.arms {
+            let v: Vec<String> = m
+                .arms
+                .get(&a.name)
+                .map(|st| st.per_seed.iter().map(|x| fmt(*x)).collect())
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} |",
+                m.name,
+                a.name,
+                v.join(", "),
+                m.source
+            );
+        }
+    }
+    let described: Vec<&MeasureReport> =
+        r.measures.iter().filter(|m| !m.about.is_empty()).collect();
+    if !described.is_empty() {
+        s.push('\n');
+        for m in described {
+            let _ = writeln!(s, "- `{}`: {}", m.name, m.about);
+        }
+    }
+    if !figures.is_empty() {
+        let _ = writeln!(s, "\n## Figures\n");
+        for f in figures {
+            let _ = writeln!(s, "![{f}](figures/{f})\n");
+        }
+    }
+    let _ = writeln!(s, "## Arms\n");
+    for a in &r.arms {
+        let about = if a.about.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", a.about)
+        };
+        let _ = writeln!(s, "- **{}**{about}", a.name);
+        let _ = writeln!(s, "  - rerun one seed (from this folder): `{}`", a.command);
+    }
+    let _ = writeln!(s, "\n## Time\n");
+    let _ = writeln!(
+        s,
+        "Runs: {:.0} s in all (one after another); this invocation: {:.0} s of wall time.\n",
+        r.timing.total_run_seconds, r.timing.wall_seconds
+    );
+    let _ = writeln!(s, "| run | seconds |");
+    let _ = writeln!(s, "|---|---:|");
+    for (k, v) in &r.timing.run_seconds {
+        let _ = writeln!(s, "| {k} | {v:.1} |");
+    }
+    s
+}

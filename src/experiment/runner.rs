@@ -1,0 +1,494 @@
+//! Runs an experiment: every arm × seed as an ordinary training run under
+//! `OUT/runs/ARM/seed_S/` (the same folder `emergence train` writes), several at once
+//! within the thread budget, then each run's final checkpoint against every partner
+//! (`final_eval.json` beside it). Run again on the same `OUT`, it keeps the runs that
+//! finished, resumes a half-finished one from its newest checkpoint (as `train --resume`
+//! does), and refuses a folder that holds another experiment or another budget
+//! (`plan.json` records what the folder is for). `OUT/.lock` keeps two invocations apart.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Experiment, arm_settings};
+use crate::train::run_dir::{RunLock, write_atomic};
+use crate::train::{
+    TrainConfig, TrainError, TrainSettings, eval, newest_checkpoint, resume_config, train,
+};
+
+/// The budget of an invocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Budget {
+    /// The experiment's settings.
+    Full,
+    /// `--quick`: its quick settings laid over them.
+    Quick,
+    /// `--iterations N` over the full or quick budget: a smoke test, not a result.
+    Custom {
+        /// Whether the quick settings are laid over the full ones first.
+        quick: bool,
+        /// Iterations of every run.
+        iterations: u32,
+    },
+}
+
+impl Budget {
+    /// How the report names it.
+    pub fn describe(&self) -> String {
+        match self {
+            Budget::Full => "full".into(),
+            Budget::Quick => "quick (--quick: a smaller budget than the paper's claim needs; \
+                              a verdict at this budget is indicative only)"
+                .into(),
+            Budget::Custom { quick, iterations } => format!(
+                "custom ({}--iterations {iterations}: a smoke test of the pipeline, not a \
+                 result)",
+                if *quick { "--quick " } else { "" }
+            ),
+        }
+    }
+}
+
+/// How to run an experiment.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The report folder.
+    pub out: PathBuf,
+    /// Use this many seeds: the file's first ones, then the numbers after its last.
+    pub seeds: Option<usize>,
+    /// The quick budget.
+    pub quick: bool,
+    /// Every run's iterations (a smoke test).
+    pub iterations: Option<u32>,
+    /// Threads for the whole experiment; runs go side by side, one thread each (at most
+    /// this many at once).
+    pub threads: usize,
+    /// Stop every run after this many iterations as if the invocation had been killed
+    /// (tests of resuming; see [`TrainConfig::stop_after`]).
+    pub stop_after: Option<u32>,
+}
+
+/// One run of the plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannedRun {
+    /// The arm.
+    pub arm: String,
+    /// The seed.
+    pub seed: u64,
+    /// The run folder, relative to the report folder.
+    pub dir: PathBuf,
+    /// The scene copy, relative to the report folder.
+    pub scene: PathBuf,
+    /// The settings it trains with (seed included; defaults filled in when it starts).
+    pub settings: TrainSettings,
+    /// Whether its final checkpoint is evaluated against the partners.
+    pub evaluated: bool,
+}
+
+/// What a report folder is for: `OUT/plan.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// The experiment's name.
+    pub experiment: String,
+    /// The experiment as written (a changed file is another experiment).
+    pub spec: super::ExperimentSpec,
+    /// The budget.
+    pub budget: Budget,
+    /// The seeds.
+    pub seeds: Vec<u64>,
+    /// The partners (checked keys).
+    pub partners: Vec<String>,
+    /// Every run.
+    pub runs: Vec<PlannedRun>,
+}
+
+/// The plan of `exp` under `opts`.
+pub fn plan(exp: &Experiment, opts: &Options) -> Plan {
+    let mut seeds = exp.spec.seeds.clone();
+    if let Some(n) = opts.seeds {
+        let mut next = seeds.iter().max().copied().unwrap_or(0);
+        while seeds.len() < n {
+            next += 1;
+            if !seeds.contains(&next) {
+                seeds.push(next);
+            }
+        }
+        seeds.truncate(n.max(1));
+    }
+    let budget = match (opts.quick, opts.iterations) {
+        (quick, Some(iterations)) => Budget::Custom { quick, iterations },
+        (true, None) => Budget::Quick,
+        (false, None) => Budget::Full,
+    };
+    let mut runs = Vec::new();
+    for (i, arm) in exp.spec.arms.iter().enumerate() {
+        let mut s = arm_settings(&exp.spec, arm, &exp.scenes[i].scene, opts.quick);
+        if let Some(n) = opts.iterations {
+            s.iterations = Some(n);
+        }
+        for &seed in &seeds {
+            runs.push(PlannedRun {
+                arm: arm.name.clone(),
+                seed,
+                dir: Path::new("runs")
+                    .join(&arm.name)
+                    .join(format!("seed_{seed}")),
+                scene: Path::new("scenes").join(format!("{}.scene.ron", arm.name)),
+                settings: TrainSettings {
+                    seed: Some(seed),
+                    ..s.clone()
+                },
+                evaluated: !arm.skip_eval && !exp.partners.is_empty(),
+            });
+        }
+    }
+    Plan {
+        experiment: exp.name.clone(),
+        spec: exp.spec.clone(),
+        budget,
+        seeds,
+        partners: exp.partners.clone(),
+        runs,
+    }
+}
+
+/// Something that happened, for a progress display.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A run starts; `done` of its `iterations` were done before (a resumed run).
+    Started {
+        /// Its index in the plan.
+        run: usize,
+        /// Iterations already done.
+        done: u32,
+        /// Its iterations.
+        iterations: u32,
+    },
+    /// A run finished an iteration.
+    Iteration {
+        /// Its index in the plan.
+        run: usize,
+        /// The iteration, from 1.
+        iteration: u32,
+    },
+    /// A run is evaluated against its partners.
+    Evaluating {
+        /// Its index in the plan.
+        run: usize,
+    },
+    /// A run is done (this time, or kept from an earlier invocation).
+    Finished {
+        /// Its index in the plan.
+        run: usize,
+        /// Kept as it was.
+        kept: bool,
+    },
+}
+
+/// The final evaluation of a run: `final_eval.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinalEval {
+    /// The checkpoint's iteration.
+    pub iteration: u32,
+    /// Per partner label, its values (see [`super::EVAL_VALUES`]).
+    pub partners: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Arenas per partner.
+    pub arenas: u32,
+    /// Seconds the evaluation took.
+    pub seconds: f64,
+}
+
+/// The name of a run's final evaluation file.
+pub const FINAL_EVAL: &str = "final_eval.json";
+
+/// What went wrong running an experiment.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The report folder cannot be used.
+    #[error("{0}")]
+    Folder(String),
+    /// Runs failed (the others finished and are kept).
+    #[error("{} of {total} runs failed (the others are kept; run the same command again to \
+             resume):\n{}", .failed.len(), .failed.join("\n"))]
+    Runs {
+        /// `arm seed S: error` per failed run.
+        failed: Vec<String>,
+        /// Runs planned.
+        total: usize,
+    },
+    /// Training or evaluation machinery.
+    #[error(transparent)]
+    Train(#[from] TrainError),
+}
+
+/// What [`run`] did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The plan.
+    pub plan: Plan,
+    /// Runs kept from an earlier invocation.
+    pub kept: usize,
+    /// Runs resumed from a checkpoint.
+    pub resumed: usize,
+    /// Runs stopped early by [`Options::stop_after`] (the report is not written).
+    pub stopped: usize,
+    /// Wall seconds of this invocation.
+    pub seconds: f64,
+}
+
+/// Runs every arm × seed of `exp` into `opts.out` (see the module's docs).
+pub fn run(
+    exp: &Experiment,
+    opts: &Options,
+    on_event: &(dyn Fn(Event) + Sync),
+) -> Result<Outcome, RunError> {
+    let start = Instant::now();
+    let plan = plan(exp, opts);
+    let out = &opts.out;
+    prepare_folder(out, &plan)?;
+    let _lock = RunLock::acquire(out)?;
+    // The scene copies the runs train on (and the rerun commands name).
+    for (i, arm) in exp.spec.arms.iter().enumerate() {
+        let p = out.join("scenes").join(format!("{}.scene.ron", arm.name));
+        if std::fs::read_to_string(&p).ok().as_deref() != Some(&exp.scenes[i].text) {
+            std::fs::create_dir_all(out.join("scenes")).map_err(|e| folder_err(out, e))?;
+            write_atomic(&p, exp.scenes[i].text.as_bytes())?;
+        }
+    }
+    let pending: Vec<usize> = (0..plan.runs.len()).collect();
+    let jobs = opts.threads.max(1).min(pending.len().max(1));
+    let per_run = (opts.threads.max(1) / jobs).max(1);
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<RunDone, String>>>> =
+        Mutex::new(vec![None; plan.runs.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&i) = pending.get(k) else { break };
+                    let r = run_one(exp, &plan, i, out, per_run, opts.stop_after, on_event);
+                    let r = r.map_err(|e| {
+                        format!("{} seed {}: {e:#}", plan.runs[i].arm, plan.runs[i].seed)
+                    });
+                    if let Ok(mut g) = results.lock() {
+                        g[i] = Some(r);
+                    }
+                }
+            });
+        }
+    });
+    let results = results.into_inner().unwrap_or_default();
+    let mut failed = Vec::new();
+    let (mut kept, mut resumed, mut stopped) = (0, 0, 0);
+    for r in results.into_iter().flatten() {
+        match r {
+            Ok(RunDone::Stopped) => stopped += 1,
+            Ok(RunDone::Kept) => kept += 1,
+            Ok(RunDone::Resumed) => resumed += 1,
+            Ok(RunDone::Fresh) => {}
+            Err(e) => failed.push(e),
+        }
+    }
+    if !failed.is_empty() {
+        return Err(RunError::Runs {
+            failed,
+            total: plan.runs.len(),
+        });
+    }
+    Ok(Outcome {
+        plan,
+        kept,
+        resumed,
+        stopped,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+fn folder_err(out: &Path, e: impl std::fmt::Display) -> RunError {
+    RunError::Folder(format!("{}: {e}", out.display()))
+}
+
+/// Makes `out` (or checks that it holds this plan) and writes `plan.json`.
+fn prepare_folder(out: &Path, plan: &Plan) -> Result<(), RunError> {
+    let pfile = out.join("plan.json");
+    if pfile.is_file() {
+        let text = std::fs::read_to_string(&pfile).map_err(|e| folder_err(&pfile, e))?;
+        let old: Plan = serde_json::from_str(&text).map_err(|e| {
+            RunError::Folder(format!(
+                "{}:{}:{}: {e}; expected the plan `emergence reproduce` wrote (nothing was \
+                 touched)",
+                pfile.display(),
+                e.line(),
+                e.column()
+            ))
+        })?;
+        if old != *plan {
+            let what = if old.experiment != plan.experiment {
+                format!("experiment {:?}", old.experiment)
+            } else if old.budget != plan.budget {
+                format!("the {} budget", old.budget.describe())
+            } else if old.seeds != plan.seeds {
+                format!("seeds {:?}", old.seeds)
+            } else {
+                "another version of the experiment file".to_string()
+            };
+            return Err(RunError::Folder(format!(
+                "{}: the folder holds {what}, not this one; choose another --out, or give the \
+                 same experiment, budget and seeds to resume it (nothing was touched)",
+                out.display()
+            )));
+        }
+        return Ok(());
+    }
+    if out.exists() {
+        let empty = std::fs::read_dir(out)
+            .map_err(|e| folder_err(out, e))?
+            .flatten()
+            .all(|e| e.file_name() == ".lock");
+        if !empty {
+            return Err(RunError::Folder(format!(
+                "{}: the folder exists, is not empty and holds no plan.json; choose another \
+                 --out (nothing was touched)",
+                out.display()
+            )));
+        }
+    }
+    std::fs::create_dir_all(out).map_err(|e| folder_err(out, e))?;
+    let json = serde_json::to_string_pretty(plan).map_err(|e| folder_err(&pfile, e))?;
+    write_atomic(&pfile, json.as_bytes())?;
+    Ok(())
+}
+
+#[derive(Clone)]
+enum RunDone {
+    Stopped,
+    Kept,
+    Resumed,
+    Fresh,
+}
+
+/// Trains (or resumes) run `i` and evaluates its final checkpoint.
+fn run_one(
+    exp: &Experiment,
+    plan: &Plan,
+    i: usize,
+    out: &Path,
+    threads: usize,
+    stop_after: Option<u32>,
+    on_event: &(dyn Fn(Event) + Sync),
+) -> Result<RunDone, anyhow::Error> {
+    let r = &plan.runs[i];
+    let dir = out.join(&r.dir);
+    let iterations = r.settings.iterations.unwrap_or(20);
+    if read_final_eval(&dir).is_ok() {
+        on_event(Event::Started {
+            run: i,
+            done: iterations,
+            iterations,
+        });
+        on_event(Event::Finished { run: i, kept: true });
+        return Ok(RunDone::Kept);
+    }
+    let arm = exp
+        .spec
+        .arms
+        .iter()
+        .position(|a| a.name == r.arm)
+        .unwrap_or(0);
+    let scene_path = out.join(&r.scene);
+    let scene = crate::scene::load_scene(&scene_path)?;
+    let resumed = dir.join("config.json").is_file();
+    let done = if resumed {
+        newest_checkpoint(&dir)?.map_or(0, |(k, _)| k)
+    } else {
+        0
+    };
+    on_event(Event::Started {
+        run: i,
+        done,
+        iterations,
+    });
+    if done < iterations {
+        let mut cfg = if resumed {
+            resume_config(&dir, None)?
+        } else {
+            let mut cfg =
+                TrainConfig::from_settings(scene.clone(), scene_path, &r.settings, dir.clone())
+                    .map_err(|e| anyhow::anyhow!("model {e}"))?;
+            if r.evaluated {
+                cfg.eval_against = plan.partners.clone();
+                cfg.eval_every = exp.spec.eval.every;
+            }
+            cfg
+        };
+        cfg.threads = Some(threads);
+        cfg.stop_after = stop_after;
+        train(&cfg, |rep| {
+            on_event(Event::Iteration {
+                run: i,
+                iteration: rep.iteration,
+            })
+        })?;
+        if newest_checkpoint(&dir)?.is_none_or(|(k, _)| k < iterations) {
+            return Ok(RunDone::Stopped);
+        }
+    }
+    on_event(Event::Evaluating { run: i });
+    let (k, ckpt) = newest_checkpoint(&dir)?
+        .ok_or_else(|| anyhow::anyhow!("{}: no checkpoint after training", dir.display()))?;
+    let t = Instant::now();
+    let mut partners = BTreeMap::new();
+    if r.evaluated {
+        let spec = eval::EvalSpec {
+            scene: exp.scenes[arm].scene.clone(),
+            model: ckpt,
+            arenas: exp.spec.eval.arenas,
+            episodes: 1,
+            // Seeds neither training nor its evaluations use.
+            seed: r.seed ^ 0x6669_6e61_6c00_0000,
+            threads: Some(threads),
+        };
+        for p in &plan.partners {
+            let res = eval::evaluate(&spec, p)?;
+            let mut v = BTreeMap::new();
+            v.insert("return".to_string(), res.model_return);
+            v.insert("return_per_step".to_string(), res.model_return_per_step);
+            if let Some(x) = res.partner_return {
+                v.insert("partner_return".to_string(), x);
+            }
+            v.extend(res.strategy);
+            partners.insert(eval::label(p), v);
+        }
+    }
+    let fe = FinalEval {
+        iteration: k,
+        partners,
+        arenas: exp.spec.eval.arenas,
+        seconds: t.elapsed().as_secs_f64(),
+    };
+    let json = serde_json::to_string_pretty(&fe)?;
+    write_atomic(&dir.join(FINAL_EVAL), json.as_bytes())?;
+    on_event(Event::Finished {
+        run: i,
+        kept: false,
+    });
+    Ok(if resumed {
+        RunDone::Resumed
+    } else {
+        RunDone::Fresh
+    })
+}
+
+/// A run's `final_eval.json`.
+pub fn read_final_eval(dir: &Path) -> Result<FinalEval, String> {
+    let p = dir.join(FINAL_EVAL);
+    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| format!("{}:{}:{}: {e}", p.display(), e.line(), e.column()))
+}

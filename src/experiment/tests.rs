@@ -1,0 +1,450 @@
+//! The experiment parser's errors (one per class, each at its line and column), the
+//! aggregation on hand-made run folders, and resuming an interrupted experiment.
+
+use super::report::{Stat, aggregate, onset};
+use super::runner::{self, Options};
+use super::*;
+
+/// A small experiment: the `mlp` learner on a 4-round Prisoner's Dilemma written inline.
+pub(crate) const SMALL: &str = r#"// A test experiment.
+Experiment(
+    claim: "Test claim.",
+    source: "Test source",
+    scene: Inline(
+        name: "PD",
+        family: Matrix(
+            payoffs: [[3, 0], [5, 1]],
+            actions: ["cooperate", "defect"],
+            rounds: 4,
+            history: 2,
+        ),
+        teams: [
+            (name: "row", policy: "random"),
+            (name: "column", policy: "random"),
+        ],
+    ),
+    settings: (iterations: 4, arenas: 8, learner: mlp, checkpoint_every: 2),
+    arms: [
+        (name: "ippo", settings: (algo: ippo)),
+        (name: "reinforce", settings: (algo: reinforce)),
+    ],
+    seeds: [1, 2],
+    partners: ["self", "always_defect"],
+    eval: (arenas: 16, every: 2),
+    measures: [
+        (name: "self_play", from: Eval(partner: "self", value: "return_per_step")),
+        (name: "late", from: Train(value: "return", at: Last(2))),
+        (name: "early", from: Train(value: "return", at: First(2))),
+        (name: "rise", from: Onset(value: "return", above: 5.0, hold: 2)),
+    ],
+    expect: ["self_play(ippo) >= 0", "late(ippo) > early(ippo) + 100"],
+)
+"#;
+
+fn path() -> PathBuf {
+    PathBuf::from("test.experiment.ron")
+}
+
+/// The error of `src` with `from` replaced by `to`, and the line and column of the first
+/// occurrence of `at` in the changed text (plus `shift` characters).
+fn error_at(
+    from: &str,
+    to: &str,
+    at: &str,
+    shift: usize,
+) -> (String, (usize, usize), (usize, usize)) {
+    assert!(SMALL.contains(from), "{from}");
+    let src = SMALL.replacen(from, to, 1);
+    let e = parse(&src, &path()).expect_err("an error");
+    let got = match &e {
+        ExperimentError::Invalid { line, col, .. } => (*line, *col),
+        ExperimentError::Scene(s) => s.line_col().expect("located"),
+        other => panic!("unlocated: {other}"),
+    };
+    let off = src
+        .find(at)
+        .unwrap_or_else(|| panic!("{at} not in the text"));
+    let (line, col) = line_col(&src, off);
+    (e.to_string(), got, (line, col + shift))
+}
+
+#[test]
+fn the_small_experiment_parses() {
+    let e = parse(SMALL, &path()).expect("valid");
+    assert_eq!(e.name, "test");
+    assert_eq!(e.scenes.len(), 2);
+    assert!(e.scenes[0].file.is_none());
+    assert!(e.scenes[0].text.contains("payoffs"));
+    // The written inline scene is a valid scene on its own.
+    crate::scene::parse_scene(&e.scenes[0].text, Path::new("x.scene.ron")).expect("scene");
+    assert_eq!(e.partners, ["self", "always_defect"]);
+    assert_eq!(e.checks.len(), 2);
+}
+
+#[test]
+fn each_error_names_its_line_and_column() {
+    // (replace, with, where the error is expected, characters after it, words in the message)
+    let cases: &[(&str, &str, &str, usize, &str)] = &[
+        // RON syntax / unknown field.
+        (
+            "    seeds: [1, 2],",
+            "    seedz: [1, 2],",
+            "seedz",
+            0,
+            "seedz",
+        ),
+        // Settings out of range, in an arm.
+        ("(algo: ippo)", "(algo: ippo, lr: 7.0)", "7.0", 0, "lr"),
+        // A seed in settings.
+        (
+            "learner: mlp,",
+            "learner: mlp, seed: 3,",
+            "seed: 3",
+            0,
+            "seeds",
+        ),
+        // Arm names.
+        (
+            "(name: \"ippo\",",
+            "(name: \"Ippo!\",",
+            "\"Ippo!\"",
+            0,
+            "lowercase",
+        ),
+        (
+            "(name: \"reinforce\",",
+            "(name: \"ippo\",",
+            "\"ippo\", settings: (algo: reinforce",
+            0,
+            "second arm",
+        ),
+        // Seeds.
+        ("seeds: [1, 2],", "seeds: [1, 1],", "1],", 0, "twice"),
+        ("seeds: [1, 2],", "seeds: [],", "[],", 0, "no seeds"),
+        // The inline scene's own errors, at their place in the experiment file.
+        (
+            "rounds: 4,",
+            "rounds: 0,",
+            "0,\n            history",
+            0,
+            "rounds",
+        ),
+        (
+            "(name: \"column\", policy: \"random\")",
+            "(name: \"column\", policy: \"randm\")",
+            "\"randm\"",
+            0,
+            "unknown policy",
+        ),
+        // Partners.
+        (
+            "\"always_defect\"]",
+            "\"always_defekt\"]",
+            "\"always_defekt\"",
+            0,
+            "always_defect",
+        ),
+        // Measures.
+        (
+            "Eval(partner: \"self\",",
+            "Eval(partner: \"tit_for_tat\",",
+            "\"tit_for_tat\"",
+            0,
+            "not one of",
+        ),
+        (
+            "value: \"return_per_step\"",
+            "value: \"return_per_stp\"",
+            "\"return_per_stp\"",
+            0,
+            "return_per_step",
+        ),
+        (
+            "Train(value: \"return\", at: Last(2))",
+            "Train(value: \"retrun\", at: Last(2))",
+            "\"retrun\"",
+            0,
+            "metrics.NAME",
+        ),
+        (
+            "Onset(value: \"return\", above: 5.0, hold: 2)",
+            "Onset(value: \"return\", hold: 2)",
+            "Onset",
+            0,
+            "threshold",
+        ),
+        // Expected outcome: inside the string.
+        (
+            "\"self_play(ippo) >= 0\"",
+            "\"self_play(ipo) >= 0\"",
+            "ipo)",
+            0,
+            "unknown arm",
+        ),
+        (
+            "\"self_play(ippo) >= 0\"",
+            "\"self_play(ippo) = 0\"",
+            "= 0\"",
+            0,
+            "comparison",
+        ),
+        (
+            "\"self_play(ippo) >= 0\"",
+            "\"selfplay(ippo) >= 0\"",
+            "selfplay",
+            0,
+            "unknown measure",
+        ),
+    ];
+    for (from, to, at, shift, words) in cases {
+        let (msg, got, want) = error_at(from, to, at, *shift);
+        assert_eq!(got, want, "{to}: {msg}");
+        assert!(msg.contains(words), "{to}: {msg}");
+        assert!(msg.starts_with("test.experiment.ron:"), "{msg}");
+    }
+}
+
+#[test]
+fn a_missing_scene_file_is_named_at_the_scene_field() {
+    let src = SMALL.replacen(
+        "scene: Inline(",
+        "scene: File(\"nowhere.scene.ron\"),\n    unused: Inline(",
+        1,
+    );
+    // Cut the inline scene out: the file reference alone.
+    let start = src.find("    unused: Inline(").expect("marker");
+    let end = src.find("    settings:").expect("settings");
+    let src = format!("{}{}", &src[..start], &src[end..]);
+    let e = parse(&src, &path()).expect_err("missing file");
+    let msg = e.to_string();
+    assert!(msg.contains("nowhere.scene.ron does not exist"), "{msg}");
+    let at = line_col(&src, src.find("File(").expect("file"));
+    assert!(
+        msg.starts_with(&format!("test.experiment.ron:{}:{}:", at.0, at.1)),
+        "{msg}"
+    );
+}
+
+#[test]
+fn stats_are_the_mean_and_the_sample_deviation() {
+    let s = Stat::of(vec![Some(1.0), Some(2.0), Some(3.0), None]);
+    assert_eq!(s.mean, Some(2.0));
+    assert_eq!(s.std, Some(1.0));
+    let s = Stat::of(vec![Some(4.0)]);
+    assert_eq!((s.mean, s.std), (Some(4.0), Some(0.0)));
+    assert_eq!(Stat::of(vec![None]).mean, None);
+    let pts = [
+        (1.0, 0.0),
+        (2.0, 6.0),
+        (3.0, 1.0),
+        (4.0, 6.0),
+        (5.0, 7.0),
+        (6.0, 8.0),
+    ];
+    assert_eq!(onset(&pts, Some(5.0), None, 2), Some(4.0));
+    assert_eq!(onset(&pts, Some(5.0), None, 1), Some(2.0));
+    assert_eq!(onset(&pts, None, Some(0.5), 1), Some(1.0));
+    assert_eq!(onset(&pts, Some(9.0), None, 1), None);
+}
+
+/// Writes a run folder by hand: returns per iteration and a final evaluation.
+fn fake_run(dir: &Path, returns: &[f64], self_play: f64) {
+    std::fs::create_dir_all(dir).expect("dir");
+    let mut rows = String::new();
+    for (i, r) in returns.iter().enumerate() {
+        rows += &format!(
+            "{{\"iteration\":{},\"team_returns\":{{\"row\":{r},\"column\":{}}},\"metrics\":{{}},\"seconds\":1.5}}\n",
+            i + 1,
+            r + 2.0
+        );
+    }
+    std::fs::write(dir.join("metrics.jsonl"), rows).expect("rows");
+    let fe = runner::FinalEval {
+        iteration: returns.len() as u32,
+        partners: [
+            (
+                "self".to_string(),
+                [("return_per_step".to_string(), self_play)].into(),
+            ),
+            (
+                "always_defect".to_string(),
+                [("return_per_step".to_string(), 0.5)].into(),
+            ),
+        ]
+        .into(),
+        arenas: 16,
+        seconds: 0.5,
+    };
+    std::fs::write(
+        dir.join(runner::FINAL_EVAL),
+        serde_json::to_string(&fe).expect("json"),
+    )
+    .expect("eval");
+}
+
+#[test]
+fn the_report_aggregates_hand_made_runs_and_judges_each_check() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let exp = parse(SMALL, &path()).expect("valid");
+    let opts = Options {
+        out: tmp.path().to_path_buf(),
+        seeds: None,
+        quick: false,
+        iterations: None,
+        threads: 1,
+        stop_after: None,
+    };
+    let plan = runner::plan(&exp, &opts);
+    assert_eq!(plan.runs.len(), 4);
+    // Mean return (over the two teams) is r + 1.
+    let data: [(&str, u64, [f64; 4], f64); 4] = [
+        ("ippo", 1, [0.0, 2.0, 200.0, 300.0], 2.0),
+        ("ippo", 2, [1.0, 3.0, 5.0, 7.0], 3.0),
+        ("reinforce", 1, [4.0, 4.0, 4.0, 4.0], -1.0),
+        ("reinforce", 2, [4.0, 4.0, 4.0, 4.0], 1.0),
+    ];
+    for (arm, seed, ret, sp) in &data {
+        let r = plan
+            .runs
+            .iter()
+            .find(|r| r.arm == *arm && r.seed == *seed)
+            .expect("run");
+        fake_run(&tmp.path().join(&r.dir), ret, *sp);
+    }
+    let rep = aggregate(&exp, &plan, tmp.path(), 9.0).expect("report");
+    let m = |name: &str, arm: &str| {
+        rep.measures
+            .iter()
+            .find(|m| m.name == name)
+            .and_then(|m| m.arms.get(arm))
+            .cloned()
+            .expect("measure")
+    };
+    // self_play: ippo 2 and 3 -> 2.5 ± 0.7071; reinforce -1 and 1 -> 0 ± 1.4142.
+    let sp = m("self_play", "ippo");
+    assert_eq!(sp.mean, Some(2.5));
+    assert!((sp.std.expect("std") - 0.5f64.sqrt()).abs() < 1e-12);
+    assert_eq!(
+        m("self_play", "reinforce").per_seed,
+        [Some(-1.0), Some(1.0)]
+    );
+    // late (last 2 of r + 1): seed 1 (201 + 301) / 2 = 251, seed 2 (6 + 8) / 2 = 7.
+    assert_eq!(m("late", "ippo").per_seed, [Some(251.0), Some(7.0)]);
+    assert_eq!(m("early", "ippo").per_seed, [Some(2.0), Some(3.0)]);
+    // rise: above 5 for 2 iterations: seed 1 from iteration 3; seed 2 (2, 4, 6, 8) from 3.
+    assert_eq!(m("rise", "ippo").per_seed, [Some(3.0), Some(3.0)]);
+    assert_eq!(m("rise", "reinforce").per_seed, [None, None]);
+    // Checks on the means: self_play(ippo) 2.5 >= 0 holds on both seeds; late - early:
+    // 129 > 2.5 + 100 holds on the means, on seed 1 only (251 > 102; 7 < 103).
+    assert_eq!(rep.checks[0].verdict, "reproduced");
+    assert_eq!((rep.checks[0].seeds_holding, rep.checks[0].seeds), (2, 2));
+    assert_eq!(rep.checks[1].lhs, Some(129.0));
+    assert_eq!(rep.checks[1].rhs, Some(102.5));
+    assert_eq!(rep.checks[1].verdict, "reproduced");
+    assert_eq!(rep.checks[1].seeds_holding, 1);
+    assert_eq!(rep.verdict, "reproduced");
+    // Timing: 4 rows of 1.5 s plus 0.5 s of evaluation per run.
+    assert_eq!(rep.timing.total_run_seconds, 4.0 * 6.5);
+    let md = report::markdown(&rep, &["curves.png".into()]);
+    assert!(
+        md.contains("| self_play | 2.500 ± 0.707 | 0.000 ± 1.414 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains(
+            "| `late(ippo) > early(ippo) + 100` | 129.000 | 102.500 | reproduced | 1 of 2 |"
+        ),
+        "{md}"
+    );
+    assert!(md.contains("--algo ippo"), "{md}");
+    // A check that fails on the means is not reproduced.
+    std::fs::remove_file(tmp.path().join(&plan.runs[0].dir).join(runner::FINAL_EVAL)).expect("rm");
+    fake_run(&tmp.path().join(&plan.runs[0].dir), &[0.0; 4], -10.0);
+    let rep = aggregate(&exp, &plan, tmp.path(), 9.0).expect("report");
+    assert_eq!(rep.checks[0].verdict, "not reproduced");
+    assert_eq!(rep.checks[1].verdict, "not reproduced");
+    assert_eq!(rep.verdict, "not reproduced");
+    // A measure missing from every seed gives no verdict, and the report says so.
+    let mut exp2 = exp.clone();
+    exp2.checks =
+        vec![expect::parse("rise(reinforce) > 1", &["rise"], &["reinforce"]).expect("check")];
+    let rep = aggregate(&exp2, &plan, tmp.path(), 9.0).expect("report");
+    assert_eq!(rep.checks[0].verdict, "no value");
+    assert_eq!(rep.verdict, "not reproduced");
+}
+
+fn report_without_timing(out: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
+    let mut v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    v.as_object_mut().expect("object").remove("timing");
+    v
+}
+
+#[test]
+fn an_interrupted_experiment_resumes_to_the_same_report() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let file = tmp.path().join("small.experiment.ron");
+    std::fs::write(&file, SMALL).expect("write");
+    let exp = load(&file).expect("valid");
+    let opts = |out: &str, stop_after| Options {
+        out: tmp.path().join(out),
+        seeds: None,
+        quick: false,
+        iterations: None,
+        threads: 2,
+        stop_after,
+    };
+    let whole = reproduce(&exp, &opts("whole", None), &|_| {}).expect("whole");
+    assert_eq!(whole.outcome.kept, 0);
+    for f in [
+        "report.md",
+        "report.json",
+        "figures/curves.png",
+        "figures/eval.png",
+    ] {
+        assert!(tmp.path().join("whole").join(f).is_file(), "{f}");
+    }
+    // Killed after 2 of 4 iterations of every run: no report yet.
+    let e = reproduce(&exp, &opts("cut", Some(2)), &|_| {}).expect_err("stopped");
+    assert!(e.to_string().contains("stopped early"), "{e}");
+    assert!(!tmp.path().join("cut/report.json").exists());
+    // Again: every run resumes from its checkpoint at iteration 2.
+    let started = std::sync::Mutex::new(Vec::new());
+    let resumed = reproduce(&exp, &opts("cut", None), &|e| {
+        if let runner::Event::Started { done, .. } = e {
+            started.lock().expect("lock").push(done);
+        }
+    })
+    .expect("resumed");
+    assert_eq!(resumed.outcome.resumed, 4);
+    assert_eq!(started.into_inner().expect("lock"), [2, 2, 2, 2]);
+    assert_eq!(
+        report_without_timing(&tmp.path().join("whole")),
+        report_without_timing(&tmp.path().join("cut"))
+    );
+    // Once more: every run is kept, the report is the same.
+    let again = reproduce(&exp, &opts("cut", None), &|_| {}).expect("again");
+    assert_eq!(again.outcome.kept, 4);
+    assert_eq!(
+        report_without_timing(&tmp.path().join("whole")),
+        report_without_timing(&tmp.path().join("cut"))
+    );
+    // Another budget or another experiment in the same folder is refused, untouched.
+    let mut other = opts("cut", None);
+    other.quick = true;
+    let e = reproduce(&exp, &other, &|_| {}).expect_err("other budget");
+    assert!(e.to_string().contains("full budget"), "{e}");
+    let mut other = opts("cut", None);
+    other.seeds = Some(3);
+    let e = reproduce(&exp, &other, &|_| {}).expect_err("other seeds");
+    assert!(e.to_string().contains("seeds [1, 2]"), "{e}");
+    // A folder that is not an experiment's is refused.
+    std::fs::create_dir_all(tmp.path().join("busy")).expect("dir");
+    std::fs::write(tmp.path().join("busy/notes.txt"), "mine").expect("file");
+    let e = reproduce(&exp, &opts("busy", None), &|_| {}).expect_err("busy");
+    assert!(e.to_string().contains("holds no plan.json"), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("busy/notes.txt")).expect("kept"),
+        "mine"
+    );
+}
