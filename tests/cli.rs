@@ -399,3 +399,157 @@ fn small_inputs_are_accepted_refused_or_warned_about_as_they_should() {
         stderr(&o)
     );
 }
+
+/// `emergence reproduce`: every shipped experiment checks; one runs end to end at a tiny
+/// budget (two iterations, one seed: a smoke test, whose verdict is not asserted) and writes
+/// a report that parses, with its figures; run again on the same folder, every run is kept
+/// and the report is the same (timings aside); another budget on that folder is refused;
+/// a bad experiment file is refused at its line and column.
+#[test]
+fn reproduce_runs_a_shipped_experiment_end_to_end_and_resumes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().expect("tmp");
+    let experiments = root.join("experiments");
+    let list = emergence(
+        dir.path(),
+        &[
+            "reproduce",
+            "--list",
+            "--dir",
+            &experiments.display().to_string(),
+        ],
+    );
+    assert!(list.status.success(), "{}", stderr(&list));
+    let listed = String::from_utf8_lossy(&list.stdout).into_owned();
+    for name in [
+        "ipd_advantage_alignment",
+        "commons_tragedy",
+        "hide_and_seek_phases",
+        "maze_collaboration_gap",
+        "cory_vs_ppo",
+    ] {
+        assert!(listed.contains(name), "{listed}");
+        let file = experiments.join(format!("{name}.experiment.ron"));
+        let o = emergence(dir.path(), &["check", &file.display().to_string()]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+    }
+    assert!(!listed.contains("error:"), "{listed}");
+    let out = dir.path().join("ipd");
+    let args = |extra: &[&str]| {
+        let mut a = vec![
+            "reproduce".to_string(),
+            "ipd_advantage_alignment".into(),
+            "--dir".into(),
+            experiments.display().to_string(),
+            "--out".into(),
+            out.display().to_string(),
+            "--iterations".into(),
+            "2".into(),
+            "--seeds".into(),
+            "1".into(),
+            "--threads".into(),
+            "2".into(),
+            "--quiet".into(),
+        ];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let first = run_ok(dir.path(), &args(&[]));
+    assert!(first.contains("ipd_advantage_alignment: "), "{first}");
+    let read_report = || {
+        let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
+        let mut v: serde_json::Value = serde_json::from_str(&text).expect("parses");
+        v.as_object_mut().expect("object").remove("timing");
+        v
+    };
+    let report = read_report();
+    assert_eq!(report["arms"].as_array().map(Vec::len), Some(4));
+    assert_eq!(report["checks"].as_array().map(Vec::len), Some(8));
+    assert!(
+        report["budget"]
+            .as_str()
+            .is_some_and(|b| b.contains("smoke test")),
+        "{report}"
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(md.contains("| check | left | right | verdict |"), "{md}");
+    assert!(
+        md.contains("emergence train scenes/adalign.scene.ron"),
+        "{md}"
+    );
+    for f in ["curves.png", "eval.png", "eval_curves.png"] {
+        let p = out.join("figures").join(f);
+        let bytes = std::fs::read(&p).expect("figure");
+        assert!(bytes.starts_with(b"\x89PNG"), "{}", p.display());
+    }
+    for arm in ["reinforce", "ippo", "adalign", "shared"] {
+        let run = out.join("runs").join(arm).join("seed_3");
+        assert_eq!(rows(&run).len(), 2, "{arm}");
+        assert!(run.join("final_eval.json").is_file(), "{arm}");
+    }
+    let again = run_ok(dir.path(), &args(&[]));
+    assert!(again.contains("4 runs kept from before"), "{again}");
+    assert_eq!(read_report(), report);
+    // Another budget in the same folder: refused, nothing touched.
+    let o = emergence(
+        dir.path(),
+        &args(&["--quick"])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("choose another --out"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(read_report(), report);
+    // A bad experiment: its line and column.
+    let bad = dir.path().join("bad.experiment.ron");
+    let text = std::fs::read_to_string(experiments.join("cory_vs_ppo.experiment.ron"))
+        .expect("shipped")
+        .replace("\"kl(cory) <= kl(ppo)\"", "\"kl(cory) <= kl(pop)\"");
+    std::fs::write(&bad, &text).expect("write");
+    let o = emergence(
+        dir.path(),
+        &["reproduce", "bad.experiment.ron", "--out", "never"],
+    );
+    assert!(!o.status.success());
+    let line = text
+        .lines()
+        .position(|l| l.contains("kl(pop)"))
+        .expect("line")
+        + 1;
+    let col = text
+        .lines()
+        .nth(line - 1)
+        .and_then(|l| l.find("pop"))
+        .expect("col")
+        + 1;
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!(
+            "bad.experiment.ron:{line}:{col}: unknown arm \"pop\""
+        )),
+        "{err}"
+    );
+    assert!(!dir.path().join("never").exists());
+    // An unknown name lists the shipped ones.
+    let o = emergence(
+        dir.path(),
+        &[
+            "reproduce",
+            "ipd",
+            "--out",
+            "never",
+            "--dir",
+            &experiments.display().to_string(),
+        ],
+    );
+    assert!(
+        stderr(&o).contains("ipd_advantage_alignment"),
+        "{}",
+        stderr(&o)
+    );
+}
