@@ -448,3 +448,23 @@ fn an_interrupted_experiment_resumes_to_the_same_report() {
         "mine"
     );
 }
+
+#[test]
+fn the_documented_example_is_a_valid_experiment() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/experiments.md")).expect("doc");
+    let start = doc.find("```ron\n").expect("a ron block") + "```ron\n".len();
+    let end = start + doc[start..].find("```").expect("its end");
+    let path = root.join("experiments/ipd_study.experiment.ron");
+    let e = parse(&doc[start..end], &path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(e.spec.arms.len(), 2);
+    assert_eq!(e.spec.figures.len(), 3);
+    // The error shown in the doc is the one a misspelt arm gives.
+    let bad = doc[start..end].replacen("self_play(adalign) >= 2.5", "self_play(adalgn) >= 2.5", 1);
+    let msg = parse(&bad, &path).expect_err("bad").to_string();
+    assert!(msg.contains("ipd_study.experiment.ron:71:20: "), "{msg}");
+    assert!(
+        msg.contains("unknown arm \"adalgn\"; expected one of: naive, adalign"),
+        "{msg}"
+    );
+}
