@@ -62,6 +62,27 @@ pub struct ExperimentSpec {
     /// Extra figures.
     #[serde(default)]
     pub figures: Vec<FigureSpec>,
+    /// Maps of the trained models playing themselves, early and late in training (grid
+    /// families): drawn as frames and, with `heat`, as a heat map.
+    #[serde(default)]
+    pub maps: Option<MapsSpec>,
+}
+
+/// What maps to draw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename = "Maps")]
+pub struct MapsSpec {
+    /// Arenas played (one episode each) with the first and the last checkpoint of a run.
+    pub arenas: u32,
+    /// Steps of arena 0 drawn as frames.
+    pub steps: Vec<u32>,
+    /// A map character (the replay's: `A` an apple, `b` a box ...) whose share of the
+    /// episodes' last maps is drawn per cell.
+    #[serde(default)]
+    pub heat: Option<char>,
+    /// What `heat` is, for the figure's title.
+    #[serde(default)]
+    pub heat_label: String,
 }
 
 /// A scene: a file (relative to the experiment file's folder), or written inline.
@@ -683,6 +704,30 @@ pub fn parse(src: &str, path: &Path) -> Result<Experiment, ExperimentError> {
         }
         for v in values {
             check_series(&cx, v, &at)?;
+        }
+    }
+    if let Some(m) = &spec.maps {
+        if m.arenas == 0 || m.arenas > 1024 {
+            return Err(cx.value(
+                &[Seg::Field("maps"), Seg::Field("arenas")],
+                format!("maps.arenas is {}; expected 1 to 1024", m.arenas),
+            ));
+        }
+        if m.steps.len() > 8 || m.steps.contains(&0) {
+            return Err(cx.value(
+                &[Seg::Field("maps"), Seg::Field("steps")],
+                "maps.steps; expected 1 to 8 steps, each 1 or more".into(),
+            ));
+        }
+        if spec
+            .arms
+            .iter()
+            .any(|a| a.settings.algo == Some(crate::train::Algo::Cory))
+        {
+            return Err(cx.value(
+                &[Seg::Field("maps")],
+                "maps of a cory arm: its copies cannot be seated alone; expected no maps".into(),
+            ));
         }
     }
     // The expected outcome.

@@ -203,6 +203,26 @@ pub struct FinalEval {
     pub seconds: f64,
 }
 
+/// A run's maps at one checkpoint (`maps.json` holds `early` and `late`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunMaps {
+    /// The checkpoint's iteration.
+    pub iteration: u32,
+    /// What its model did.
+    pub maps: eval::PlayedMaps,
+}
+
+/// The name of a run's maps file.
+pub const MAPS: &str = "maps.json";
+
+/// A run's `maps.json`.
+pub fn read_maps(dir: &Path) -> Result<BTreeMap<String, RunMaps>, String> {
+    let p = dir.join(MAPS);
+    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| format!("{}:{}:{}: {e}", p.display(), e.line(), e.column()))
+}
+
 /// The name of a run's final evaluation file.
 pub const FINAL_EVAL: &str = "final_eval.json";
 
@@ -465,6 +485,33 @@ fn run_one(
             v.extend(res.strategy);
             partners.insert(eval::label(p), v);
         }
+    }
+    if let Some(m) = &exp.spec.maps {
+        let whole = crate::train::whole_checkpoints(&dir)?;
+        let mut maps = BTreeMap::new();
+        let first = whole.first().cloned();
+        for (label, c) in [("early", first), ("late", whole.last().cloned())] {
+            let Some((iteration, model)) = c else {
+                continue;
+            };
+            let spec = eval::EvalSpec {
+                scene: exp.scenes[arm].scene.clone(),
+                model,
+                arenas: m.arenas,
+                episodes: 1,
+                seed: r.seed ^ 0x6d61_7073_0000_0000,
+                threads: Some(threads),
+            };
+            maps.insert(
+                label.to_string(),
+                RunMaps {
+                    iteration,
+                    maps: eval::play_maps(&spec, &m.steps)?,
+                },
+            );
+        }
+        let json = serde_json::to_string(&maps)?;
+        write_atomic(&dir.join(MAPS), json.as_bytes())?;
     }
     let fe = FinalEval {
         iteration: k,

@@ -395,6 +395,102 @@ pub fn evaluate(spec: &EvalSpec, partner: &str) -> Result<EvalResult, TrainError
     })
 }
 
+/// One arena's map at the end of a step, as the replay draws it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MapFrame {
+    /// The step (1 for the first).
+    pub step: u32,
+    /// One character per cell, row-major.
+    pub tiles: String,
+    /// Every agent still on the map: `[x, y, team]`.
+    pub agents: Vec<[i32; 3]>,
+}
+
+/// Maps of a model in self-play: [`play_maps`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PlayedMaps {
+    /// Map width.
+    pub width: usize,
+    /// Map height.
+    pub height: usize,
+    /// The family (for the tile colours).
+    pub family: String,
+    /// Every arena's map when its episode ended.
+    pub end: Vec<String>,
+    /// Arena 0 at the steps asked for (those its episode reached).
+    pub frames: Vec<MapFrame>,
+}
+
+/// Plays `spec`'s model against itself (every learning team on it) for one episode of each
+/// arena, and keeps every arena's last map and arena 0's map at `steps`.
+pub fn play_maps(spec: &EvalSpec, steps: &[u32]) -> Result<PlayedMaps, TrainError> {
+    use crate::inspect::{Frame, FrameContext};
+    let learner = learner_of(&spec.model);
+    let learners = learning_teams(&spec.scene, learner);
+    let mut scene = spec.scene.clone();
+    for a in &mut scene.agents {
+        if learners.contains(&a.team) {
+            a.policy = model_of_team(spec, a.team)?;
+        }
+    }
+    let mut run = RunConfig::new(scene.clone());
+    run.arenas = spec.arenas;
+    run.episodes = 1;
+    run.seed = spec.seed;
+    run.threads = spec.threads;
+    let mut app = build_app(&run)?;
+    let ctx = FrameContext::new(app.world())
+        .ok_or_else(|| TrainError::Config("the scene's world has no text format".into()))?;
+    let mut end: Vec<Option<String>> = vec![None; spec.arenas as usize];
+    let mut frames = Vec::new();
+    let (mut width, mut height) = (0, 0);
+    loop {
+        app.update();
+        if let Some(e) = app.world().resource::<PolicyRegistry>().failure() {
+            return Err(crate::headless::RunError::Policy(e).into());
+        }
+        for (a, slot) in end.iter_mut().enumerate() {
+            if slot.is_some() {
+                continue;
+            }
+            let Some(f) = Frame::capture(app.world(), &ctx, a as u32) else {
+                continue;
+            };
+            (width, height) = (f.width, f.height);
+            let lite = || MapFrame {
+                step: f.step,
+                tiles: f.tiles.iter().collect(),
+                agents: f
+                    .agents
+                    .iter()
+                    .filter(|x| !x.removed)
+                    .filter_map(|x| x.pos.map(|p| [p[0], p[1], i32::from(x.team)]))
+                    .collect(),
+            };
+            if a == 0
+                && steps.contains(&f.step)
+                && frames.last().is_none_or(|l: &MapFrame| l.step != f.step)
+            {
+                frames.push(lite());
+            }
+            if f.end {
+                *slot = Some(lite().tiles);
+            }
+        }
+        let p = app.world().resource::<crate::core::RunProgress>();
+        if p.idle_arenas >= spec.arenas {
+            break;
+        }
+    }
+    Ok(PlayedMaps {
+        width,
+        height,
+        family: scene.spec.family.name().to_string(),
+        end: end.into_iter().flatten().collect(),
+        frames,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
