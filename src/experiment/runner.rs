@@ -90,13 +90,20 @@ pub struct PlannedRun {
     pub evaluated: bool,
 }
 
-/// What a report folder is for: `OUT/plan.json`.
+/// What a report folder is for: `OUT/plan.json`. It holds what the runs depend on (the
+/// scenes, each run's settings, the partners, the evaluations, the maps), not the claim,
+/// the measures, the expected checks or the figures: editing those and running again
+/// recomputes the report from the runs that are there.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     /// The experiment's name.
     pub experiment: String,
-    /// The experiment as written (a changed file is another experiment).
-    pub spec: super::ExperimentSpec,
+    /// Each arm's scene text, by arm.
+    pub scenes: BTreeMap<String, String>,
+    /// How the runs are evaluated.
+    pub eval: super::EvalSettings,
+    /// The maps played after training.
+    pub maps: Option<super::MapsSpec>,
     /// The budget.
     pub budget: Budget,
     /// The seeds.
@@ -149,7 +156,15 @@ pub fn plan(exp: &Experiment, opts: &Options) -> Plan {
     }
     Plan {
         experiment: exp.name.clone(),
-        spec: exp.spec.clone(),
+        scenes: exp
+            .spec
+            .arms
+            .iter()
+            .zip(&exp.scenes)
+            .map(|(a, s)| (a.name.clone(), s.text.clone()))
+            .collect(),
+        eval: exp.spec.eval.clone(),
+        maps: exp.spec.maps.clone(),
         budget,
         seeds,
         partners: exp.partners.clone(),
@@ -355,8 +370,14 @@ fn prepare_folder(out: &Path, plan: &Plan) -> Result<(), RunError> {
                 format!("the {} budget", old.budget.describe())
             } else if old.seeds != plan.seeds {
                 format!("seeds {:?}", old.seeds)
+            } else if old.runs.len() != plan.runs.len()
+                || old.runs.iter().zip(&plan.runs).any(|(a, b)| a.arm != b.arm)
+            {
+                "other arms".to_string()
+            } else if old.scenes != plan.scenes {
+                "runs of other scenes".to_string()
             } else {
-                "another version of the experiment file".to_string()
+                "runs with other settings, partners, evaluations or maps".to_string()
             };
             return Err(RunError::Folder(format!(
                 "{}: the folder holds {what}, not this one; choose another --out, or give the \

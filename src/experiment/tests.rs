@@ -429,6 +429,19 @@ fn an_interrupted_experiment_resumes_to_the_same_report() {
         report_without_timing(&tmp.path().join("whole")),
         report_without_timing(&tmp.path().join("cut"))
     );
+    // Edited checks: the report is recomputed from the runs there, none trained again.
+    let edited = SMALL.replace("\"self_play(ippo) >= 0\"", "\"self_play(ippo) >= 100\"");
+    std::fs::write(&file, &edited).expect("write");
+    let exp2 = load(&file).expect("valid");
+    let redone = reproduce(&exp2, &opts("cut", None), &|_| {}).expect("edited checks");
+    assert_eq!(redone.outcome.kept, 4);
+    assert_eq!(redone.report.checks[0].verdict, "not reproduced");
+    // Another scene is another set of runs: refused.
+    let other_scene = SMALL.replace("rounds: 4,", "rounds: 5,");
+    std::fs::write(&file, &other_scene).expect("write");
+    let exp3 = load(&file).expect("valid");
+    let e = reproduce(&exp3, &opts("cut", None), &|_| {}).expect_err("other scene");
+    assert!(e.to_string().contains("other scenes"), "{e}");
     // Another budget or another experiment in the same folder is refused, untouched.
     let mut other = opts("cut", None);
     other.quick = true;
