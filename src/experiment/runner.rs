@@ -285,8 +285,9 @@ pub fn run(
     let start = Instant::now();
     let plan = plan(exp, opts);
     let out = &opts.out;
-    prepare_folder(out, &plan)?;
+    refuse_foreign_folder(out)?;
     let _lock = RunLock::acquire(out)?;
+    prepare_folder(out, &plan)?;
     // The scene copies the runs train on (and the rerun commands name).
     for (i, arm) in exp.spec.arms.iter().enumerate() {
         let p = out.join("scenes").join(format!("{}.scene.ron", arm.name));
@@ -349,7 +350,27 @@ fn folder_err(out: &Path, e: impl std::fmt::Display) -> RunError {
     RunError::Folder(format!("{}: {e}", out.display()))
 }
 
-/// Makes `out` (or checks that it holds this plan) and writes `plan.json`.
+/// Refuses an `out` that exists, is not empty and is not an experiment's folder.
+fn refuse_foreign_folder(out: &Path) -> Result<(), RunError> {
+    if out.join("plan.json").is_file() || !out.exists() {
+        return Ok(());
+    }
+    let empty = std::fs::read_dir(out)
+        .map_err(|e| folder_err(out, e))?
+        .flatten()
+        .all(|e| e.file_name() == ".lock");
+    if empty {
+        Ok(())
+    } else {
+        Err(RunError::Folder(format!(
+            "{}: the folder exists, is not empty and holds no plan.json; choose another \
+             --out (nothing was touched)",
+            out.display()
+        )))
+    }
+}
+
+/// Checks that the locked `out` holds this plan, or writes it.
 fn prepare_folder(out: &Path, plan: &Plan) -> Result<(), RunError> {
     let pfile = out.join("plan.json");
     if pfile.is_file() {
@@ -387,20 +408,6 @@ fn prepare_folder(out: &Path, plan: &Plan) -> Result<(), RunError> {
         }
         return Ok(());
     }
-    if out.exists() {
-        let empty = std::fs::read_dir(out)
-            .map_err(|e| folder_err(out, e))?
-            .flatten()
-            .all(|e| e.file_name() == ".lock");
-        if !empty {
-            return Err(RunError::Folder(format!(
-                "{}: the folder exists, is not empty and holds no plan.json; choose another \
-                 --out (nothing was touched)",
-                out.display()
-            )));
-        }
-    }
-    std::fs::create_dir_all(out).map_err(|e| folder_err(out, e))?;
     let json = serde_json::to_string_pretty(plan).map_err(|e| folder_err(&pfile, e))?;
     write_atomic(&pfile, json.as_bytes())?;
     Ok(())
