@@ -484,6 +484,72 @@ fn draw_map(
     Ok(())
 }
 
+/// Bars: per word, each arm's share of the words its trained models said.
+fn draw_word_use(
+    path: &Path,
+    words: &[(String, BTreeMap<String, u64>)],
+    vocab: &[String],
+) -> Result<(), String> {
+    let root = BitMapBackend::new(path, (WIDTH, 440)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Words the trained agents say (share of words said, last checkpoint, all seeds)",
+            (FONT, 18),
+        )
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..vocab.len() as f64, 0f64..1.15f64)
+        .map_err(|e| e.to_string())?;
+    let lab = vocab.to_vec();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(vocab.len() * 2 + 1)
+        .x_label_formatter(&move |x| {
+            let i = x.floor() as usize;
+            if (x - i as f64 - 0.5).abs() < 0.26 {
+                lab.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("share")
+        .label_style((FONT, 13))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let width = 0.8 / words.len().max(1) as f64;
+    for (ai, (arm, w)) in words.iter().enumerate() {
+        let total = w.values().sum::<u64>().max(1) as f64;
+        let c = colour(ai);
+        let bars: Vec<Rectangle<(f64, f64)>> = vocab
+            .iter()
+            .enumerate()
+            .map(|(i, word)| {
+                let x0 = i as f64 + 0.1 + width * ai as f64;
+                let y = w.get(word).copied().unwrap_or(0) as f64 / total;
+                Rectangle::new([(x0, 0.0), (x0 + width * 0.9, y)], c.mix(0.85).filled())
+            })
+            .collect();
+        chart
+            .draw_series(bars)
+            .map_err(|e| e.to_string())?
+            .label(arm.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .label_font((FONT, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 /// `maps_frames.png` (each arm's first seed, early and late checkpoint, at the chosen
 /// steps) and, with a heat character, `maps_heat.png` (its share of the episodes' last maps,
 /// over every seed and arena).
@@ -552,6 +618,30 @@ fn draw_maps(
         root.present().map_err(|e| err(&p, e))?;
     }
     files.push(p);
+    // Words said, late in training, per arm (families with talk).
+    let words: Vec<(String, BTreeMap<String, u64>)> = by_arm
+        .iter()
+        .map(|(arm, seeds)| {
+            let mut w: BTreeMap<String, u64> = BTreeMap::new();
+            for m in seeds.iter().filter_map(|s| s.get("late")) {
+                for (k, v) in &m.maps.words {
+                    *w.entry(k.clone()).or_default() += v;
+                }
+            }
+            (arm.clone(), w)
+        })
+        .collect();
+    let vocab: Vec<String> = {
+        let mut v: Vec<String> = words.iter().flat_map(|(_, w)| w.keys().cloned()).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    if !vocab.is_empty() {
+        let p = dir.join("maps_words.png");
+        draw_word_use(&p, &words, &vocab).map_err(|e| err(&p, e))?;
+        files.push(p);
+    }
     // Heat.
     if let Some(ch) = spec.heat {
         let to = crate::inspect::tile_colour(&family, ch);

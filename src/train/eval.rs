@@ -419,6 +419,9 @@ pub struct PlayedMaps {
     pub end: Vec<String>,
     /// Arena 0 at the steps asked for (those its episode reached).
     pub frames: Vec<MapFrame>,
+    /// Words said (families with talk), over every arena and step.
+    #[serde(default)]
+    pub words: BTreeMap<String, u64>,
 }
 
 /// Plays `spec`'s model against itself (every learning team on it) for one episode of each
@@ -443,6 +446,7 @@ pub fn play_maps(spec: &EvalSpec, steps: &[u32]) -> Result<PlayedMaps, TrainErro
         .ok_or_else(|| TrainError::Config("the scene's world has no text format".into()))?;
     let mut end: Vec<Option<String>> = vec![None; spec.arenas as usize];
     let mut frames = Vec::new();
+    let mut words: BTreeMap<String, u64> = BTreeMap::new();
     let (mut width, mut height) = (0, 0);
     loop {
         app.update();
@@ -457,6 +461,9 @@ pub fn play_maps(spec: &EvalSpec, steps: &[u32]) -> Result<PlayedMaps, TrainErro
                 continue;
             };
             (width, height) = (f.width, f.height);
+            for w in f.agents.iter().filter_map(|x| x.say.as_ref()) {
+                *words.entry(w.clone()).or_default() += 1;
+            }
             let lite = || MapFrame {
                 step: f.step,
                 tiles: f.tiles.iter().collect(),
@@ -488,6 +495,7 @@ pub fn play_maps(spec: &EvalSpec, steps: &[u32]) -> Result<PlayedMaps, TrainErro
         family: scene.spec.family.name().to_string(),
         end: end.into_iter().flatten().collect(),
         frames,
+        words,
     })
 }
 
