@@ -4,6 +4,7 @@
 //! writes into a run folder that holds something.
 
 use candle_core::{D, Device, Tensor};
+use emergence::experiment::{self, runner};
 use emergence::policy::lm::model::Path as Fwd;
 use emergence::policy::lm::tokenizer::encode;
 use emergence::policy::lm::{ModelFolder, Preset};
@@ -1118,4 +1119,101 @@ fn config_json_holds_every_setting_and_follows_a_resume() {
     std::fs::write(out.join("config.json"), legacy.to_string()).expect("write");
     let old = resume_config(&out, None).expect("a legacy config.json resumes");
     assert_eq!((old.iterations, old.hyper.clone()), (5, cfg.hyper.clone()));
+}
+
+/// The experiment `emergence reproduce` tests run (the `mlp` learner on a 4-round
+/// Prisoner's Dilemma written inline; the library's parser tests read it too).
+const SMALL_EXPERIMENT: &str = include_str!("data/small.experiment.ron");
+
+/// An experiment's `report.json` without its timings.
+fn experiment_report(out: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
+    let mut v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    v.as_object_mut().expect("object").remove("timing");
+    v
+}
+
+/// `emergence reproduce` stopped after 2 of 4 iterations of every run, then run again, gives
+/// the report of an uninterrupted invocation (timings aside); edited checks are recomputed
+/// from the runs there; another scene, budget or seed count, or a foreign folder, is refused.
+#[test]
+fn an_interrupted_experiment_resumes_to_the_same_report_experiment_resumes_to_the_same_report() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let file = tmp.path().join("small.experiment.ron");
+    std::fs::write(&file, SMALL_EXPERIMENT).expect("write");
+    let exp = experiment::load(&file).expect("valid");
+    let opts = |out: &str, stop_after| runner::Options {
+        out: tmp.path().join(out),
+        seeds: None,
+        quick: false,
+        iterations: None,
+        threads: 2,
+        stop_after,
+    };
+    let whole = experiment::reproduce(&exp, &opts("whole", None), &|_| {}).expect("whole");
+    assert_eq!(whole.outcome.kept, 0);
+    for f in [
+        "report.md",
+        "report.json",
+        "figures/curves.png",
+        "figures/eval.png",
+    ] {
+        assert!(tmp.path().join("whole").join(f).is_file(), "{f}");
+    }
+    // Killed after 2 of 4 iterations of every run: no report yet.
+    let e = experiment::reproduce(&exp, &opts("cut", Some(2)), &|_| {}).expect_err("stopped");
+    assert!(e.to_string().contains("stopped early"), "{e}");
+    assert!(!tmp.path().join("cut/report.json").exists());
+    // Again: every run resumes from its checkpoint at iteration 2.
+    let started = std::sync::Mutex::new(Vec::new());
+    let resumed = experiment::reproduce(&exp, &opts("cut", None), &|e| {
+        if let runner::Event::Started { done, .. } = e {
+            started.lock().expect("lock").push(done);
+        }
+    })
+    .expect("resumed");
+    assert_eq!(resumed.outcome.resumed, 4);
+    assert_eq!(started.into_inner().expect("lock"), [2, 2, 2, 2]);
+    assert_eq!(
+        experiment_report(&tmp.path().join("whole")),
+        experiment_report(&tmp.path().join("cut"))
+    );
+    // Once more: every run is kept, the report is the same.
+    let again = experiment::reproduce(&exp, &opts("cut", None), &|_| {}).expect("again");
+    assert_eq!(again.outcome.kept, 4);
+    assert_eq!(
+        experiment_report(&tmp.path().join("whole")),
+        experiment_report(&tmp.path().join("cut"))
+    );
+    // Edited checks: the report is recomputed from the runs there, none trained again.
+    let edited = SMALL_EXPERIMENT.replace("\"self_play(ippo) >= 0\"", "\"self_play(ippo) >= 100\"");
+    std::fs::write(&file, &edited).expect("write");
+    let exp2 = experiment::load(&file).expect("valid");
+    let redone = experiment::reproduce(&exp2, &opts("cut", None), &|_| {}).expect("edited checks");
+    assert_eq!(redone.outcome.kept, 4);
+    assert_eq!(redone.report.checks[0].verdict, "not reproduced");
+    // Another scene is another set of runs: refused.
+    let other_scene = SMALL_EXPERIMENT.replace("rounds: 4,", "rounds: 5,");
+    std::fs::write(&file, &other_scene).expect("write");
+    let exp3 = experiment::load(&file).expect("valid");
+    let e = experiment::reproduce(&exp3, &opts("cut", None), &|_| {}).expect_err("other scene");
+    assert!(e.to_string().contains("other scenes"), "{e}");
+    // Another budget or another experiment in the same folder is refused, untouched.
+    let mut other = opts("cut", None);
+    other.quick = true;
+    let e = experiment::reproduce(&exp, &other, &|_| {}).expect_err("other budget");
+    assert!(e.to_string().contains("full budget"), "{e}");
+    let mut other = opts("cut", None);
+    other.seeds = Some(3);
+    let e = experiment::reproduce(&exp, &other, &|_| {}).expect_err("other seeds");
+    assert!(e.to_string().contains("seeds [1, 2]"), "{e}");
+    // A folder that is not an experiment's is refused.
+    std::fs::create_dir_all(tmp.path().join("busy")).expect("dir");
+    std::fs::write(tmp.path().join("busy/notes.txt"), "mine").expect("file");
+    let e = experiment::reproduce(&exp, &opts("busy", None), &|_| {}).expect_err("busy");
+    assert!(e.to_string().contains("holds no plan.json"), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("busy/notes.txt")).expect("kept"),
+        "mine"
+    );
 }

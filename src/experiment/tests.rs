@@ -5,41 +5,12 @@ use super::report::{Stat, aggregate, onset};
 use super::runner::{self, Options};
 use super::*;
 
-/// A small experiment: the `mlp` learner on a 4-round Prisoner's Dilemma written inline.
-pub(crate) const SMALL: &str = r#"// A test experiment.
-Experiment(
-    claim: "Test claim.",
-    source: "Test source",
-    scene: Inline(
-        name: "PD",
-        family: Matrix(
-            payoffs: [[3, 0], [5, 1]],
-            actions: ["cooperate", "defect"],
-            rounds: 4,
-            history: 2,
-        ),
-        teams: [
-            (name: "row", policy: "random"),
-            (name: "column", policy: "random"),
-        ],
-    ),
-    settings: (iterations: 4, arenas: 8, learner: mlp, checkpoint_every: 2),
-    arms: [
-        (name: "ippo", settings: (algo: ippo)),
-        (name: "reinforce", settings: (algo: reinforce)),
-    ],
-    seeds: [1, 2],
-    partners: ["self", "always_defect"],
-    eval: (arenas: 16, every: 2),
-    measures: [
-        (name: "self_play", from: Eval(partner: "self", value: "return_per_step")),
-        (name: "late", from: Train(value: "return", at: Last(2))),
-        (name: "early", from: Train(value: "return", at: First(2))),
-        (name: "rise", from: Onset(value: "return", above: 5.0, hold: 2)),
-    ],
-    expect: ["self_play(ippo) >= 0", "late(ippo) > early(ippo) + 100"],
-)
-"#;
+/// A small experiment: the `mlp` learner on a 4-round Prisoner's Dilemma written inline
+/// (shared with the integration test that trains it, `tests/experiments.rs`).
+pub(crate) const SMALL: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/small.experiment.ron"
+));
 
 fn path() -> PathBuf {
     PathBuf::from("test.experiment.ron")
@@ -371,95 +342,6 @@ fn the_report_aggregates_hand_made_runs_and_judges_each_check() {
     let rep = aggregate(&exp2, &plan, tmp.path(), 9.0).expect("report");
     assert_eq!(rep.checks[0].verdict, "no value");
     assert_eq!(rep.verdict, "not reproduced");
-}
-
-fn report_without_timing(out: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
-    let mut v: serde_json::Value = serde_json::from_str(&text).expect("json");
-    v.as_object_mut().expect("object").remove("timing");
-    v
-}
-
-#[test]
-fn an_interrupted_experiment_resumes_to_the_same_report() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let file = tmp.path().join("small.experiment.ron");
-    std::fs::write(&file, SMALL).expect("write");
-    let exp = load(&file).expect("valid");
-    let opts = |out: &str, stop_after| Options {
-        out: tmp.path().join(out),
-        seeds: None,
-        quick: false,
-        iterations: None,
-        threads: 2,
-        stop_after,
-    };
-    let whole = reproduce(&exp, &opts("whole", None), &|_| {}).expect("whole");
-    assert_eq!(whole.outcome.kept, 0);
-    for f in [
-        "report.md",
-        "report.json",
-        "figures/curves.png",
-        "figures/eval.png",
-    ] {
-        assert!(tmp.path().join("whole").join(f).is_file(), "{f}");
-    }
-    // Killed after 2 of 4 iterations of every run: no report yet.
-    let e = reproduce(&exp, &opts("cut", Some(2)), &|_| {}).expect_err("stopped");
-    assert!(e.to_string().contains("stopped early"), "{e}");
-    assert!(!tmp.path().join("cut/report.json").exists());
-    // Again: every run resumes from its checkpoint at iteration 2.
-    let started = std::sync::Mutex::new(Vec::new());
-    let resumed = reproduce(&exp, &opts("cut", None), &|e| {
-        if let runner::Event::Started { done, .. } = e {
-            started.lock().expect("lock").push(done);
-        }
-    })
-    .expect("resumed");
-    assert_eq!(resumed.outcome.resumed, 4);
-    assert_eq!(started.into_inner().expect("lock"), [2, 2, 2, 2]);
-    assert_eq!(
-        report_without_timing(&tmp.path().join("whole")),
-        report_without_timing(&tmp.path().join("cut"))
-    );
-    // Once more: every run is kept, the report is the same.
-    let again = reproduce(&exp, &opts("cut", None), &|_| {}).expect("again");
-    assert_eq!(again.outcome.kept, 4);
-    assert_eq!(
-        report_without_timing(&tmp.path().join("whole")),
-        report_without_timing(&tmp.path().join("cut"))
-    );
-    // Edited checks: the report is recomputed from the runs there, none trained again.
-    let edited = SMALL.replace("\"self_play(ippo) >= 0\"", "\"self_play(ippo) >= 100\"");
-    std::fs::write(&file, &edited).expect("write");
-    let exp2 = load(&file).expect("valid");
-    let redone = reproduce(&exp2, &opts("cut", None), &|_| {}).expect("edited checks");
-    assert_eq!(redone.outcome.kept, 4);
-    assert_eq!(redone.report.checks[0].verdict, "not reproduced");
-    // Another scene is another set of runs: refused.
-    let other_scene = SMALL.replace("rounds: 4,", "rounds: 5,");
-    std::fs::write(&file, &other_scene).expect("write");
-    let exp3 = load(&file).expect("valid");
-    let e = reproduce(&exp3, &opts("cut", None), &|_| {}).expect_err("other scene");
-    assert!(e.to_string().contains("other scenes"), "{e}");
-    // Another budget or another experiment in the same folder is refused, untouched.
-    let mut other = opts("cut", None);
-    other.quick = true;
-    let e = reproduce(&exp, &other, &|_| {}).expect_err("other budget");
-    assert!(e.to_string().contains("full budget"), "{e}");
-    let mut other = opts("cut", None);
-    other.seeds = Some(3);
-    let e = reproduce(&exp, &other, &|_| {}).expect_err("other seeds");
-    assert!(e.to_string().contains("seeds [1, 2]"), "{e}");
-    // A folder that is not an experiment's is refused.
-    std::fs::create_dir_all(tmp.path().join("busy")).expect("dir");
-    std::fs::write(tmp.path().join("busy/notes.txt"), "mine").expect("file");
-    let e = reproduce(&exp, &opts("busy", None), &|_| {}).expect_err("busy");
-    assert!(e.to_string().contains("holds no plan.json"), "{e}");
-    assert_eq!(
-        std::fs::read_to_string(tmp.path().join("busy/notes.txt")).expect("kept"),
-        "mine"
-    );
 }
 
 #[test]
