@@ -843,8 +843,11 @@ fn cmd_reproduce(args: ReproduceArgs) -> Result<()> {
         );
     }
     println!(
-        "time: {:.0} s of runs, {:.0} s wall",
-        r.timing.total_run_seconds, r.timing.wall_seconds
+        "time: {:.0} s of runs; {:.0} s wall this time, {:.0} s over {} invocation(s)",
+        r.timing.total_run_seconds,
+        written.outcome.seconds,
+        r.timing.wall_seconds,
+        r.timing.invocations
     );
     if let Some(peak) = emergence::metrics::peak_memory_bytes() {
         println!("peak memory: {:.1} MiB", peak as f64 / 1048576.0);

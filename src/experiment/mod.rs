@@ -886,9 +886,14 @@ pub fn reproduce(
             outcome.stopped
         )));
     }
-    let (report, files, figure_error) =
-        write_report(exp, &outcome.plan, &opts.out, outcome.seconds)
-            .map_err(runner::RunError::Folder)?;
+    let (report, files, figure_error) = write_report(
+        exp,
+        &outcome.plan,
+        &opts.out,
+        outcome.wall_seconds,
+        outcome.invocations,
+    )
+    .map_err(runner::RunError::Folder)?;
     Ok(Written {
         report,
         files,
@@ -904,8 +909,10 @@ pub fn write_report(
     plan: &runner::Plan,
     out: &Path,
     wall_seconds: f64,
+    invocations: usize,
 ) -> Result<(report::Report, Vec<PathBuf>, Option<String>), String> {
-    let rep = report::aggregate(exp, plan, out, wall_seconds)?;
+    let mut rep = report::aggregate(exp, plan, out, wall_seconds)?;
+    rep.timing.invocations = invocations;
     let (figs, figure_error) = match figures::draw_all(exp, plan, &rep, out) {
         Ok(f) => (f, None),
         Err(e) => (Vec::new(), Some(e)),

@@ -128,9 +128,10 @@ pub struct Timing {
     pub run_seconds: BTreeMap<String, f64>,
     /// Their sum: the experiment's cost run one at a time.
     pub total_run_seconds: f64,
-    /// Wall seconds of the invocation that wrote the report (runs kept from earlier
-    /// invocations not counted).
+    /// Wall seconds of the invocations that ran something (`OUT/wall.json`).
     pub wall_seconds: f64,
+    /// How many invocations those were (more than one: the experiment was resumed).
+    pub invocations: usize,
 }
 
 /// A run's `metrics.jsonl` rows.
@@ -436,6 +437,7 @@ pub fn aggregate(
             total_run_seconds: run_seconds.values().sum(),
             run_seconds,
             wall_seconds,
+            invocations: 1,
         },
     })
 }
@@ -560,8 +562,12 @@ pub fn markdown(r: &Report, figures: &[String]) -> String {
     let _ = writeln!(s, "\n## Time\n");
     let _ = writeln!(
         s,
-        "Runs: {:.0} s in all (one after another); this invocation: {:.0} s of wall time.\n",
-        r.timing.total_run_seconds, r.timing.wall_seconds
+        "Runs: {:.0} s in all (one after another); wall time: {:.0} s ({} invocation{} that \
+         ran something).\n",
+        r.timing.total_run_seconds,
+        r.timing.wall_seconds,
+        r.timing.invocations,
+        if r.timing.invocations == 1 { "" } else { "s" }
     );
     let _ = writeln!(s, "| run | seconds |");
     let _ = writeln!(s, "|---|---:|");

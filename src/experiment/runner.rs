@@ -274,7 +274,14 @@ pub struct Outcome {
     pub stopped: usize,
     /// Wall seconds of this invocation.
     pub seconds: f64,
+    /// Wall seconds of every invocation that ran something, this one included.
+    pub wall_seconds: f64,
+    /// How many invocations those were.
+    pub invocations: usize,
 }
+
+/// The wall seconds of each invocation that ran something: `OUT/wall.json`.
+pub const WALL: &str = "wall.json";
 
 /// Runs every arm × seed of `exp` into `opts.out` (see the module's docs).
 pub fn run(
@@ -331,6 +338,19 @@ pub fn run(
             Err(e) => failed.push(e),
         }
     }
+    // Wall time, summed over the invocations that ran something (a resumed experiment's
+    // cost is all of them).
+    let seconds = start.elapsed().as_secs_f64();
+    let wfile = out.join(WALL);
+    let mut walls: Vec<f64> = std::fs::read_to_string(&wfile)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    if kept < plan.runs.len() {
+        walls.push(seconds);
+        let json = serde_json::to_string(&walls).map_err(|e| folder_err(&wfile, e))?;
+        write_atomic(&wfile, json.as_bytes())?;
+    }
     if !failed.is_empty() {
         return Err(RunError::Runs {
             failed,
@@ -342,7 +362,9 @@ pub fn run(
         kept,
         resumed,
         stopped,
-        seconds: start.elapsed().as_secs_f64(),
+        seconds,
+        wall_seconds: walls.iter().sum(),
+        invocations: walls.len(),
     })
 }
 
