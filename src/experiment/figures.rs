@@ -661,6 +661,9 @@ fn draw_maps(
             )
             .map_err(|e| err(&p, e))?;
         let areas = root.split_evenly((2, by_arm.len()));
+        // Every panel's shares first: the colour scale runs from none to the largest share
+        // of any cell in any panel (named in each caption), so faint patterns show.
+        let mut panels = Vec::new();
         for (ai, (arm, seeds)) in by_arm.iter().enumerate() {
             for (k, label) in ["early", "late"].iter().enumerate() {
                 let maps: Vec<&super::runner::RunMaps> =
@@ -675,19 +678,29 @@ fn draw_maps(
                         }
                     }
                 }
-                let its: Vec<String> = maps.iter().map(|m| m.iteration.to_string()).collect();
-                let caption = format!("{arm}, {label} (iteration {})", its.join("/"));
-                draw_map(
-                    &areas[k * by_arm.len() + ai],
-                    &caption,
-                    &family,
-                    (w, h),
-                    first,
-                    &[],
-                    Some((&share, to)),
-                )
-                .map_err(|e| err(&p, e))?;
+                let it = maps.first().map_or(0, |m| m.iteration);
+                let caption = format!("{arm}, {label} (iteration {it})");
+                panels.push((k * by_arm.len() + ai, caption, (*first).clone(), share));
             }
+        }
+        let top = panels
+            .iter()
+            .flat_map(|p| p.3.iter().copied())
+            .fold(0.0f64, f64::max)
+            .max(1e-9);
+        for (at, caption, first, share) in panels {
+            let scaled: Vec<f64> = share.iter().map(|x| x / top).collect();
+            let caption = format!("{caption}: full = {:.0}%", top * 100.0);
+            draw_map(
+                &areas[at],
+                &caption,
+                &family,
+                (w, h),
+                &first,
+                &[],
+                Some((&scaled, to)),
+            )
+            .map_err(|e| err(&p, e))?;
         }
         root.present().map_err(|e| err(&p, e))?;
         files.push(p.clone());
