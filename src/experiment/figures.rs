@@ -97,6 +97,16 @@ fn range(v: impl Iterator<Item = f64>) -> (f64, f64) {
     (lo - pad, hi + pad)
 }
 
+/// A polyline as separate two-point segments: plotters joins the segments of a wide
+/// `LineSeries` with mitres, which spike far out of the chart where a noisy line turns
+/// sharply.
+fn segments(pts: impl Iterator<Item = (f64, f64)>, c: RGBColor) -> Vec<PathElement<(f64, f64)>> {
+    let pts: Vec<(f64, f64)> = pts.collect();
+    pts.windows(2)
+        .map(|w| PathElement::new(vec![w[0], w[1]], c.stroke_width(2)))
+        .collect()
+}
+
 /// Phase marks over curves: shaded spans (label, from, to) and per-arm onset lines.
 #[derive(Default)]
 struct Overlay {
@@ -197,10 +207,7 @@ fn draw_curves(
                     .map_err(|e| err(path, e))?;
             }
             chart
-                .draw_series(LineSeries::new(
-                    pts.iter().map(|p| (p.0, p.1)),
-                    c.stroke_width(2),
-                ))
+                .draw_series(segments(pts.iter().map(|p| (p.0, p.1)), c))
                 .map_err(|e| err(path, e))?
                 .label(name.as_str())
                 .legend(move |(x, y)| {
@@ -397,7 +404,7 @@ fn draw_tradeoff(
     for (i, name, pts) in &lines {
         let c = colour(*i);
         chart
-            .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
+            .draw_series(segments(pts.iter().copied(), c))
             .map_err(|e| err(path, e))?
             .label(name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
