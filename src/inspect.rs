@@ -122,6 +122,16 @@ impl FrameContext {
     }
 }
 
+/// The word agent `e` said at the last step, if any.
+pub fn said(world: &World, e: bevy::prelude::Entity) -> Option<String> {
+    let w = world.get::<Utterance>(e)?.0?;
+    world
+        .get_resource::<Vocabulary>()?
+        .0
+        .get(usize::from(w))
+        .cloned()
+}
+
 impl Frame {
     /// Arena `index` of `world` as it stands now (after the last step), or `None` when the
     /// arena does not exist.
@@ -136,7 +146,6 @@ impl Frame {
             clock.episode
         };
         let names = &world.resource::<ActionNames>().0;
-        let words = world.get_resource::<Vocabulary>().map(|v| &v.0[..]);
         let registry = world.get_resource::<PolicyRegistry>();
         let markers = world
             .get_resource::<CellMarkers>()
@@ -186,11 +195,7 @@ impl Frame {
                     .cloned()
                     .unwrap_or_else(|| "?".into()),
                 action_index: action.0,
-                say: world
-                    .get::<Utterance>(e)
-                    .and_then(|u| u.0)
-                    .and_then(|w| words.and_then(|v| v.get(usize::from(w))))
-                    .cloned(),
+                say: said(world, e),
                 reward: world.get::<Reward>(e).map_or(0.0, |r| r.0),
                 ret: world.get::<EpisodeReturn>(e).map_or(0.0, |r| r.0),
                 removed,

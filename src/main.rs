@@ -542,16 +542,10 @@ fn cmd_run(args: RunArgs) -> Result<()> {
         ..RunConfig::new(scene)
     };
     let total = u64::from(cfg.arenas) * u64::from(cfg.episodes);
-    let bar = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total)
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} episodes  {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    let bar = progress_bar(
+        args.quiet,
+        total,
+        "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} episodes  {msg}",
     );
     let started = std::time::Instant::now();
     let report = run(&cfg, |p| {
@@ -721,6 +715,19 @@ fn describe(scene: &Scene) -> String {
     s
 }
 
+/// A progress bar of `len` steps drawn with `template` (hidden with --quiet).
+fn progress_bar(quiet: bool, len: u64, template: &str) -> ProgressBar {
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(len)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
 fn cmd_reproduce(args: ReproduceArgs) -> Result<()> {
     use emergence::experiment::{self, runner};
     if args.list {
@@ -784,16 +791,10 @@ fn cmd_reproduce(args: ReproduceArgs) -> Result<()> {
         threads.min(plan.runs.len()).max(1),
         out.display()
     );
-    let bar = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total)
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{elapsed_precise} [{bar:30}] {pos}/{len} iterations (eta {eta}) {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    let bar = progress_bar(
+        args.quiet,
+        total,
+        "{elapsed_precise} [{bar:30}] {pos}/{len} iterations (eta {eta}) {msg}",
     );
     let finished = std::sync::atomic::AtomicUsize::new(0);
     let n_runs = plan.runs.len();
@@ -1043,14 +1044,10 @@ fn cmd_train(args: TrainArgs) -> Result<()> {
         ),
         None => {}
     }
-    let bar = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(u64::from(cfg.iterations))
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} iterations {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    let bar = progress_bar(
+        args.quiet,
+        u64::from(cfg.iterations),
+        "{elapsed_precise} [{bar:30}] {pos}/{len} iterations {msg}",
     );
     if args.gui && !cfg!(feature = "gui") {
         anyhow::bail!("{NO_GUI}");

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 use serde_json::{Map, Value};
 
-use super::report::{Report, points, read_rows};
+use super::report::{Report, mean_sd, points, read_rows};
 use super::runner::{Plan, read_final_eval};
 use super::{Experiment, FigureSpec, Source};
 
@@ -64,16 +64,7 @@ fn band(seeds: &[Rows], series: &str) -> Vec<(f64, f64, f64)> {
         }
     }
     at.into_iter()
-        .map(|(x, v)| {
-            let n = v.len() as f64;
-            let m = v.iter().sum::<f64>() / n;
-            let sd = if v.len() > 1 {
-                (v.iter().map(|y| (y - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
-            } else {
-                0.0
-            };
-            (x as f64, m, sd)
-        })
+        .filter_map(|(x, v)| mean_sd(&v).map(|(m, sd)| (x as f64, m, sd)))
         .collect()
 }
 
@@ -259,19 +250,7 @@ fn draw_eval_bars(path: &Path, exp: &Experiment, plan: &Plan, out: &Path) -> Res
             }
         }
     }
-    let stats = |v: &Vec<f64>| -> Option<(f64, f64)> {
-        if v.is_empty() {
-            return None;
-        }
-        let n = v.len() as f64;
-        let m = v.iter().sum::<f64>() / n;
-        let sd = if v.len() > 1 {
-            (v.iter().map(|y| (y - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
-        } else {
-            0.0
-        };
-        Some((m, sd))
-    };
+    let stats = |v: &Vec<f64>| mean_sd(v);
     let all: Vec<f64> = vals
         .iter()
         .flatten()
@@ -283,75 +262,27 @@ fn draw_eval_bars(path: &Path, exp: &Experiment, plan: &Plan, out: &Path) -> Res
     }
     let (y0, y1) = range(all.into_iter());
     let y1 = y1 + (y1 - y0) * 0.3;
-    let n_arms = exp.spec.arms.len() as f64;
-    let root = BitMapBackend::new(path, (WIDTH, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(path, e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "Final evaluation: return per step against each partner (mean ± sd over seeds)",
-            (FONT, 18),
-        )
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0f64..labels.len() as f64, y0..y1)
-        .map_err(|e| err(path, e))?;
-    let lab = labels.clone();
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(labels.len() * 2 + 1)
-        .x_label_formatter(&move |x| {
-            let i = x.floor() as usize;
-            if (x - i as f64 - 0.5).abs() < 0.26 {
-                lab.get(i).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
+    let series: Vec<(String, Vec<Option<(f64, f64)>>)> = exp
+        .spec
+        .arms
+        .iter()
+        .enumerate()
+        .map(|(ai, arm)| {
+            (
+                arm.name.clone(),
+                vals.iter().map(|v| stats(&v[ai])).collect(),
+            )
         })
-        .y_desc("return per step")
-        .label_style((FONT, 13))
-        .draw()
-        .map_err(|e| err(path, e))?;
-    let width = 0.8 / n_arms;
-    for (ai, arm) in exp.spec.arms.iter().enumerate() {
-        let c = colour(ai);
-        let mut first = true;
-        for (pi, v) in vals.iter().enumerate() {
-            let Some((m, sd)) = stats(&v[ai]) else {
-                continue;
-            };
-            let x0 = pi as f64 + 0.1 + width * ai as f64;
-            let bar = chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(x0, 0.0), (x0 + width * 0.9, m)],
-                    c.mix(0.85).filled(),
-                )))
-                .map_err(|e| err(path, e))?;
-            if first {
-                bar.label(arm.name.as_str()).legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled())
-                });
-                first = false;
-            }
-            let xm = x0 + width * 0.45;
-            chart
-                .draw_series(std::iter::once(PathElement::new(
-                    vec![(xm, m - sd), (xm, m + sd)],
-                    BLACK.stroke_width(2),
-                )))
-                .map_err(|e| err(path, e))?;
-        }
-    }
-    chart
-        .configure_series_labels()
-        .label_font((FONT, 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(|e| err(path, e))?;
-    root.present().map_err(|e| err(path, e))?;
+        .collect();
+    draw_grouped_bars(
+        path,
+        "Final evaluation: return per step against each partner (mean ± sd over seeds)",
+        "return per step",
+        &labels,
+        &series,
+        (y0, y1),
+        true,
+    )?;
     Ok(true)
 }
 
@@ -497,23 +428,53 @@ fn draw_word_use(
     words: &[(String, BTreeMap<String, u64>)],
     vocab: &[String],
 ) -> Result<(), String> {
-    let root = BitMapBackend::new(path, (WIDTH, 440)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let series: Vec<(String, Vec<Option<(f64, f64)>>)> = words
+        .iter()
+        .map(|(arm, w)| {
+            let total = w.values().sum::<u64>().max(1) as f64;
+            let shares = vocab
+                .iter()
+                .map(|word| Some((w.get(word).copied().unwrap_or(0) as f64 / total, 0.0)))
+                .collect();
+            (arm.clone(), shares)
+        })
+        .collect();
+    draw_grouped_bars(
+        path,
+        "Words the trained agents say (share of words said, last checkpoint, all seeds)",
+        "share",
+        vocab,
+        &series,
+        (0.0, 1.15),
+        false,
+    )
+}
+
+/// A bar chart of groups (x) with one bar per series in each, in the series' colours;
+/// with `error_bars`, a line for ± the second value of each bar.
+fn draw_grouped_bars(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    groups: &[String],
+    series: &[(String, Vec<Option<(f64, f64)>>)],
+    (y0, y1): (f64, f64),
+    error_bars: bool,
+) -> Result<(), String> {
+    let root = BitMapBackend::new(path, (WIDTH, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "Words the trained agents say (share of words said, last checkpoint, all seeds)",
-            (FONT, 18),
-        )
+        .caption(title, (FONT, 18))
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(56)
-        .build_cartesian_2d(0f64..vocab.len() as f64, 0f64..1.15f64)
-        .map_err(|e| e.to_string())?;
-    let lab = vocab.to_vec();
+        .build_cartesian_2d(0f64..groups.len() as f64, y0..y1)
+        .map_err(|e| err(path, e))?;
+    let lab = groups.to_vec();
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(vocab.len() * 2 + 1)
+        .x_labels(groups.len() * 2 + 1)
         .x_label_formatter(&move |x| {
             let i = x.floor() as usize;
             if (x - i as f64 - 0.5).abs() < 0.26 {
@@ -522,28 +483,39 @@ fn draw_word_use(
                 String::new()
             }
         })
-        .y_desc("share")
+        .y_desc(y_desc)
         .label_style((FONT, 13))
         .draw()
-        .map_err(|e| e.to_string())?;
-    let width = 0.8 / words.len().max(1) as f64;
-    for (ai, (arm, w)) in words.iter().enumerate() {
-        let total = w.values().sum::<u64>().max(1) as f64;
-        let c = colour(ai);
-        let bars: Vec<Rectangle<(f64, f64)>> = vocab
-            .iter()
-            .enumerate()
-            .map(|(i, word)| {
-                let x0 = i as f64 + 0.1 + width * ai as f64;
-                let y = w.get(word).copied().unwrap_or(0) as f64 / total;
-                Rectangle::new([(x0, 0.0), (x0 + width * 0.9, y)], c.mix(0.85).filled())
-            })
-            .collect();
-        chart
-            .draw_series(bars)
-            .map_err(|e| e.to_string())?
-            .label(arm.as_str())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+        .map_err(|e| err(path, e))?;
+    let width = 0.8 / series.len().max(1) as f64;
+    for (si, (name, bars)) in series.iter().enumerate() {
+        let c = colour(si);
+        let mut first = true;
+        for (gi, bar) in bars.iter().enumerate() {
+            let Some((m, sd)) = *bar else { continue };
+            let x0 = gi as f64 + 0.1 + width * si as f64;
+            let drawn = chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(x0, 0.0), (x0 + width * 0.9, m)],
+                    c.mix(0.85).filled(),
+                )))
+                .map_err(|e| err(path, e))?;
+            if first {
+                drawn.label(name.as_str()).legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled())
+                });
+                first = false;
+            }
+            if error_bars {
+                let xm = x0 + width * 0.45;
+                chart
+                    .draw_series(std::iter::once(PathElement::new(
+                        vec![(xm, m - sd), (xm, m + sd)],
+                        BLACK.stroke_width(2),
+                    )))
+                    .map_err(|e| err(path, e))?;
+            }
+        }
     }
     chart
         .configure_series_labels()
@@ -552,8 +524,8 @@ fn draw_word_use(
         .border_style(BLACK.mix(0.3))
         .position(SeriesLabelPosition::UpperRight)
         .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())?;
+        .map_err(|e| err(path, e))?;
+    root.present().map_err(|e| err(path, e))?;
     Ok(())
 }
 

@@ -170,19 +170,34 @@ pub enum Source {
         at: Window,
     },
     /// The iteration where a phase starts: the first from which a training series stays
-    /// above `above` (or below `below`) for `hold` iterations in a row (no value if never).
+    /// past a threshold for `hold` iterations in a row (no value if never).
     Onset {
         /// The series (as in `Train`).
         value: String,
-        /// The threshold it rises above...
-        #[serde(default)]
-        above: Option<f64>,
-        /// ...or falls below.
-        #[serde(default)]
-        below: Option<f64>,
+        /// `Above(x)` or `Below(x)`.
+        stays: Threshold,
         /// Iterations it must stay there.
         hold: u32,
     },
+}
+
+/// Which side of a threshold an onset waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Threshold {
+    /// Greater than the value.
+    Above(f64),
+    /// Less than the value.
+    Below(f64),
+}
+
+impl Threshold {
+    /// Whether `y` is past it.
+    pub fn passed_by(self, y: f64) -> bool {
+        match self {
+            Threshold::Above(x) => y > x,
+            Threshold::Below(x) => y < x,
+        }
+    }
 }
 
 /// Iterations a training measure averages.
@@ -628,23 +643,12 @@ pub fn parse(src: &str, path: &Path) -> Result<Experiment, ExperimentError> {
                     ));
                 }
             }
-            Source::Onset {
-                value,
-                above,
-                below,
-                hold,
-            } => {
+            Source::Onset { value, hold, .. } => {
                 check_series(
                     &cx,
                     value,
                     &[from[0], from[1], from[2], Seg::Field("value")],
                 )?;
-                if above.is_some() == below.is_some() {
-                    return Err(cx.value(
-                        &from,
-                        "an onset needs one threshold; expected `above: X` or `below: X`".into(),
-                    ));
-                }
                 if *hold == 0 {
                     return Err(cx.value(
                         &[from[0], from[1], from[2], Seg::Field("hold")],
@@ -784,7 +788,7 @@ fn check_series(cx: &Ctx<'_>, value: &str, at: &[Seg<'_>]) -> Result<(), Experim
             .strip_prefix("metrics.")
             .is_some_and(|t| !t.is_empty())
         || value.strip_prefix("eval.").is_some_and(|t| t.contains('.'))
-        || crate::metrics::plot::ROW_SERIES.contains(&value);
+        || crate::metrics::plot::row_series().any(|s| s == value);
     if ok {
         Ok(())
     } else {
@@ -793,7 +797,9 @@ fn check_series(cx: &Ctx<'_>, value: &str, at: &[Seg<'_>]) -> Result<(), Experim
             format!(
                 "series {value:?}; expected return, return.TEAM, metrics.NAME, \
                  eval.PARTNER.VALUE or one of {}",
-                crate::metrics::plot::ROW_SERIES.join(", ")
+                crate::metrics::plot::row_series()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         ))
     }

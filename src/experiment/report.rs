@@ -10,8 +10,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::runner::{Budget, Plan, read_final_eval};
-use super::{Experiment, Source, Window};
+use super::runner::{Budget, FinalEval, Plan, read_final_eval};
+use super::{Experiment, Source, Threshold, Window};
 use crate::train::eval;
 
 /// Mean, spread and per-seed values of one measure for one arm.
@@ -29,21 +29,29 @@ impl Stat {
     /// From per-seed values.
     pub fn of(per_seed: Vec<Option<f64>>) -> Stat {
         let v: Vec<f64> = per_seed.iter().flatten().copied().collect();
-        let n = v.len() as f64;
-        let mean = (!v.is_empty()).then(|| v.iter().sum::<f64>() / n);
-        let std = mean.map(|m| {
-            if v.len() < 2 {
-                0.0
-            } else {
-                (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
-            }
-        });
+        let ms = mean_sd(&v);
         Stat {
-            mean,
-            std,
+            mean: ms.map(|m| m.0),
+            std: ms.map(|m| m.1),
             per_seed,
         }
     }
+}
+
+/// The mean and the sample standard deviation (n - 1; 0 for one value) of `v`, `None` if
+/// it is empty.
+pub fn mean_sd(v: &[f64]) -> Option<(f64, f64)> {
+    if v.is_empty() {
+        return None;
+    }
+    let n = v.len() as f64;
+    let m = v.iter().sum::<f64>() / n;
+    let sd = if v.len() < 2 {
+        0.0
+    } else {
+        (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    };
+    Some((m, sd))
 }
 
 /// One measure.
@@ -180,16 +188,10 @@ fn describe(source: &Source) -> String {
         Source::Eval { partner, value } => {
             format!("final checkpoint against {partner}: {value}")
         }
-        Source::Onset {
-            value,
-            above,
-            below,
-            hold,
-        } => {
-            let (side, x) = match (above, below) {
-                (Some(a), _) => ("above", *a),
-                (_, Some(b)) => ("below", *b),
-                _ => ("above", f64::NAN),
+        Source::Onset { value, stays, hold } => {
+            let (side, x) = match stays {
+                Threshold::Above(x) => ("above", x),
+                Threshold::Below(x) => ("below", x),
             };
             format!("training: first iteration from which {value} stays {side} {x} for {hold}")
         }
@@ -200,29 +202,26 @@ fn describe(source: &Source) -> String {
     }
 }
 
-/// One measure of one run folder.
-pub fn measure_of(dir: &Path, source: &Source) -> Result<Option<f64>, String> {
+/// One measure of one run: its rows and its final evaluation (`dir` names it in errors).
+pub fn measure_in(
+    rows: &[Map<String, Value>],
+    final_eval: Option<&FinalEval>,
+    dir: &Path,
+    source: &Source,
+) -> Result<Option<f64>, String> {
     match source {
         Source::Eval { partner, value } => {
-            let fe = read_final_eval(dir)?;
+            let fe = final_eval
+                .ok_or_else(|| format!("{}: no {}", dir.display(), super::runner::FINAL_EVAL))?;
             let label = eval::parse_partners(partner)
                 .ok()
                 .and_then(|k| k.first().map(|k| eval::label(k)))
                 .unwrap_or_else(|| partner.clone());
             Ok(fe.partners.get(&label).and_then(|v| v.get(value)).copied())
         }
-        Source::Onset {
-            value,
-            above,
-            below,
-            hold,
-        } => {
-            let rows = read_rows(dir)?;
-            Ok(onset(&points(&rows, value), *above, *below, *hold))
-        }
+        Source::Onset { value, stays, hold } => Ok(onset(&points(rows, value), *stays, *hold)),
         Source::Train { value, at } => {
-            let rows = read_rows(dir)?;
-            let v: Vec<f64> = points(&rows, value).into_iter().map(|p| p.1).collect();
+            let v: Vec<f64> = points(rows, value).into_iter().map(|p| p.1).collect();
             let w: &[f64] = match at {
                 Window::First(n) => &v[..v.len().min(*n as usize)],
                 Window::Last(n) => &v[v.len().saturating_sub(*n as usize)..],
@@ -232,18 +231,12 @@ pub fn measure_of(dir: &Path, source: &Source) -> Result<Option<f64>, String> {
     }
 }
 
-/// The first `x` from which `pts` stay above `above` (or below `below`) for `hold` points
-/// in a row.
-pub fn onset(pts: &[(f64, f64)], above: Option<f64>, below: Option<f64>, hold: u32) -> Option<f64> {
-    let inside = |y: f64| match (above, below) {
-        (Some(a), _) => y > a,
-        (_, Some(b)) => y < b,
-        _ => false,
-    };
+/// The first `x` from which `pts` stay past `stays` for `hold` points in a row.
+pub fn onset(pts: &[(f64, f64)], stays: Threshold, hold: u32) -> Option<f64> {
     let hold = hold.max(1) as usize;
     let mut run = 0;
     for (i, &(_, y)) in pts.iter().enumerate() {
-        if inside(y) {
+        if stays.passed_by(y) {
             run += 1;
             if run == hold {
                 return Some(pts[i + 1 - hold].0);
@@ -326,24 +319,31 @@ pub fn aggregate(
     wall_seconds: f64,
 ) -> Result<Report, String> {
     let spec = &exp.spec;
+    // Each run's rows and final evaluation, read once.
+    let mut runs = Vec::new();
+    for r in &plan.runs {
+        let dir = out.join(&r.dir);
+        runs.push((read_rows(&dir)?, read_final_eval(&dir).ok(), dir));
+    }
     let mut measures = Vec::new();
     for m in &spec.measures {
         let mut arms = BTreeMap::new();
         for arm in &spec.arms {
             let mut per_seed = Vec::new();
             for &seed in &plan.seeds {
-                let Some(r) = plan
+                let Some(i) = plan
                     .runs
                     .iter()
-                    .find(|r| r.arm == arm.name && r.seed == seed)
+                    .position(|r| r.arm == arm.name && r.seed == seed)
                 else {
                     per_seed.push(None);
                     continue;
                 };
-                let v = if matches!(m.from, Source::Eval { .. }) && !r.evaluated {
+                let (rows, fe, dir) = &runs[i];
+                let v = if matches!(m.from, Source::Eval { .. }) && !plan.runs[i].evaluated {
                     None
                 } else {
-                    measure_of(&out.join(&r.dir), &m.from)?
+                    measure_in(rows, fe.as_ref(), dir, &m.from)?
                 };
                 per_seed.push(v.filter(|x| x.is_finite()));
             }
@@ -411,13 +411,12 @@ pub fn aggregate(
         });
     }
     let mut run_seconds = BTreeMap::new();
-    for r in &plan.runs {
-        let dir = out.join(&r.dir);
-        let train: f64 = read_rows(&dir)?
+    for (r, (rows, fe, _)) in plan.runs.iter().zip(&runs) {
+        let train: f64 = rows
             .iter()
             .filter_map(|row| row.get("seconds").and_then(Value::as_f64))
             .sum();
-        let ev = read_final_eval(&dir).map(|f| f.seconds).unwrap_or(0.0);
+        let ev = fe.as_ref().map_or(0.0, |f| f.seconds);
         run_seconds.insert(format!("{}/seed_{}", r.arm, r.seed), train + ev);
     }
     Ok(Report {

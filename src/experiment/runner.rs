@@ -232,10 +232,7 @@ pub const MAPS: &str = "maps.json";
 
 /// A run's `maps.json`.
 pub fn read_maps(dir: &Path) -> Result<BTreeMap<String, RunMaps>, String> {
-    let p = dir.join(MAPS);
-    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-    serde_json::from_str(&text)
-        .map_err(|e| format!("{}:{}:{}: {e}", p.display(), e.line(), e.column()))
+    read_json(&dir.join(MAPS))
 }
 
 /// The name of a run's final evaluation file.
@@ -396,14 +393,9 @@ fn refuse_foreign_folder(out: &Path) -> Result<(), RunError> {
 fn prepare_folder(out: &Path, plan: &Plan) -> Result<(), RunError> {
     let pfile = out.join("plan.json");
     if pfile.is_file() {
-        let text = std::fs::read_to_string(&pfile).map_err(|e| folder_err(&pfile, e))?;
-        let old: Plan = serde_json::from_str(&text).map_err(|e| {
+        let old: Plan = read_json(&pfile).map_err(|e| {
             RunError::Folder(format!(
-                "{}:{}:{}: {e}; expected the plan `emergence reproduce` wrote (nothing was \
-                 touched)",
-                pfile.display(),
-                e.line(),
-                e.column()
+                "{e}; expected the plan `emergence reproduce` wrote (nothing was touched)"
             ))
         })?;
         if old != *plan {
@@ -584,8 +576,12 @@ fn run_one(
 
 /// A run's `final_eval.json`.
 pub fn read_final_eval(dir: &Path) -> Result<FinalEval, String> {
-    let p = dir.join(FINAL_EVAL);
-    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    read_json(&dir.join(FINAL_EVAL))
+}
+
+/// A JSON file this module wrote; errors name the file (and the line and column).
+fn read_json<T: serde::de::DeserializeOwned>(p: &Path) -> Result<T, String> {
+    let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
     serde_json::from_str(&text)
         .map_err(|e| format!("{}:{}:{}: {e}", p.display(), e.line(), e.column()))
 }

@@ -138,11 +138,11 @@ fn each_error_names_its_line_and_column() {
             "metrics.NAME",
         ),
         (
-            "Onset(value: \"return\", above: 5.0, hold: 2)",
-            "Onset(value: \"return\", hold: 2)",
-            "Onset",
+            "Onset(value: \"return\", stays: Above(5.0), hold: 2)",
+            "Onset(value: \"return\", stays: Abov(5.0), hold: 2)",
+            "Abov",
             0,
-            "threshold",
+            "Abov",
         ),
         // Expected outcome: inside the string.
         (
@@ -212,10 +212,10 @@ fn stats_are_the_mean_and_the_sample_deviation() {
         (5.0, 7.0),
         (6.0, 8.0),
     ];
-    assert_eq!(onset(&pts, Some(5.0), None, 2), Some(4.0));
-    assert_eq!(onset(&pts, Some(5.0), None, 1), Some(2.0));
-    assert_eq!(onset(&pts, None, Some(0.5), 1), Some(1.0));
-    assert_eq!(onset(&pts, Some(9.0), None, 1), None);
+    assert_eq!(onset(&pts, Threshold::Above(5.0), 2), Some(4.0));
+    assert_eq!(onset(&pts, Threshold::Above(5.0), 1), Some(2.0));
+    assert_eq!(onset(&pts, Threshold::Below(0.5), 1), Some(1.0));
+    assert_eq!(onset(&pts, Threshold::Above(9.0), 1), None);
 }
 
 /// Writes a run folder by hand: returns per iteration and a final evaluation.

@@ -146,24 +146,16 @@ pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, PlotError> {
     Ok(rows)
 }
 
-/// The per-iteration numbers of a row besides returns, metrics and evaluations: what an
-/// experiment's measures and figures may read.
-pub const ROW_SERIES: [&str; 14] = [
-    "policy_loss",
-    "value_loss",
-    "entropy",
-    "approx_kl",
-    "clip_frac",
-    "kl_ref",
-    "grad_norm",
-    "explained_variance",
-    "lr",
-    "seconds",
-    "rollout_seconds",
-    "update_seconds",
-    "agent_steps_per_sec",
-    "tokens_per_sec",
-];
+/// The per-iteration numbers of a row besides returns, metrics and evaluations (the
+/// losses, the learning rate and the timings): what an experiment's measures and figures
+/// may read.
+pub fn row_series() -> impl Iterator<Item = &'static str> {
+    LOSSES
+        .iter()
+        .chain(std::iter::once(&"lr"))
+        .chain(SPEEDS.iter())
+        .copied()
+}
 
 /// The update's series drawn in `losses.png`.
 const LOSSES: [&str; 8] = [

@@ -453,18 +453,39 @@ pub fn play_maps(spec: &EvalSpec, steps: &[u32]) -> Result<PlayedMaps, TrainErro
         if let Some(e) = app.world().resource::<PolicyRegistry>().failure() {
             return Err(crate::headless::RunError::Policy(e).into());
         }
+        let world = app.world();
+        let entities = &world.resource::<crate::core::Arenas>().entities;
         for (a, slot) in end.iter_mut().enumerate() {
-            if slot.is_some() {
+            let (Some(&entity), None) = (entities.get(a), &slot) else {
+                continue;
+            };
+            let (Some(clock), Some(members)) = (
+                world.get::<EpisodeClock>(entity),
+                world.get::<ArenaAgents>(entity),
+            ) else {
+                continue;
+            };
+            for &e in members.entities() {
+                if let Some(w) = crate::inspect::said(world, e) {
+                    *words.entry(w).or_default() += 1;
+                }
+            }
+            // A whole frame (map, agents, their prompts and sight) only where one is kept.
+            let ended = matches!(clock.phase, ArenaPhase::PendingReset | ArenaPhase::Idle)
+                && clock.step > 0;
+            let framed = a == 0
+                && steps.contains(&clock.step)
+                && frames
+                    .last()
+                    .is_none_or(|l: &MapFrame| l.step != clock.step);
+            if !ended && !framed {
                 continue;
             }
-            let Some(f) = Frame::capture(app.world(), &ctx, a as u32) else {
+            let Some(f) = Frame::capture(world, &ctx, a as u32) else {
                 continue;
             };
             (width, height) = (f.width, f.height);
-            for w in f.agents.iter().filter_map(|x| x.say.as_ref()) {
-                *words.entry(w.clone()).or_default() += 1;
-            }
-            let lite = || MapFrame {
+            let lite = MapFrame {
                 step: f.step,
                 tiles: f.tiles.iter().collect(),
                 agents: f
@@ -474,14 +495,11 @@ pub fn play_maps(spec: &EvalSpec, steps: &[u32]) -> Result<PlayedMaps, TrainErro
                     .filter_map(|x| x.pos.map(|p| [p[0], p[1], i32::from(x.team)]))
                     .collect(),
             };
-            if a == 0
-                && steps.contains(&f.step)
-                && frames.last().is_none_or(|l: &MapFrame| l.step != f.step)
-            {
-                frames.push(lite());
+            if ended {
+                *slot = Some(lite.tiles.clone());
             }
-            if f.end {
-                *slot = Some(lite().tiles);
+            if framed {
+                frames.push(lite);
             }
         }
         let p = app.world().resource::<crate::core::RunProgress>();
