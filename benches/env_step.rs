@@ -16,7 +16,8 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use emergence::core::Dir4;
 use emergence::envs::hide_and_seek::HnsArena;
 use emergence::headless::{RunConfig, build_app};
-use emergence::scene::{FamilySpec, load_scene};
+use emergence::load::load_scene;
+use emergence::scene::FamilySpec;
 use std::hint::black_box;
 use std::path::Path;
 

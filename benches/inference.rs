@@ -88,7 +88,7 @@ fn decide(c: &mut Criterion) {
     emergence::alloc::keep_freed_memory();
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/dilemma/prisoners_dilemma.scene.ron");
-    let scene = emergence::scene::load_scene(&path).expect("scene");
+    let scene = emergence::load::load_scene(&path).expect("scene");
     let mut p = LmPolicy::new(
         ModelSource::Embedded {
             preset: Preset::Tiny,
@@ -161,7 +161,7 @@ fn scene_step(c: &mut Criterion) {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("scenes")
             .join(file);
-        let mut scene = emergence::scene::load_scene(&path).expect("scene");
+        let mut scene = emergence::load::load_scene(&path).expect("scene");
         for a in &mut scene.agents {
             a.policy = "lm".into();
         }

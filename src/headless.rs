@@ -8,14 +8,15 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
-use crate::SimPlugins;
 use crate::core::{Arenas, EpisodeClock, RunProgress, StateHash};
-use crate::envs::{SpawnError, spawn_arenas};
+use crate::envs::SpawnError;
 use crate::metrics::{EpisodeLog, MetricsWriter, peak_memory_bytes};
 use crate::policy::PolicyRegistry;
 use crate::policy::lm::{LmPolicy, ModelSource};
+use crate::policy::spawn_arenas;
 use crate::replay::Recorder;
 use crate::scene::Scene;
+use crate::sim::SimPlugins;
 
 /// What to run.
 #[derive(Debug, Clone)]

@@ -18,60 +18,24 @@ pub mod experiment;
 pub mod gui;
 pub mod headless;
 pub mod inspect;
+pub mod load;
 pub mod metrics;
 pub mod outputs;
 pub mod policy;
 pub mod replay;
 pub mod scene;
+pub mod sim;
 pub mod train;
 
-use bevy::app::{App, Plugin, PluginGroup, PluginGroupBuilder};
-use bevy::ecs::schedule::IntoScheduleConfigs;
-
-/// Episode logs and replays, written in `RecordSystems::Write`.
-#[derive(Default)]
-pub struct RecordPlugin;
-
-impl Plugin for RecordPlugin {
-    fn build(&self, app: &mut App) {
-        use bevy::ecs::schedule::common_conditions::resource_exists;
-        app.init_resource::<metrics::EpisodeLog>().add_systems(
-            core::SimSchedule,
-            (
-                metrics::log_episodes.before(core::hash_state),
-                replay::record_replay
-                    .run_if(resource_exists::<replay::Recorder>)
-                    .after(core::hash_state),
-                inspect::tap_frames
-                    .run_if(resource_exists::<inspect::TapSink>)
-                    .after(core::hash_state),
-            )
-                .in_set(core::RecordSystems::Write),
-        );
-    }
-}
-
-/// The simulation: core schedule, policies, every environment family, records.
-pub struct SimPlugins;
-
-impl PluginGroup for SimPlugins {
-    fn build(self) -> PluginGroupBuilder {
-        PluginGroupBuilder::start::<Self>()
-            .add(core::CorePlugin)
-            .add(policy::PolicyPlugin)
-            .add(envs::dilemma::DilemmaPlugin)
-            .add(envs::hide_and_seek::HideAndSeekPlugin)
-            .add(envs::maze::MazePlugin)
-            .add(RecordPlugin)
-    }
-}
+pub use sim::{RecordPlugin, SimPlugins};
 
 /// The names most users need.
 pub mod prelude {
     pub use crate::SimPlugins;
     pub use crate::core::*;
-    pub use crate::envs::{ActionNames, spawn_arenas};
+    pub use crate::envs::ActionNames;
     pub use crate::headless::{RunConfig, RunReport, run};
-    pub use crate::policy::{Decision, Policy, PolicyRegistry};
-    pub use crate::scene::{Scene, SceneError, load_scene, parse_scene};
+    pub use crate::load::{load_scene, parse_scene};
+    pub use crate::policy::{Decision, Policy, PolicyRegistry, spawn_arenas};
+    pub use crate::scene::{Scene, SceneError};
 }

@@ -9,8 +9,9 @@ use std::process::ExitCode;
 
 use emergence::envs::action_names;
 use emergence::headless::{RunConfig, RunReport, run};
+use emergence::load::load_scene;
 use emergence::policy::catalogue;
-use emergence::scene::{FamilySpec, Scene, Thing, find_scenes, load_scene};
+use emergence::scene::{FamilySpec, Scene, Thing, find_scenes};
 use emergence::train::limits;
 
 #[derive(Parser)]
@@ -315,7 +316,7 @@ fn cmd_eval(args: EvalArgs) -> Result<()> {
         Some(args.force),
     )?;
     let scene = if scene_path.file_name().is_some_and(|f| f == "scene.ron") {
-        emergence::scene::load_run_scene(&scene_path)?
+        emergence::load::load_run_scene(&scene_path)?
     } else {
         load_scene(&scene_path)?
     };

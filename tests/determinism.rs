@@ -3,7 +3,8 @@
 //! (replay files byte for byte and every step's hash).
 
 use emergence::headless::{RunConfig, run};
-use emergence::scene::{find_scenes, load_scene};
+use emergence::load::load_scene;
+use emergence::scene::find_scenes;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -8,7 +8,8 @@
 //! `cargo test --test fuzz_scenes` runs 2,000 mutants (a few seconds); set
 //! `EMERGENCE_FUZZ_CASES` for a longer run, e.g. `EMERGENCE_FUZZ_CASES=200000`.
 
-use emergence::scene::{find_scenes, parse_scene};
+use emergence::load::parse_scene;
+use emergence::scene::find_scenes;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use std::path::Path;

@@ -284,7 +284,7 @@ fn shipped(name: &str, arenas: u32) -> emergence::headless::RunReport {
         .join("scenes/hide_and_seek")
         .join(name);
     let mut cfg =
-        emergence::headless::RunConfig::new(emergence::scene::load_scene(&path).expect("scene"));
+        emergence::headless::RunConfig::new(emergence::load::load_scene(&path).expect("scene"));
     cfg.arenas = arenas;
     cfg.seed = 3;
     emergence::headless::run(&cfg, |_| {}).expect("run")

@@ -23,8 +23,8 @@
 //! Not here (measured, see the note): a maze pair that talks beating one that is
 //! muted; tests/train.rs holds the shorter proof that the word said is learned.
 
+use emergence::load::load_scene;
 use emergence::policy::lm::Preset;
-use emergence::scene::load_scene;
 use emergence::train::eval::{EvalResult, EvalSpec, evaluate};
 use emergence::train::{
     Algo, Hyper, LearnerKind, ModelChoice, Sharing, TrainConfig, TrainSummary, train,

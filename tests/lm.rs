@@ -405,7 +405,7 @@ fn init_writes_a_loadable_folder_and_never_overwrites() {
     let scenes: Vec<_> =
         emergence::scene::find_scenes(&Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes"))
             .iter()
-            .map(|p| emergence::scene::load_scene(p).expect("scene"))
+            .map(|p| emergence::load::load_scene(p).expect("scene"))
             .collect();
     let m = ModelFolder::init(Preset::Tiny, 5, &scenes, &Device::Cpu).expect("init");
     let params = m.config.parameters();
@@ -451,7 +451,7 @@ fn the_default_tokenizer_covers_every_scene_text() {
         emergence::scene::find_scenes(&Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes"));
     let scenes: Vec<_> = paths
         .iter()
-        .map(|p| emergence::scene::load_scene(p).expect("scene"))
+        .map(|p| emergence::load::load_scene(p).expect("scene"))
         .collect();
     let tok = build_tokenizer(&default_vocabulary(&scenes)).expect("tokenizer");
     for scene in &scenes {

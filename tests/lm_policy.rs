@@ -220,7 +220,7 @@ fn a_team_can_name_its_model_folder() {
     // A misspelt field is a scene error at its place.
     let bad = src.replace("lm(model:", "lm(modle:");
     let e =
-        emergence::scene::parse_scene(&bad, std::path::Path::new("t.scene.ron")).expect_err("bad");
+        emergence::load::parse_scene(&bad, std::path::Path::new("t.scene.ron")).expect_err("bad");
     assert!(
         e.to_string().contains("modle") && e.to_string().contains("`model`"),
         "{e}"

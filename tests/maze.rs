@@ -10,9 +10,10 @@ use emergence::core::*;
 use emergence::envs::maze::generate::{generate, solvable};
 use emergence::envs::maze::{Layout, MazeArena, act, view};
 use emergence::headless::{RunConfig, run};
+use emergence::load::load_scene;
 use emergence::metrics::EpisodeLog;
 use emergence::policy::{Decision, Policy, PolicyRegistry};
-use emergence::scene::{GenerateSpec, load_scene};
+use emergence::scene::GenerateSpec;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
@@ -343,7 +344,7 @@ fn two_planners_get_out_of_every_maze_with_several_plate_doors() {
             )
             .replace("max_steps: 300", &format!("max_steps: {max_steps}"));
         assert_ne!(text, generated);
-        let scene = emergence::scene::parse_scene(&text, Path::new("g.scene.ron")).expect("scene");
+        let scene = emergence::load::parse_scene(&text, Path::new("g.scene.ron")).expect("scene");
         let mut cfg = RunConfig::new(scene);
         cfg.arenas = arenas;
         cfg.seed = 5;
@@ -388,7 +389,7 @@ fn talking_bots_need_the_default_words() {
     let src = "(name: \"t\", family: Maze(vocabulary: [\"go\"], \
         generate: (plate_doors: 0, key_doors: 1)), \
         teams: [(name: \"a\", policy: \"maze_talker\"), (name: \"b\", policy: \"maze_follower\")])";
-    let err = emergence::scene::parse_scene(src, Path::new("t.scene.ron"))
+    let err = emergence::load::parse_scene(src, Path::new("t.scene.ron"))
         .expect_err("a vocabulary without the bots' words")
         .to_string();
     assert!(err.contains("vocabulary"), "{err}");

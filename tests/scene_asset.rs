@@ -2,7 +2,8 @@
 
 use bevy::app::{App, TaskPoolPlugin};
 use bevy::asset::{AssetPlugin, AssetServer, Assets, LoadState};
-use emergence::scene::{SceneAsset, SceneAssetPlugin, load_scene};
+use emergence::load::load_scene;
+use emergence::scene::SceneAsset;
 use std::path::Path;
 
 #[test]
@@ -15,7 +16,7 @@ fn asset_loader_gives_the_same_scene_as_the_cli() {
             file_path: dir.to_string_lossy().into_owned(),
             ..Default::default()
         },
-        SceneAssetPlugin,
+        emergence::load::asset_plugin(),
     ));
     app.finish();
     app.cleanup();

@@ -1,6 +1,7 @@
 //! One test per class of scene error, asserting the line, the column and the message.
 
-use emergence::scene::{SceneError, SceneErrorKind, parse_scene};
+use emergence::load::parse_scene;
+use emergence::scene::{SceneError, SceneErrorKind};
 use std::path::Path;
 
 fn err(src: &str) -> SceneError {
@@ -211,8 +212,8 @@ fn training_defaults_out_of_range_are_scene_errors() {
         ),
     )
     .expect("write");
-    assert!(emergence::scene::load_scene(&copy).is_err());
-    emergence::scene::load_run_scene(&copy).expect("a run's copy");
+    assert!(emergence::load::load_scene(&copy).is_err());
+    emergence::load::load_run_scene(&copy).expect("a run's copy");
 }
 
 #[test]
@@ -247,7 +248,7 @@ fn matrix_game_needs_two_players() {
 #[test]
 fn io_error_names_the_file() {
     let e =
-        emergence::scene::load_scene(Path::new("/nonexistent/x.scene.ron")).expect_err("missing");
+        emergence::load::load_scene(Path::new("/nonexistent/x.scene.ron")).expect_err("missing");
     assert!(
         e.to_string()
             .starts_with("/nonexistent/x.scene.ron: cannot read"),
@@ -284,7 +285,7 @@ fn every_shipped_scene_is_valid() {
     );
     assert!(scenes.len() >= 5, "{scenes:?}");
     for p in scenes {
-        emergence::scene::load_scene(&p).unwrap_or_else(|e| panic!("{e}"));
+        emergence::load::load_scene(&p).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 

@@ -5,10 +5,10 @@
 
 use candle_core::{D, Device, Tensor};
 use emergence::experiment::{self, runner};
+use emergence::load::load_scene;
 use emergence::policy::lm::model::Path as Fwd;
 use emergence::policy::lm::tokenizer::encode;
 use emergence::policy::lm::{ModelFolder, Preset};
-use emergence::scene::load_scene;
 use emergence::train::{
     Algo, Hyper, LearnerKind, ModelChoice, Sharing, TrainConfig, TrainSummary, newest_checkpoint,
     resume_config, train,
@@ -394,7 +394,7 @@ fn the_cory_observer_reads_the_pioneers_action() {
 
 #[test]
 fn a_scene_carries_training_defaults_and_a_typo_in_them_is_located() {
-    use emergence::scene::parse_scene;
+    use emergence::load::parse_scene;
     let text = std::fs::read_to_string(scene("prisoners_dilemma.scene.ron")).expect("scene");
     let with = text.replacen(
         "    teams:",

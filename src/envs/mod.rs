@@ -12,8 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use std::fmt;
 
 use crate::core::*;
-use crate::policy::PolicyRegistry;
-use crate::scene::{FamilySpec, Scene};
+use crate::scene::{Ctx, FamilySpec, Scene, SceneError};
 use dilemma::{cleanup, commons, gridworld, matrix};
 
 /// The action words of a scene's family, by index.
@@ -73,31 +72,42 @@ pub fn action_names(scene: &Scene) -> Vec<String> {
     }
 }
 
-/// Spawns `count` arenas of `scene`. Each runs `episodes` episodes (forever if `None`)
-/// with streams derived from `seed`. Registers the scene's policies.
-pub fn spawn_arenas(
+/// The family rules of `scene` (parsed from `src`, which locates the errors): the checks a
+/// scene's data alone cannot make.
+pub fn check_scene(scene: &Scene, src: &str) -> Result<(), SceneError> {
+    let cx = Ctx {
+        path: &scene.path,
+        src,
+    };
+    match &scene.spec.family {
+        FamilySpec::HideAndSeek(_) => hide_and_seek::check::check_teams(&cx, &scene.spec),
+        FamilySpec::Maze(m) => maze::check::check_scene(&cx, scene, m),
+        _ => Ok(()),
+    }
+}
+
+/// Who decides for the agents of one arena, in slot order: the policy layer gives these
+/// when it spawns (the environment knows only handles).
+pub struct Deciders<'a> {
+    /// Each slot's policy handle.
+    pub handles: &'a [PolicyHandle],
+    /// Slots whose policy reads the whole map (they get [`Oracle`]).
+    pub oracle: &'a [bool],
+}
+
+/// Spawns `count` arenas of `scene`, each agent with its slot's policy handle. Each arena
+/// runs `episodes` episodes (forever if `None`) with streams derived from `seed`. The
+/// policies themselves are registered by the caller (`policy::spawn_arenas` does both).
+pub fn spawn_agents(
     world: &mut World,
     scene: &Scene,
+    deciders: Deciders<'_>,
     count: u32,
     seed: u64,
     episodes: Option<u32>,
 ) -> Result<(), SpawnError> {
-    let mut handles = Vec::with_capacity(scene.agents.len());
-    {
-        let mut registry = world.get_resource_or_init::<PolicyRegistry>();
-        for a in &scene.agents {
-            handles.push(
-                registry
-                    .handle(&a.policy)
-                    .ok_or_else(|| SpawnError(format!("unknown policy {:?}", a.policy)))?,
-            );
-        }
-    }
+    let (handles, oracle) = (deciders.handles, deciders.oracle);
     let names = action_names(scene);
-    world
-        .resource_mut::<PolicyRegistry>()
-        .setup(scene, &names)
-        .map_err(SpawnError)?;
     let n_actions = names.len();
     let max_steps = scene.spec.episode.max_steps;
     let rules = |view, zap, clean_length, apple_reward| gridworld::DilemmaRules {
@@ -127,15 +137,6 @@ pub fn spawn_arenas(
         }
         FamilySpec::Maze(_) => FamilyState::Maze(maze::MazeArena::from_scene(scene)),
     };
-    let oracle: Vec<bool> = scene
-        .agents
-        .iter()
-        .map(|a| {
-            crate::policy::catalogue()
-                .iter()
-                .any(|p| p.name == a.policy && p.oracle)
-        })
-        .collect();
     let mut entities = Vec::with_capacity(count as usize);
     for index in 0..count {
         let mut arena = world.spawn((
@@ -163,7 +164,7 @@ pub fn spawn_arenas(
         }
         let arena_entity = arena.id();
         entities.push(arena_entity);
-        for (slot, (spec, handle)) in scene.agents.iter().zip(&handles).enumerate() {
+        for (slot, (spec, handle)) in scene.agents.iter().zip(handles).enumerate() {
             let mut agent = world.spawn((
                 Agent {
                     arena: index,

@@ -822,7 +822,7 @@ fn scene_of(cx: &Ctx<'_>, r: &SceneRef, at: &[Seg<'_>]) -> Result<ArmScene, Expe
                 ));
             }
             let text = crate::scene::read_text(&p)?;
-            let scene = crate::scene::parse_scene(&text, &p)?;
+            let scene = crate::load::parse_scene(&text, &p)?;
             Ok(ArmScene {
                 scene,
                 file: Some(p),
@@ -851,7 +851,7 @@ fn scene_of(cx: &Ctx<'_>, r: &SceneRef, at: &[Seg<'_>]) -> Result<ArmScene, Expe
                     }
                 })
                 .collect();
-            let scene = crate::scene::parse_scene(&padded, cx.path)?;
+            let scene = crate::load::parse_scene(&padded, cx.path)?;
             Ok(ArmScene {
                 scene,
                 file: None,

@@ -464,7 +464,7 @@ fn run_one(
         .position(|a| a.name == r.arm)
         .unwrap_or(0);
     let scene_path = out.join(&r.scene);
-    let scene = crate::scene::load_scene(&scene_path)?;
+    let scene = crate::load::load_scene(&scene_path)?;
     let resumed = dir.join("config.json").is_file();
     let done = if resumed {
         newest_checkpoint(&dir)?.map_or(0, |(k, _)| k)

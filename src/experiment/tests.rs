@@ -47,7 +47,7 @@ fn the_small_experiment_parses() {
     assert!(e.scenes[0].file.is_none());
     assert!(e.scenes[0].text.contains("payoffs"));
     // The written inline scene is a valid scene on its own.
-    crate::scene::parse_scene(&e.scenes[0].text, Path::new("x.scene.ron")).expect("scene");
+    crate::load::parse_scene(&e.scenes[0].text, Path::new("x.scene.ron")).expect("scene");
     assert_eq!(e.partners, ["self", "always_defect"]);
     assert_eq!(e.checks.len(), 2);
 }

@@ -709,7 +709,7 @@ fn watch_scene(time: Res<Time<bevy::time::Real>>, mut viewer: ResMut<Viewer>) {
         return;
     }
     *last = t;
-    let loaded = crate::scene::load_scene(&w.path)
+    let loaded = crate::load::load_scene(&w.path)
         .map_err(|e| e.to_string())
         .and_then(|s| (w.prepare)(s));
     let path = w.path.display().to_string();

@@ -3,6 +3,7 @@
 //! ALL its agents across all arenas in one call (the batched interface language models
 //! use), and writes the same [`Action`] component whoever it is.
 
+mod check;
 mod grid_bots;
 mod hns_bots;
 pub mod lm;
@@ -20,6 +21,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::core::*;
 
+pub use check::check_scene;
 pub use grid_bots::{Cleaner, FreeRider, GreedyHarvester, SustainableHarvester};
 pub use hns_bots::{FortBuilder, Hider, Seeker};
 pub use matrix_bots::{AlwaysCooperate, AlwaysDefect, GrimTrigger, TitForTat};
@@ -433,4 +435,50 @@ impl Plugin for PolicyPlugin {
         app.init_resource::<PolicyRegistry>()
             .add_systems(SimSchedule, decide_actions.in_set(SimSystems::Decide));
     }
+}
+
+/// Spawns `count` arenas of `scene` with its policies: registers each team's policy in the
+/// [`PolicyRegistry`] (set up for the scene), then the arenas and agents
+/// ([`crate::envs::spawn_agents`]). Each arena runs `episodes` episodes (forever if `None`)
+/// with streams derived from `seed`.
+pub fn spawn_arenas(
+    world: &mut World,
+    scene: &crate::scene::Scene,
+    count: u32,
+    seed: u64,
+    episodes: Option<u32>,
+) -> Result<(), crate::envs::SpawnError> {
+    use crate::envs::{Deciders, SpawnError, action_names, spawn_agents};
+    let mut handles = Vec::with_capacity(scene.agents.len());
+    {
+        let mut registry = world.get_resource_or_init::<PolicyRegistry>();
+        for a in &scene.agents {
+            handles.push(
+                registry
+                    .handle(&a.policy)
+                    .ok_or_else(|| SpawnError(format!("unknown policy {:?}", a.policy)))?,
+            );
+        }
+    }
+    let names = action_names(scene);
+    world
+        .resource_mut::<PolicyRegistry>()
+        .setup(scene, &names)
+        .map_err(SpawnError)?;
+    let oracle: Vec<bool> = scene
+        .agents
+        .iter()
+        .map(|a| catalogue().iter().any(|p| p.name == a.policy && p.oracle))
+        .collect();
+    spawn_agents(
+        world,
+        scene,
+        Deciders {
+            handles: &handles,
+            oracle: &oracle,
+        },
+        count,
+        seed,
+        episodes,
+    )
 }

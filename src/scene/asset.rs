@@ -1,5 +1,7 @@
-//! Scenes as Bevy assets: the same [`parse_scene`](super::parse_scene) behind an
-//! `AssetLoader`, so a window can load and hot-reload `.scene.ron` files.
+//! Scenes as Bevy assets: the same parser behind an `AssetLoader`, so a window can load and
+//! hot-reload `.scene.ron` files. The scene layer checks the data; the rules of the families
+//! and policies come in as a [`SceneCheck`] (`crate::load::asset_plugin` gives the one the
+//! CLI uses), so this module imports nothing above it.
 
 use bevy::app::{App, Plugin};
 use bevy::asset::io::Reader;
@@ -7,7 +9,10 @@ use bevy::asset::{Asset, AssetApp, AssetLoader, LoadContext};
 use bevy::reflect::TypePath;
 use std::path::PathBuf;
 
-use super::{Scene, SceneError, SceneErrorKind, parse_scene};
+use super::{Scene, SceneError, SceneErrorKind, parse_data, without_bom};
+
+/// The checks a loaded scene passes after its data's: `(scene, its text)`.
+pub type SceneCheck = fn(&Scene, &str) -> Result<(), SceneError>;
 
 /// A loaded scene.
 #[derive(Asset, TypePath, Debug, Clone)]
@@ -15,7 +20,10 @@ pub struct SceneAsset(pub Scene);
 
 /// Loads `*.scene.ron` files.
 #[derive(Default, TypePath)]
-pub struct SceneAssetLoader;
+pub struct SceneAssetLoader {
+    /// Checked after the data, if set.
+    pub check: Option<SceneCheck>,
+}
 
 impl AssetLoader for SceneAssetLoader {
     type Asset = SceneAsset;
@@ -46,7 +54,12 @@ impl AssetLoader for SceneAssetLoader {
                 expected: "a UTF-8 RON file".into(),
             },
         })?;
-        parse_scene(&src, &path).map(SceneAsset)
+        let src = without_bom(&src);
+        let scene = parse_data(src, &path)?;
+        if let Some(check) = self.check {
+            check(&scene, src)?;
+        }
+        Ok(SceneAsset(scene))
     }
 
     fn extensions(&self) -> &[&str] {
@@ -55,12 +68,16 @@ impl AssetLoader for SceneAssetLoader {
 }
 
 /// Registers [`SceneAsset`] and its loader (needs Bevy's `AssetPlugin`).
+/// Without a check it loads any scene whose data holds together.
 #[derive(Default)]
-pub struct SceneAssetPlugin;
+pub struct SceneAssetPlugin {
+    /// The families' and policies' rules, checked after the data.
+    pub check: Option<SceneCheck>,
+}
 
 impl Plugin for SceneAssetPlugin {
     fn build(&self, app: &mut App) {
         app.init_asset::<SceneAsset>()
-            .register_asset_loader(SceneAssetLoader);
+            .register_asset_loader(SceneAssetLoader { check: self.check });
     }
 }

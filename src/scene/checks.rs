@@ -339,7 +339,7 @@ fn check_maze(cx: &Ctx<'_>, m: &MazeParams) -> Result<(), SceneError> {
 
 /// The `train:` block's settings, against the limits the command's flags have.
 pub(crate) fn check_train(cx: &Ctx<'_>, t: &TrainSettings) -> Result<(), SceneError> {
-    if let Err(bad) = crate::train::limits::check_settings(t) {
+    if let Err(bad) = super::limits::check_settings(t) {
         return Err(cx.value_at(
             &[Seg::Field("train"), Seg::Field(bad.name)],
             out_of_range(&format!("train.{}", bad.name), bad.value, &bad.expected),

@@ -1,19 +1,26 @@
 //! Scenes: RON files that describe an environment (family and parameters), its map, its
-//! teams and their policies. One parser, [`parse_scene`], serves the CLI and the Bevy asset
-//! loader alike; errors name `path:line:col`, what is wrong and what was expected.
+//! teams and their policies, and the defaults of its training run (the `train:` block).
+//! This module is data: it parses a scene and checks what the data alone can tell (syntax,
+//! fields, ranges, the map's shape and legend, spawn cells), errors naming `path:line:col`,
+//! what is wrong and what was expected. It imports nothing but `core`. The rules that need a
+//! family's or a policy's knowledge are checked by `envs` and `policy`; `crate::load`
+//! composes the three into `load_scene`, which the CLI, the runner and the asset loader use.
 
 mod asset;
 mod checks;
 mod error;
-mod family_rules;
+pub mod limits;
 pub mod locate;
 mod params;
 mod schema;
+pub mod settings;
 mod validate;
 
-pub use asset::{SceneAsset, SceneAssetLoader, SceneAssetPlugin};
+pub use asset::{SceneAsset, SceneAssetLoader, SceneAssetPlugin, SceneCheck};
+pub(crate) use checks::{FAM, out_of_range, rule};
 pub use error::{SceneError, SceneErrorKind};
 pub use schema::*;
+pub use validate::Ctx;
 
 use std::path::{Path, PathBuf};
 
@@ -71,9 +78,20 @@ pub fn ron_options() -> ron::Options {
     )
 }
 
-/// Parses and validates a scene from its text; `path` is used in errors.
-pub fn parse_scene(src: &str, path: &Path) -> Result<Scene, SceneError> {
+/// Parses a scene from its text and checks its data (not the family's or the policies'
+/// rules: `crate::load::parse_scene` adds those); `path` is used in errors.
+pub fn parse_data(src: &str, path: &Path) -> Result<Scene, SceneError> {
     parse_with(src, path, true)
+}
+
+/// [`parse_data`] for a training run's own scene copy: its `train:` block is ignored.
+pub fn parse_run_data(src: &str, path: &Path) -> Result<Scene, SceneError> {
+    parse_with(src, path, false)
+}
+
+/// The text a scene's offsets refer to: without a leading byte-order mark.
+pub fn without_bom(src: &str) -> &str {
+    src.strip_prefix('\u{feff}').unwrap_or(src)
 }
 
 /// Reads a file as UTF-8 text for a RON parser (the same checks as a scene file's).
@@ -85,7 +103,7 @@ pub fn read_text(path: &Path) -> Result<String, SceneError> {
 /// settings from its `config.json`, not from its scene copy).
 fn parse_with(src: &str, path: &Path, train: bool) -> Result<Scene, SceneError> {
     // A byte-order mark, which some editors write at the start of a UTF-8 file, is not RON.
-    let src = src.strip_prefix('\u{feff}').unwrap_or(src);
+    let src = without_bom(src);
     let mut spec: SceneSpec = ron_options()
         .from_str(src)
         .map_err(|e| SceneError::Invalid {
@@ -98,18 +116,6 @@ fn parse_with(src: &str, path: &Path, train: bool) -> Result<Scene, SceneError> 
         spec.train = TrainSettings::default();
     }
     validate::validate(spec, path, src)
-}
-
-/// Reads, parses and validates a scene file.
-pub fn load_scene(path: &Path) -> Result<Scene, SceneError> {
-    parse_scene(&read_source(path)?, path)
-}
-
-/// [`load_scene`] for a training run's own scene copy: its `train:` block is ignored (the
-/// run's settings are in its `config.json`; a copy saved before a range was checked still
-/// loads).
-pub fn load_run_scene(path: &Path) -> Result<Scene, SceneError> {
-    parse_with(&read_source(path)?, path, false)
 }
 
 /// A scene file's text.

@@ -39,7 +39,7 @@ pub struct SceneSpec {
 /// A scene's default training settings: the `train:` block, the same type as the command's
 /// flags (every field optional; the flags override them, the algorithm's defaults fill the
 /// rest).
-pub use crate::train::TrainSettings;
+pub use super::settings::TrainSettings;
 
 /// The environment family, with its parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,19 +1,22 @@
-//! Turns a [`SceneSpec`] into a checked [`Scene`]: map shape, legend, spawn cells, policies
-//! and parameter ranges, each error located in the source text.
+//! Turns a [`SceneSpec`] into a [`Scene`] whose data holds together: map shape, legend, spawn
+//! cells and parameter ranges, each error located in the source text. The rules that need a
+//! family's or a policy's knowledge (a maze's doors, hide-and-seek's sides, which policies
+//! exist) are checked by those layers (`envs::check_scene`, `policy::check_scene`) on the
+//! scene this returns.
 
 use std::path::Path;
 
 use super::checks::{FAM, check_family, check_int, check_train, out_of_range, rule};
 use super::error::{SceneError, SceneErrorKind};
-use super::family_rules::{check_hide_seek_teams, check_maze_map, check_maze_talk};
 use super::locate::{Seg, line_col, locate, locate_value};
 use super::schema::*;
 use super::{AgentSpec, Scene};
-use crate::policy::catalogue;
 
 /// Builds errors located in one source text.
-pub(crate) struct Ctx<'a> {
+pub struct Ctx<'a> {
+    /// The file, for errors.
     pub path: &'a Path,
+    /// The text the offsets refer to.
     pub src: &'a str,
 }
 
@@ -145,55 +148,6 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
                 out_of_range(&format!("teams[{i}].count"), n, "1 to 1024 agents"),
             ));
         }
-        let key = t.policy.key();
-        match catalogue().iter().find(|p| p.name == key) {
-            None if key == "lm:" => {
-                return Err(cx.value_at(
-                    &[
-                        Seg::Field("teams"),
-                        Seg::Index(i),
-                        Seg::Field("policy"),
-                        Seg::Field("model"),
-                    ],
-                    rule(
-                        "lm(model: \"\") names no folder",
-                        "a model folder's path, or lm without a model for the embedded one",
-                    ),
-                ));
-            }
-            None if key.starts_with("lm:") || key.starts_with("mlp:") => {}
-            None => {
-                let known = catalogue()
-                    .iter()
-                    .map(|p| p.name)
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(cx.value_at(
-                    &tp("policy"),
-                    SceneErrorKind::UnknownPolicy {
-                        name: key.clone(),
-                        known,
-                    },
-                ));
-            }
-            Some(p) if !p.plays(family) => {
-                let known = catalogue()
-                    .iter()
-                    .filter(|p| p.plays(family))
-                    .map(|p| p.name)
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(cx.value_at(
-                    &tp("policy"),
-                    SceneErrorKind::PolicyFamily {
-                        name: key.clone(),
-                        family: family.into(),
-                        known,
-                    },
-                ));
-            }
-            Some(_) => {}
-        }
     }
 
     let mut roles: Vec<String> = Vec::new();
@@ -209,12 +163,6 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
         }
     };
 
-    if let FamilySpec::HideAndSeek(_) = spec.family {
-        check_hide_seek_teams(&cx, &spec)?;
-    }
-    if let FamilySpec::Maze(m) = &spec.family {
-        check_maze_talk(&cx, &spec, m)?;
-    }
     if let FamilySpec::Maze(MazeParams {
         generate: Some(g), ..
     }) = &spec.family
@@ -243,12 +191,6 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
                     "plate doors need one agent on the plate and one going through, but the scene has 1 agent",
                     "plate_doors: 0 for a solo maze, or two or more agents",
                 ),
-            ));
-        }
-        if let Err(why) = crate::envs::maze::generate::check_capacity(g, agents.len()) {
-            return Err(cx.field_at(
-                &[FAM, Seg::Field("generate")],
-                rule(why, "a larger width and height, or fewer doors"),
             ));
         }
         return Ok(Scene {
@@ -452,21 +394,17 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
         ));
     }
 
-    match spec.family {
-        FamilySpec::Maze(_) => check_maze_map(&cx, &cells)?,
-        FamilySpec::HideAndSeek(_) => {
-            let objects = cells
-                .iter()
-                .filter(|t| matches!(t, Thing::Box | Thing::Ramp))
-                .count();
-            if objects > 250 {
-                return Err(cx.field_at(
-                    &[Seg::Field("map")],
-                    out_of_range("boxes and ramps", objects, "at most 250"),
-                ));
-            }
+    if let FamilySpec::HideAndSeek(_) = spec.family {
+        let objects = cells
+            .iter()
+            .filter(|t| matches!(t, Thing::Box | Thing::Ramp))
+            .count();
+        if objects > 250 {
+            return Err(cx.field_at(
+                &[Seg::Field("map")],
+                out_of_range("boxes and ramps", objects, "at most 250"),
+            ));
         }
-        _ => {}
     }
 
     // Spawn cells: a team's own, or the shared pool.

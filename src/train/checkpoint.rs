@@ -89,7 +89,7 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
     };
     let value: serde_json::Value = serde_json::from_str(&text).map_err(at)?;
     let spath = run_dir.join("scene.ron");
-    let scene = crate::scene::load_run_scene(&spath)
+    let scene = crate::load::load_run_scene(&spath)
         .map_err(|e| TrainError::Config(format!("the run's scene copy: {e}")))?;
     // None: it stopped before its first checkpoint, and starts again.
     let checkpoint = newest_checkpoint(run_dir)?;

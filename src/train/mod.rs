@@ -19,7 +19,6 @@ pub mod algo;
 mod checkpoint;
 pub mod critic;
 pub mod eval;
-pub mod limits;
 pub mod loss;
 mod metrics_files;
 pub mod optim;
@@ -44,16 +43,17 @@ use crate::policy::lm::{LmError, LmPolicy, ModelSource, Preset, TrainHandle};
 use crate::policy::mlp::{MlpHandle, MlpPolicy};
 use crate::policy::{PolicyFactory, PolicyRegistry};
 use crate::scene::Scene;
+pub use crate::scene::limits;
+pub use crate::scene::settings::{Algo, LearnerKind, Sharing};
 pub use algo::cory;
 use checkpoint::{Learner, LearnerModel, save_checkpoint};
 pub use checkpoint::{RunFile, TrainerState, newest_checkpoint, resume_config, whole_checkpoints};
 use metrics_files::MetricsFiles;
 pub use rollout::{Batch, Rollouts, Step, Trajectory};
 pub use settings::TrainSettings;
-pub use sharing::Sharing;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-pub use trainer::{Algo, Hyper, Trainer, UpdateStats};
+pub use trainer::{Hyper, Trainer, UpdateStats};
 
 /// What can go wrong in training.
 #[derive(Debug, Error)]
@@ -101,28 +101,6 @@ fn check_settings(cfg: &TrainConfig) -> Result<(), TrainError> {
             name.replace('_', "-")
         ))
     })
-}
-
-/// Which policy learns: the scene's agents on it are trained (every agent, when none is).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum LearnerKind {
-    /// The language model (`--model` or an embedded preset).
-    #[default]
-    Lm,
-    /// The classic-MARL baseline: a two-layer network on the observation's features,
-    /// weights from the run seed (REINFORCE, IPPO, MAPPO, MAGRPO, Advantage Alignment).
-    Mlp,
-}
-
-impl LearnerKind {
-    /// The policy name its agents have in the scene.
-    pub fn policy(self) -> &'static str {
-        match self {
-            LearnerKind::Lm => "lm",
-            LearnerKind::Mlp => "mlp",
-        }
-    }
 }
 
 /// Where the trained model starts from.

@@ -2,33 +2,8 @@
 //! LoRA adapter per role or per agent over one frozen base, or a separate model per learning
 //! team, each trained on its own team's decisions only.
 
-use serde::{Deserialize, Serialize};
-
 use crate::policy::{Decision, Policy, PolicyStats};
 use crate::scene::Scene;
-
-/// How the learning agents share parameters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Sharing {
-    /// One model for every learning agent.
-    #[default]
-    Shared,
-    /// A LoRA adapter per role (rank `--lora-rank`) over one frozen base model; the value
-    /// head is shared and learns too. Checkpoints hold `adapters/<role>/` in the PEFT layout.
-    #[value(name = "role-lora")]
-    #[serde(rename = "role_lora")]
-    RoleLora,
-    /// A LoRA adapter per agent slot (rank `--lora-rank`) over one frozen base model, the
-    /// agent in that slot of every arena reading it; the value head is shared and learns
-    /// too. Still one forward per step for all agents. Checkpoints hold
-    /// `adapters/agent_<slot>/` in the PEFT layout.
-    #[value(name = "agent-lora")]
-    #[serde(rename = "agent_lora")]
-    AgentLora,
-    /// A model per learning team (all start from the same weights).
-    Separate,
-}
 
 /// The model index of each slot under [`Sharing::Separate`]: the rank of the agent's team
 /// among the teams that have agents on the learning policy `learner` (`lm` or `mlp`);

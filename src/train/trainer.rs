@@ -9,7 +9,6 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
-use super::TrainError;
 use super::advantage::{explained_variance, normalise};
 use super::algo;
 use super::critic::Critic;
@@ -18,37 +17,10 @@ use super::loss::{
 };
 use super::optim::{AdamParams, AdamW};
 use super::rollout::Batch;
+use super::{Algo, TrainError};
 use crate::policy::lm::model::Path;
 use crate::policy::lm::{Decoder, Lora, TrainHandle, Weights};
 use crate::policy::mlp::{Encoded, MlpHandle, MlpNet};
-
-/// The algorithms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Algo {
-    /// REINFORCE with a learned baseline (the value head) and one pass over the batch.
-    Reinforce,
-    /// Independent PPO: GAE advantages, clipped surrogate, clipped value loss, several epochs.
-    Ippo,
-    /// MAPPO: PPO whose advantages come from a centralised critic that reads the global state
-    /// (the family's true state: the whole map, every agent's position and status).
-    Mappo,
-    /// Multi-agent GRPO: the arenas of a group share their seed; every agent is credited with
-    /// the arena's shared (summed) return-to-go minus its group's mean (over its std); no
-    /// critic; clipped surrogate.
-    Magrpo,
-    /// CORY: the model duplicated into a pioneer and an observer that reads the pioneer's
-    /// choice; both learn (PPO, GAE) from the summed reward; roles swap every
-    /// `swap_every` updates.
-    Cory,
-    /// Advantage Alignment (social dilemmas): each learner's credit adds the others'
-    /// advantages weighted by its own past advantages (normalised, so β does not depend on
-    /// the reward's scale); leave-one-out baselines over the group (2 or more arenas that
-    /// share a seed); clipped surrogate.
-    #[value(name = "advantage-alignment", alias = "adalign")]
-    #[serde(rename = "advantage_alignment", alias = "adalign")]
-    AdvantageAlignment,
-}
 
 impl Algo {
     /// Whether the language model's value head is trained and used as a baseline.

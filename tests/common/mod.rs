@@ -5,7 +5,8 @@ use bevy::app::App;
 use bevy::prelude::*;
 use emergence::core::*;
 use emergence::headless::{RunConfig, build_app};
-use emergence::scene::{Scene, parse_scene};
+use emergence::load::parse_scene;
+use emergence::scene::Scene;
 use std::path::Path;
 
 /// Parses a scene written in the test, panicking with the error if it is invalid.

@@ -17,6 +17,7 @@
 //! | Parameters | `prep_fraction` 0.4, `vision_range` 6, `vision_cone` 135, `reward` 1. |
 
 pub mod actions;
+pub(crate) mod check;
 mod codes;
 pub mod map;
 pub mod rules;

@@ -18,6 +18,7 @@
 //! next step, and written to replays. [`MazePlugin`] adds every system; each runs only on
 //! arenas that carry a [`MazeArena`].
 
+pub(crate) mod check;
 mod codes;
 pub mod generate;
 mod layout;

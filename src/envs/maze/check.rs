@@ -1,52 +1,15 @@
-//! Scene rules particular to one family: hide-and-seek sides, maze maps and talk.
+//! The scene rules of the maze: the talking bots' words, every door's plate or key, the
+//! generator's room for the doors asked.
 
-use super::checks::{FAM, out_of_range, rule};
-use super::error::SceneError;
-use super::locate::Seg;
-use super::schema::*;
-use super::validate::Ctx;
-
-/// Hide-and-seek teams: every team's role is `hider` or `seeker`, and both sides exist.
-pub(crate) fn check_hide_seek_teams(cx: &Ctx<'_>, spec: &SceneSpec) -> Result<(), SceneError> {
-    let mut sides = [false; 2];
-    for (i, t) in spec.teams.iter().enumerate() {
-        let role = t.role.as_deref().unwrap_or(&t.name);
-        match role {
-            "hider" | "hiders" => sides[0] = true,
-            "seeker" | "seekers" => sides[1] = true,
-            other => {
-                let at = if t.role.is_some() { "role" } else { "name" };
-                return Err(cx.value_at(
-                    &[Seg::Field("teams"), Seg::Index(i), Seg::Field(at)],
-                    rule(
-                        format!("team {:?} has role {other:?}", t.name),
-                        "role \"hider\" or \"seeker\" (the role defaults to the team name)",
-                    ),
-                ));
-            }
-        }
-    }
-    if !sides[0] || !sides[1] {
-        let missing = if sides[0] { "seeker" } else { "hider" };
-        return Err(cx.field_at(
-            &[Seg::Field("teams")],
-            rule(
-                format!("hide-and-seek needs a {missing} team"),
-                "at least one team with role \"hider\" and one with role \"seeker\"",
-            ),
-        ));
-    }
-    Ok(())
-}
+use super::talk;
+use crate::scene::locate::Seg;
+use crate::scene::{
+    Ctx, FAM, GenerateSpec, MazeParams, Scene, SceneError, SceneSpec, Thing, out_of_range, rule,
+};
 
 /// Maze scenes whose teams use the talking bots: the vocabulary starts with the words they
 /// say and listen for, in the default order.
-pub(crate) fn check_maze_talk(
-    cx: &Ctx<'_>,
-    spec: &SceneSpec,
-    m: &MazeParams,
-) -> Result<(), SceneError> {
-    use crate::envs::maze::talk;
+pub(crate) fn check_talk(cx: &Ctx<'_>, spec: &SceneSpec, m: &MazeParams) -> Result<(), SceneError> {
     let talking = spec
         .teams
         .iter()
@@ -66,7 +29,7 @@ pub(crate) fn check_maze_talk(
 
 /// Maze maps: an exit; every door has a plate of its name and every plate a door; every
 /// locked door has a key of its colour and every key a locked door.
-pub(crate) fn check_maze_map(cx: &Ctx<'_>, cells: &[Thing]) -> Result<(), SceneError> {
+pub(crate) fn check_map(cx: &Ctx<'_>, cells: &[Thing]) -> Result<(), SceneError> {
     let map = [Seg::Field("map")];
     if !cells.iter().any(|t| matches!(t, Thing::Exit)) {
         return Err(cx.field_at(&map, rule("the maze has no exit", "at least one Exit cell")));
@@ -140,7 +103,7 @@ pub(crate) fn check_maze_map(cx: &Ctx<'_>, cells: &[Thing]) -> Result<(), SceneE
             ));
         }
     }
-    let most = crate::envs::maze::view::MAX_LINKS;
+    let most = super::view::MAX_LINKS;
     if keys.len() > most || plates.len() > most {
         return Err(cx.field_at(
             &map,
@@ -152,4 +115,29 @@ pub(crate) fn check_maze_map(cx: &Ctx<'_>, cells: &[Thing]) -> Result<(), SceneE
         ));
     }
     Ok(())
+}
+
+/// A generated maze has room for the doors asked (the generator's capacity for its size).
+pub(crate) fn check_generate(
+    cx: &Ctx<'_>,
+    g: &GenerateSpec,
+    agents: usize,
+) -> Result<(), SceneError> {
+    if let Err(why) = super::generate::check_capacity(g, agents) {
+        return Err(cx.field_at(
+            &[FAM, Seg::Field("generate")],
+            rule(why, "a larger width and height, or fewer doors"),
+        ));
+    }
+    Ok(())
+}
+
+/// The maze rules of `scene` (parsed from `cx.src`): talk words, the map's doors, plates and
+/// keys, the generator's capacity.
+pub(crate) fn check_scene(cx: &Ctx<'_>, scene: &Scene, m: &MazeParams) -> Result<(), SceneError> {
+    check_talk(cx, &scene.spec, m)?;
+    match &m.generate {
+        Some(g) => check_generate(cx, g, scene.agents.len()),
+        None => check_map(cx, &scene.cells),
+    }
 }

@@ -1,5 +1,5 @@
 //! What each training setting accepts, in one table read by the command's flags, a scene's
-//! `train:` block (checked with the scene, at its line and column) and [`super::train`]
+//! `train:` block (checked with the scene, at its line and column) and `train::train`
 //! itself (a resumed run's `config.json`, a library caller).
 
 /// A whole-number setting's range, both ends included.
@@ -113,7 +113,7 @@ pub struct OutOfRange {
 
 /// Checks every setting `t` gives (a scene's `train:` block, or a run's whole settings with
 /// every field given) against its limit: the first out of range.
-pub fn check_settings(t: &super::TrainSettings) -> Result<(), OutOfRange> {
+pub fn check_settings(t: &super::settings::TrainSettings) -> Result<(), OutOfRange> {
     let out = |name, value, expected| OutOfRange {
         name,
         value,

@@ -1,0 +1,46 @@
+//! Loading a scene for use: its data ([`crate::scene`]), its family's rules
+//! ([`crate::envs::check_scene`]) and its policies ([`crate::policy::check_scene`]), in that
+//! order, each error at `path:line:col`. The CLI, the runner, the trainer, `reproduce` and
+//! the window load scenes through here; the layers below stay ignorant of the ones above.
+
+use std::path::Path;
+
+use crate::scene::{self, Scene, SceneAssetPlugin, SceneError};
+
+/// The rules above the data: the policies' (every team's policy exists and plays the
+/// family), then the family's. `src` is the text `scene` was parsed from.
+pub fn check_scene(scene: &Scene, src: &str) -> Result<(), SceneError> {
+    crate::policy::check_scene(scene, src)?;
+    crate::envs::check_scene(scene, src)
+}
+
+/// Parses and checks a scene from its text; `path` is used in errors.
+pub fn parse_scene(src: &str, path: &Path) -> Result<Scene, SceneError> {
+    let src = scene::without_bom(src);
+    let s = scene::parse_data(src, path)?;
+    check_scene(&s, src)?;
+    Ok(s)
+}
+
+/// Reads, parses and checks a scene file.
+pub fn load_scene(path: &Path) -> Result<Scene, SceneError> {
+    parse_scene(&scene::read_text(path)?, path)
+}
+
+/// [`load_scene`] for a training run's own scene copy: its `train:` block is ignored (the
+/// run's settings are in its `config.json`; a copy saved before a range was checked still
+/// loads).
+pub fn load_run_scene(path: &Path) -> Result<Scene, SceneError> {
+    let text = scene::read_text(path)?;
+    let src = scene::without_bom(&text);
+    let s = scene::parse_run_data(src, path)?;
+    check_scene(&s, src)?;
+    Ok(s)
+}
+
+/// Scenes as Bevy assets, checked as [`load_scene`] checks them.
+pub fn asset_plugin() -> SceneAssetPlugin {
+    SceneAssetPlugin {
+        check: Some(check_scene),
+    }
+}

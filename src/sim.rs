@@ -1,0 +1,45 @@
+//! The simulation as plugins: [`SimPlugins`] is everything a simulation needs, headless or
+//! in a window (the core schedule, the policies, every environment family, the records);
+//! swap any piece with Bevy's `PluginGroupBuilder` API.
+
+use bevy::app::{App, Plugin, PluginGroup, PluginGroupBuilder};
+use bevy::ecs::schedule::IntoScheduleConfigs;
+
+/// Episode logs and replays, written in `RecordSystems::Write`.
+#[derive(Default)]
+pub struct RecordPlugin;
+
+impl Plugin for RecordPlugin {
+    fn build(&self, app: &mut App) {
+        use bevy::ecs::schedule::common_conditions::resource_exists;
+        app.init_resource::<crate::metrics::EpisodeLog>()
+            .add_systems(
+                crate::core::SimSchedule,
+                (
+                    crate::metrics::log_episodes.before(crate::core::hash_state),
+                    crate::replay::record_replay
+                        .run_if(resource_exists::<crate::replay::Recorder>)
+                        .after(crate::core::hash_state),
+                    crate::inspect::tap_frames
+                        .run_if(resource_exists::<crate::inspect::TapSink>)
+                        .after(crate::core::hash_state),
+                )
+                    .in_set(crate::core::RecordSystems::Write),
+            );
+    }
+}
+
+/// The simulation: core schedule, policies, every environment family, records.
+pub struct SimPlugins;
+
+impl PluginGroup for SimPlugins {
+    fn build(self) -> PluginGroupBuilder {
+        PluginGroupBuilder::start::<Self>()
+            .add(crate::core::CorePlugin)
+            .add(crate::policy::PolicyPlugin)
+            .add(crate::envs::dilemma::DilemmaPlugin)
+            .add(crate::envs::hide_and_seek::HideAndSeekPlugin)
+            .add(crate::envs::maze::MazePlugin)
+            .add(RecordPlugin)
+    }
+}
