@@ -12,6 +12,11 @@
     reason = "criterion_group! generates an undocumented function"
 )]
 
+// The binary's allocator tuning (its test runs with the binary's, not here).
+#[path = "../src/cli/allocator.rs"]
+#[allow(dead_code, unused_imports)]
+mod allocator;
+
 use candle_core::{DType, Device, Tensor};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use emergence::core::*;
@@ -37,7 +42,7 @@ fn decoder(preset: Preset) -> (LmConfig, Decoder) {
 }
 
 fn forward(c: &mut Criterion) {
-    emergence::alloc::keep_freed_memory();
+    allocator::keep_freed_memory();
     for (name, preset, batches) in [
         ("tiny", Preset::Tiny, &[1usize, 16, 64, 256][..]),
         ("small", Preset::Small, &[1usize, 16, 64, 256][..]),
@@ -66,7 +71,7 @@ fn forward(c: &mut Criterion) {
 /// The machine's float32 matmul rate with candle's gemm, at the shapes of `small`'s and
 /// `tiny`'s MLP at batch 64 × 64 tokens.
 fn matmul(c: &mut Criterion) {
-    emergence::alloc::keep_freed_memory();
+    allocator::keep_freed_memory();
     let mut group = c.benchmark_group("matmul");
     group.sample_size(10);
     for (m, k, n) in [(64 * PROMPT, 512, 2048), (64 * PROMPT, 128, 512)] {
@@ -85,7 +90,7 @@ fn matmul(c: &mut Criterion) {
 /// teams, 64 different histories (so no two prompts are the same; prompts of a team share
 /// their first line, as in a real step).
 fn decide(c: &mut Criterion) {
-    emergence::alloc::keep_freed_memory();
+    allocator::keep_freed_memory();
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/dilemma/prisoners_dilemma.scene.ron");
     let scene = emergence::load::load_scene(&path).expect("scene");
@@ -152,7 +157,7 @@ fn decide(c: &mut Criterion) {
 /// tiny model): the Decide step dominates. `elem/s` is decisions/s. Slow at today's speed
 /// (tens of seconds per step for hide-and-seek): run it on purpose, `-- scene_step`.
 fn scene_step(c: &mut Criterion) {
-    emergence::alloc::keep_freed_memory();
+    allocator::keep_freed_memory();
     use emergence::headless::{RunConfig, build_app};
     for file in [
         "dilemma/commons_harvest_open.scene.ron",

@@ -17,6 +17,11 @@
     reason = "criterion_group! generates an undocumented function"
 )]
 
+// The binary's allocator tuning (its test runs with the binary's, not here).
+#[path = "../src/cli/allocator.rs"]
+#[allow(dead_code, unused_imports)]
+mod allocator;
+
 use candle_core::{D, Device, Tensor, Var};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use emergence::policy::lm::model::{Path as Fwd, init_weights};
@@ -32,7 +37,7 @@ const BATCH: usize = 64;
 const PROMPT: usize = 64;
 
 fn update(c: &mut Criterion) {
-    emergence::alloc::keep_freed_memory();
+    allocator::keep_freed_memory();
     for (name, preset) in [("tiny", Preset::Tiny), ("small", Preset::Small)] {
         let mut group = c.benchmark_group(format!("update/{name}"));
         group

@@ -10,7 +10,6 @@
 //! [`SimPlugins`] is everything a simulation needs, headless or in a window; swap any piece
 //! with Bevy's `PluginGroupBuilder` API.
 
-pub mod alloc;
 pub mod core;
 pub mod envs;
 pub mod experiment;

@@ -1,4 +1,4 @@
-//! Tuning of the process allocator. The binary and the benches use mimalloc as the global
+//! Tuning of the process allocator (the binary's; the benches include this file). The binary and the benches use mimalloc as the global
 //! allocator. candle allocates a fresh buffer for every tensor operation; with mimalloc's
 //! default purge delay the pages of freed large buffers go back to the kernel and are
 //! faulted in and zeroed again on their next use (measured with `perf record` on
@@ -6,10 +6,10 @@
 //! freed memory mapped trades a higher resident size between steps (the peak is the same)
 //! for that time.
 
-use libmimalloc_sys::{mi_option_get, mi_option_set, mi_option_t};
+use libmimalloc_sys::{mi_option_set, mi_option_t};
 
 /// `mi_option_purge_delay` in the option enum of the bundled mimalloc v3 (`mimalloc.h`; the
-/// sys crate exports the name only for v2). [`purge_delay`]'s test reads the documented
+/// sys crate exports the name only for v2). The test below reads the documented
 /// default (1000 ms) back through this index.
 const MI_OPTION_PURGE_DELAY: mi_option_t = 15;
 
@@ -21,20 +21,20 @@ pub fn keep_freed_memory() {
     unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
 }
 
-/// mimalloc's current purge delay in milliseconds (-1: never purge).
-#[allow(unsafe_code)]
-#[allow(
-    clippy::useless_conversion,
-    reason = "c_long is i64 here but i32 on other targets"
-)]
-pub fn purge_delay() -> i64 {
-    // SAFETY: as in `keep_freed_memory`; `mi_option_get` only reads the table.
-    i64::from(unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) })
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{MI_OPTION_PURGE_DELAY, keep_freed_memory};
+
+    /// mimalloc's current purge delay in milliseconds (-1: never purge).
+    #[allow(unsafe_code)]
+    #[allow(
+        clippy::useless_conversion,
+        reason = "c_long is i64 here but i32 on other targets"
+    )]
+    fn purge_delay() -> i64 {
+        // SAFETY: as in `keep_freed_memory`; `mi_option_get` only reads the table.
+        i64::from(unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) })
+    }
 
     #[test]
     fn the_index_is_the_purge_delay_and_setting_it_sticks() {

@@ -1,0 +1,130 @@
+//! `emergence check`: validate a scene (or experiment) file and describe it.
+
+use anyhow::{Context, Result};
+use std::path::Path;
+
+use emergence::envs::action_names;
+use emergence::load::load_scene;
+use emergence::scene::{FamilySpec, Scene, Thing};
+
+pub fn describe(scene: &Scene) -> String {
+    let mut s = String::new();
+    let spec = &scene.spec;
+    s += &format!("scene     {}\n", spec.name);
+    if !spec.description.is_empty() {
+        s += &format!("about     {}\n", spec.description.trim());
+    }
+    s += &format!("family    {}\n", spec.family.name());
+    if scene.width > 0 {
+        s += &format!("map       {} × {}\n", scene.width, scene.height);
+    }
+    s += &format!("agents    {} per arena\n", scene.agent_count());
+    s += &format!("episode   {} steps at most\n", spec.episode.max_steps);
+    match &spec.family {
+        FamilySpec::Matrix(m) => {
+            s += &format!("game      {} rounds, payoffs {:?}\n", m.rounds, m.payoffs);
+        }
+        FamilySpec::HideAndSeek(h) => {
+            let boxes = scene
+                .cells
+                .iter()
+                .filter(|t| matches!(t, Thing::Box))
+                .count();
+            let ramps = scene
+                .cells
+                .iter()
+                .filter(|t| matches!(t, Thing::Ramp))
+                .count();
+            s += &format!(
+                "rules     preparation {} steps; vision {}° cone, range {}; {boxes} boxes, {ramps} ramps\n",
+                (h.prep_fraction * spec.episode.max_steps as f32).floor(),
+                h.vision_cone,
+                h.vision_range
+            );
+        }
+        FamilySpec::Maze(m) => {
+            match &m.generate {
+                Some(g) => {
+                    s += &format!(
+                        "maze      generated {}×{}, {} plate doors, {} key doors, {}\n",
+                        g.width,
+                        g.height,
+                        g.plate_doors,
+                        g.key_doors,
+                        g.seed
+                            .map_or("a new layout every episode".to_string(), |x| format!(
+                                "layout seed {x}"
+                            ))
+                    );
+                }
+                None => s += "maze      fixed map\n",
+            }
+            s += &format!(
+                "knowledge {:?}; window radius {}; vocabulary {}\n",
+                m.knowledge,
+                m.view,
+                m.vocabulary.join(" ")
+            );
+        }
+        _ => {}
+    }
+    s += &format!("actions   {}\n", action_names(scene).join(" "));
+    s += "teams\n";
+    for (i, t) in spec.teams.iter().enumerate() {
+        let n = scene.agents.iter().filter(|a| a.team as usize == i).count();
+        let role = t.role.as_deref().unwrap_or(&t.name);
+        s += &format!(
+            "  {:<16} {:>3} agents  role {:<14} policy {}\n",
+            t.name,
+            n,
+            role,
+            t.policy.key()
+        );
+    }
+    s
+}
+
+pub fn cmd_check(path: &Path) -> Result<()> {
+    if path
+        .to_string_lossy()
+        .ends_with(emergence::experiment::EXTENSION)
+    {
+        let e = emergence::experiment::load(path)?;
+        println!("{}: a valid experiment", path.display());
+        println!("claim     {}", e.spec.claim);
+        println!("source    {}", e.spec.source);
+        for (a, s) in e.spec.arms.iter().zip(&e.scenes) {
+            println!(
+                "arm       {:<16} scene {}",
+                a.name,
+                s.file
+                    .as_ref()
+                    .map_or("(inline)".to_string(), |f| f.display().to_string())
+            );
+        }
+        println!("seeds     {:?}", e.spec.seeds);
+        println!("checks    {}", e.spec.expect.join("; "));
+        return Ok(());
+    }
+    let scene = load_scene(path)?;
+    // The model folders the teams name load as a run would load them.
+    for t in &scene.spec.teams {
+        if let emergence::scene::PolicySpec::Lm(emergence::scene::LmSpec { model: Some(m) }) =
+            &t.policy
+        {
+            let folder =
+                emergence::policy::lm::ModelFolder::load(Path::new(m), &candle_core::Device::Cpu)
+                    .with_context(|| {
+                    format!("{}: team {:?}: lm(model: {m:?})", path.display(), t.name)
+                })?;
+            emergence::policy::lm::tokenizer::warn_unknown_scene_words(
+                &folder.tokenizer,
+                &scene,
+                &Path::new(m).join("tokenizer.json"),
+            );
+        }
+    }
+    print!("{}", describe(&scene));
+    println!("ok: {}", path.display());
+    Ok(())
+}
