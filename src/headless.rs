@@ -10,11 +10,10 @@ use thiserror::Error;
 
 use crate::core::{Arenas, EpisodeClock, RunProgress, StateHash};
 use crate::envs::SpawnError;
+use crate::frames::Recorder;
 use crate::metrics::{EpisodeLog, MetricsWriter, peak_memory_bytes};
 use crate::policy::PolicyRegistry;
-use crate::policy::lm::{LmPolicy, ModelSource};
 use crate::policy::spawn_arenas;
-use crate::replay::Recorder;
 use crate::scene::Scene;
 use crate::sim::SimPlugins;
 
@@ -39,14 +38,10 @@ pub struct RunConfig {
     pub record_arenas: Vec<u32>,
     /// Keep the state hash of every step.
     pub hash_steps: bool,
-    /// `--model`: the folder the `lm` policy loads (the embedded tiny model otherwise).
-    pub model: Option<PathBuf>,
-    /// `--device`: where language models run.
-    pub device: candle_core::Device,
-    /// Training: the `lm` policy's model source, opened for a trainer through the handle.
-    pub train: Option<(ModelSource, crate::policy::lm::TrainHandle)>,
     /// Policies registered under these names before the arenas spawn (replacing any of the
-    /// same name).
+    /// same name), in order: a language model from `--model` or on another device, a model a
+    /// trainer updates (`LmPolicy::factory`, `LmPolicy::for_command`), a partner. The runner
+    /// knows no policy by name.
     pub policies: Vec<(String, crate::policy::PolicyFactory)>,
     /// Consecutive arenas that share environment streams ([`crate::core::Arenas::group_size`]).
     pub group_size: u32,
@@ -68,9 +63,6 @@ impl RunConfig {
             record: None,
             record_arenas: vec![0],
             hash_steps: false,
-            model: None,
-            device: candle_core::Device::Cpu,
-            train: None,
             policies: Vec::new(),
             group_size: 1,
             first_episode: 0,
@@ -191,27 +183,6 @@ pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
         app.edit_schedule(label, |s| {
             s.set_executor(SingleThreadedExecutor::new());
         });
-    }
-    if let Some((source, handle)) = &cfg.train {
-        app.world_mut().resource_mut::<PolicyRegistry>().insert(
-            "lm",
-            Box::new(LmPolicy::with_handle(
-                source.clone(),
-                cfg.device.clone(),
-                handle.clone(),
-            )),
-        );
-    } else if cfg.model.is_some() || !matches!(cfg.device, candle_core::Device::Cpu) {
-        let source = match &cfg.model {
-            Some(dir) => ModelSource::Folder(dir.clone()),
-            None => ModelSource::Embedded {
-                preset: crate::policy::lm::Preset::Tiny,
-                seed: 0,
-            },
-        };
-        app.world_mut()
-            .resource_mut::<PolicyRegistry>()
-            .insert("lm", Box::new(LmPolicy::new(source, cfg.device.clone())));
     }
     for (name, make) in &cfg.policies {
         app.world_mut()

@@ -2,10 +2,12 @@
 //!
 //! Language-model agents as entities in Bevy ECS multi-agent environments, improved by
 //! multi-agent reinforcement fine-tuning. This crate holds the simulation core
-//! ([`core`]), RON scenes ([`scene`]), environment families ([`envs`]), policies
-//! ([`policy`]), metrics ([`metrics`]), replays ([`replay`]), the frames the viewer draws
-//! ([`inspect`]), the headless runner ([`headless`]) and, with the `gui` feature, the
-//! window (`gui`).
+//! ([`core`]), RON scenes as data ([`scene`]), environment families ([`envs`]), policies
+//! ([`policy`]), loading a scene against them ([`load`]), metrics ([`metrics`]), the frames
+//! the viewer draws and replays store ([`frames`]), the plugin groups ([`sim`]), the
+//! headless runner ([`headless`]), training ([`train`]), experiments ([`experiment`]) and,
+//! with the `gui` feature, the window (`gui`). `tests/layering.rs` holds the order of the
+//! layers: each module imports only those below it.
 //!
 //! [`SimPlugins`] is everything a simulation needs, headless or in a window; swap any piece
 //! with Bevy's `PluginGroupBuilder` API.
@@ -13,15 +15,14 @@
 pub mod core;
 pub mod envs;
 pub mod experiment;
+pub mod frames;
 #[cfg(feature = "gui")]
 pub mod gui;
 pub mod headless;
-pub mod inspect;
 pub mod load;
 pub mod metrics;
 pub mod outputs;
 pub mod policy;
-pub mod replay;
 pub mod scene;
 pub mod sim;
 pub mod train;

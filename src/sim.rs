@@ -17,11 +17,11 @@ impl Plugin for RecordPlugin {
                 crate::core::SimSchedule,
                 (
                     crate::metrics::log_episodes.before(crate::core::hash_state),
-                    crate::replay::record_replay
-                        .run_if(resource_exists::<crate::replay::Recorder>)
+                    crate::frames::record_replay
+                        .run_if(resource_exists::<crate::frames::Recorder>)
                         .after(crate::core::hash_state),
-                    crate::inspect::tap_frames
-                        .run_if(resource_exists::<crate::inspect::TapSink>)
+                    crate::frames::tap_frames
+                        .run_if(resource_exists::<crate::frames::TapSink>)
                         .after(crate::core::hash_state),
                 )
                     .in_set(crate::core::RecordSystems::Write),

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use emergence::inspect::{Frame, Layout, PANEL_FILL, PANEL_WIDTH, Replay, team_colour};
+use emergence::frames::{Frame, Layout, PANEL_FILL, PANEL_WIDTH, Replay, team_colour};
 
 const SIZE: [u32; 2] = [1280, 800];
 

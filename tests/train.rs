@@ -430,12 +430,16 @@ fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
 
     let handle = TrainHandle::default();
     let mut run = RunConfig::new(load_scene(&scene("coordination.scene.ron")).expect("scene"));
-    run.train = Some((
-        ModelSource::Embedded {
-            preset: Preset::Tiny,
-            seed: 3,
-        },
-        handle.clone(),
+    run.policies.push((
+        "lm".into(),
+        emergence::policy::lm::LmPolicy::factory(
+            ModelSource::Embedded {
+                preset: Preset::Tiny,
+                seed: 3,
+            },
+            candle_core::Device::Cpu,
+            Some(handle.clone()),
+        ),
     ));
     let _app = build_app(&run).expect("app sets the policy up");
     let mut trainer =
@@ -942,12 +946,16 @@ fn the_language_models_word_is_part_of_its_decision_and_learns() {
     let handle = TrainHandle::default();
     let mut run = RunConfig::new(sc);
     run.arenas = 2;
-    run.train = Some((
-        ModelSource::Embedded {
-            preset: Preset::Tiny,
-            seed: 3,
-        },
-        handle.clone(),
+    run.policies.push((
+        "lm".into(),
+        emergence::policy::lm::LmPolicy::factory(
+            ModelSource::Embedded {
+                preset: Preset::Tiny,
+                seed: 3,
+            },
+            candle_core::Device::Cpu,
+            Some(handle.clone()),
+        ),
     ));
     let mut app = build_app(&run).expect("app");
     app.update();

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use super::{apply_overrides, check_outputs, parse_device, progress_bar};
 use emergence::headless::{RunConfig, RunReport, run};
 use emergence::load::load_scene;
+use emergence::policy::lm::LmPolicy;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -90,8 +91,9 @@ pub fn cmd_run(args: RunArgs) -> Result<()> {
         record: args.record.clone(),
         record_arenas: args.record_arenas.clone(),
         hash_steps: args.hash_log.is_some(),
-        model: args.model.clone(),
-        device,
+        policies: LmPolicy::for_command(args.model.clone(), device)
+            .into_iter()
+            .collect(),
         ..RunConfig::new(scene)
     };
     let total = u64::from(cfg.arenas) * u64::from(cfg.episodes);

@@ -304,7 +304,7 @@ pub fn train_with_window(
     use emergence::gui::{ViewConfig, ViewSource, run_view};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    let tap = emergence::inspect::FrameTap::default();
+    let tap = emergence::frames::FrameTap::default();
     let done = Arc::new(AtomicBool::new(false));
     let cfg = emergence::train::TrainConfig {
         tap: Some(tap.clone()),

@@ -119,7 +119,7 @@ pub fn cmd_view(args: ViewArgs) -> Result<()> {
     )?;
     let mut run_dir = None;
     let source = if let Some(path) = &args.replay {
-        ViewSource::Replay(emergence::inspect::Replay::load(path)?)
+        ViewSource::Replay(emergence::frames::Replay::load(path)?)
     } else {
         let Some(path) = &args.scene else {
             anyhow::bail!("give a SCENE or --replay FILE");
@@ -153,8 +153,12 @@ pub fn cmd_view(args: ViewArgs) -> Result<()> {
             threads: args.threads.map(usize::from),
             record: args.record.clone(),
             record_arenas: vec![args.arena],
-            model,
-            device: parse_device(&args.device)?,
+            policies: emergence::policy::lm::LmPolicy::for_command(
+                model,
+                parse_device(&args.device)?,
+            )
+            .into_iter()
+            .collect(),
             ..RunConfig::new(scene)
         };
         ViewSource::Live {

@@ -371,7 +371,7 @@ fn draw_map(
     agents: &[[i32; 3]],
     heat: Option<(&[f64], [u8; 3])>,
 ) -> Result<(), String> {
-    use crate::inspect::{team_colour, tile_colour};
+    use crate::frames::{team_colour, tile_colour};
     let (w, h) = size;
     let (pw, ph) = area.dim_in_pixel();
     let top = 22i32;
@@ -623,7 +623,7 @@ fn draw_maps(
     }
     // Heat.
     if let Some(ch) = spec.heat {
-        let to = crate::inspect::tile_colour(&family, ch);
+        let to = crate::frames::tile_colour(&family, ch);
         let p = dir.join("maps_heat.png");
         let root = BitMapBackend::new(&p, (panel * by_arm.len() as u32 + 20, panel * 2 + 36))
             .into_drawing_area();

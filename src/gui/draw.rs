@@ -1,13 +1,13 @@
 //! The board: tiles, vision cones, beams and agents as sprites from a pool, facing,
 //! selection, catches and box locks as gizmos. Positions come from
-//! [`Layout`](crate::inspect::Layout), in window pixels, so the screenshot tests can find
+//! [`Layout`](crate::frames::Layout), in window pixels, so the screenshot tests can find
 //! every agent's cell.
 
 use bevy::prelude::*;
 use bevy::window::PrimaryWindow;
 
 use super::Viewer;
-use crate::inspect::{Layout, team_colour, tile_colour};
+use crate::frames::{Layout, team_colour, tile_colour};
 
 /// Sprites reused frame after frame (tiles, cones, beams, agents).
 #[derive(Resource, Default)]

@@ -90,8 +90,8 @@ pub(crate) fn input(
         }
     }
     let over_panel = window.cursor_position().is_some_and(|p| {
-        p.x > window.width() - crate::inspect::PANEL_WIDTH
-            || p.y > window.height() - crate::inspect::BOTTOM_HEIGHT
+        p.x > window.width() - crate::frames::PANEL_WIDTH
+            || p.y > window.height() - crate::frames::BOTTOM_HEIGHT
     });
     if mouse.just_pressed(MouseButton::Left)
         && !over_panel
@@ -99,7 +99,7 @@ pub(crate) fn input(
         && let Some(frame) = v.shown()
     {
         let (w, h) = frame.board_size();
-        let layout = crate::inspect::Layout::new([window.width(), window.height()], w, h);
+        let layout = crate::frames::Layout::new([window.width(), window.height()], w, h);
         if let Some((x, y)) = layout.cell_at([p.x, p.y], w, h) {
             let hit = frame
                 .agents

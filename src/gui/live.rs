@@ -4,9 +4,9 @@
 use bevy::prelude::*;
 
 use crate::core::{SimSchedule, SimSystems};
+use crate::frames::Recorder;
+use crate::frames::{Frame, FrameContext};
 use crate::headless::{RunConfig, build_app};
-use crate::inspect::{Frame, FrameContext};
-use crate::replay::Recorder;
 
 /// A human's action for one agent, applied after the policies decided
 /// ([`apply_manual_control`]): it goes through the same [`Action`](crate::core::Action).

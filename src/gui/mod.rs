@@ -35,9 +35,9 @@ use std::time::{Duration, SystemTime};
 
 use crate::core::StateHash;
 use crate::envs::action_names;
+use crate::frames::Recorder;
+use crate::frames::{Frame, FrameTap, Replay};
 use crate::headless::RunConfig;
-use crate::inspect::{Frame, FrameTap, Replay};
-use crate::replay::Recorder;
 use crate::scene::Scene;
 
 /// What a window shows.

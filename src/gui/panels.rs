@@ -7,7 +7,7 @@ use bevy_egui::{EguiContexts, egui};
 use egui_plot::{Legend, Line, Plot, PlotPoints};
 
 use super::{Feed, Viewer};
-use crate::inspect::{AgentFrame, BOTTOM_HEIGHT, Layout, PANEL_FILL, PANEL_WIDTH, team_colour};
+use crate::frames::{AgentFrame, BOTTOM_HEIGHT, Layout, PANEL_FILL, PANEL_WIDTH, team_colour};
 
 fn c32(c: [u8; 3]) -> egui::Color32 {
     egui::Color32::from_rgb(c[0], c[1], c[2])
@@ -389,11 +389,9 @@ fn timeline(ui: &mut egui::Ui, v: &mut Viewer) {
         if slider.changed() {
             v.paused = true;
         }
-        if !matches!(v.feed, Feed::Replay(_)) {
-            if ui.button("follow").clicked() {
-                at = last;
-                v.follow = true;
-            }
+        if !matches!(v.feed, Feed::Replay(_)) && ui.button("follow").clicked() {
+            at = last;
+            v.follow = true;
         }
     });
     if at != v.cursor {

@@ -427,7 +427,7 @@ pub struct PlayedMaps {
 /// Plays `spec`'s model against itself (every learning team on it) for one episode of each
 /// arena, and keeps every arena's last map and arena 0's map at `steps`.
 pub fn play_maps(spec: &EvalSpec, steps: &[u32]) -> Result<PlayedMaps, TrainError> {
-    use crate::inspect::{Frame, FrameContext};
+    use crate::frames::{Frame, FrameContext};
     let learner = learner_of(&spec.model);
     let learners = learning_teams(&spec.scene, learner);
     let mut scene = spec.scene.clone();
@@ -466,7 +466,7 @@ pub fn play_maps(spec: &EvalSpec, steps: &[u32]) -> Result<PlayedMaps, TrainErro
                 continue;
             };
             for &e in members.entities() {
-                if let Some(w) = crate::inspect::said(world, e) {
+                if let Some(w) = crate::frames::said(world, e) {
                     *words.entry(w).or_default() += 1;
                 }
             }

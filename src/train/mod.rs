@@ -191,7 +191,7 @@ pub struct TrainConfig {
     /// continues it. A checkpoint is written at the stop.
     pub stop_after: Option<u32>,
     /// `--gui`: arena 0's frames are pushed here every step, for a window on another thread.
-    pub tap: Option<crate::inspect::FrameTap>,
+    pub tap: Option<crate::frames::FrameTap>,
     /// `--eval-against`: partners the learning teams play without learning, at the first
     /// iteration, every `eval_every` and at the last (see [`eval`]).
     pub eval_against: Vec<String>,
@@ -545,11 +545,18 @@ pub fn train(
             })),
         ));
     } else {
-        run.train = Some((sources[0].clone(), handles[0].clone()));
+        run.policies.push((
+            "lm".into(),
+            LmPolicy::factory(
+                sources[0].clone(),
+                candle_core::Device::Cpu,
+                Some(handles[0].clone()),
+            ),
+        ));
     }
     let mut app = build_app(&run)?;
     if let Some(tap) = &cfg.tap {
-        app.insert_resource(crate::inspect::TapSink::new(tap.clone()));
+        app.insert_resource(crate::frames::TapSink::new(tap.clone()));
     }
     // Hold every arena after the episode of this iteration until the update is done.
     app.world_mut().resource_mut::<Arenas>().gate = Some(start + 1);

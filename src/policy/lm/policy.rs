@@ -206,6 +206,41 @@ impl LmPolicy {
         p
     }
 
+    /// The `lm` policy as a registry factory: `source` on `device`, giving its weights to a
+    /// trainer through `handle` when there is one.
+    pub fn factory(
+        source: ModelSource,
+        device: Device,
+        handle: Option<TrainHandle>,
+    ) -> crate::policy::PolicyFactory {
+        crate::policy::PolicyFactory(std::sync::Arc::new(move || {
+            Box::new(match &handle {
+                Some(h) => Self::with_handle(source.clone(), device.clone(), h.clone()),
+                None => Self::new(source.clone(), device.clone()),
+            })
+        }))
+    }
+
+    /// What a command's `--model DIR` and `--device` ask of the `lm` policy, as a name and a
+    /// factory for the runner's `policies`; `None` when they ask for the catalogue's own (the
+    /// embedded tiny model on the CPU).
+    pub fn for_command(
+        model: Option<PathBuf>,
+        device: Device,
+    ) -> Option<(String, crate::policy::PolicyFactory)> {
+        if model.is_none() && matches!(device, Device::Cpu) {
+            return None;
+        }
+        let source = match model {
+            Some(dir) => ModelSource::Folder(dir),
+            None => ModelSource::Embedded {
+                preset: super::Preset::Tiny,
+                seed: 0,
+            },
+        };
+        Some(("lm".into(), Self::factory(source, device, None)))
+    }
+
     fn prepare(&mut self, scene: &Scene, actions: &[String]) -> Result<Ready, LmError> {
         let (folder, tpath) = match &self.source {
             ModelSource::Embedded { preset, seed } => (
