@@ -21,7 +21,7 @@ use candle_core::{DType, Device, Tensor};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use emergence::core::*;
 use emergence::envs::action_names;
-use emergence::policy::lm::model::{Path as Fwd, init_weights};
+use emergence::policy::lm::model::{Pass as Fwd, init_weights};
 use emergence::policy::lm::{Decoder, LmConfig, LmPolicy, ModelSource, Preset};
 use emergence::policy::{Decision, Policy};
 use rand::SeedableRng;

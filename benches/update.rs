@@ -24,7 +24,7 @@ mod allocator;
 
 use candle_core::{D, Device, Tensor, Var};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use emergence::policy::lm::model::{Path as Fwd, init_weights};
+use emergence::policy::lm::model::{Pass as Fwd, init_weights};
 use emergence::policy::lm::{Decoder, LmConfig, Lora, Preset, Weights};
 use emergence::train::optim::{AdamParams, AdamW};
 use std::path::Path;

@@ -4,7 +4,7 @@
 
 use candle_core::{DType, Device, IndexOp, Tensor, Var};
 use candle_nn::{Linear, Module, VarBuilder};
-use emergence::policy::lm::model::{Path as Fwd, Weights, init_weights, weight_shapes};
+use emergence::policy::lm::model::{Pass as Fwd, Weights, init_weights, weight_shapes};
 use emergence::policy::lm::tokenizer::{build_tokenizer, default_vocabulary, encode};
 use emergence::policy::lm::{Decoder, LmConfig, LmError, Lora, ModelFolder, Preset};
 use std::collections::HashMap;

@@ -6,7 +6,7 @@
 use candle_core::{D, Device, Tensor};
 use emergence::experiment::{self, runner};
 use emergence::load::load_scene;
-use emergence::policy::lm::model::Path as Fwd;
+use emergence::policy::lm::model::Pass as Fwd;
 use emergence::policy::lm::tokenizer::encode;
 use emergence::policy::lm::{ModelFolder, Preset};
 use emergence::train::{

@@ -18,7 +18,7 @@ use super::loss::{
 use super::optim::{AdamParams, AdamW};
 use super::rollout::Batch;
 use super::{Algo, TrainError};
-use crate::policy::lm::model::Path;
+use crate::policy::lm::Pass;
 use crate::policy::lm::{Decoder, Lora, TrainHandle, Weights};
 use crate::policy::mlp::{Encoded, MlpHandle, MlpNet};
 
@@ -789,8 +789,8 @@ impl Trainer {
         match &self.model {
             Model::Lm(m) => {
                 let (decoder, path) = match (reference, &m.reference) {
-                    (false, _) => (&m.decoder, Path::Train),
-                    (true, Some(r)) => (r, Path::Fast),
+                    (false, _) => (&m.decoder, Pass::Train),
+                    (true, Some(r)) => (r, Pass::Fast),
                     (true, None) => return Ok(None),
                 };
                 // Under LoRA the minibatch is sorted by owner: one forward, each owner's run

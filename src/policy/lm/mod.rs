@@ -3,16 +3,13 @@
 //! ([`tokenizer`]) and model folders on disk ([`folder`]).
 
 pub mod config;
-mod engine;
-pub(crate) use engine::lock;
+pub mod cpu;
+pub(crate) use cpu::infer::lock;
 pub mod folder;
-pub mod kernels;
 pub mod lora;
-mod mat;
 pub mod model;
 pub mod policy;
-mod tape;
-pub use tape::{backward_passes, release_buffers};
+pub use cpu::{backward_passes, release_buffers};
 pub mod tokenizer;
 
 use std::path::PathBuf;
@@ -21,7 +18,7 @@ use thiserror::Error;
 pub use config::{LmConfig, Preset};
 pub use folder::ModelFolder;
 pub use lora::{Adapter, AdapterOwner, LoraConfig};
-pub use model::{Decoder, Lora, Path, Weights};
+pub use model::{Decoder, Lora, Pass, Weights};
 pub use policy::{LmPolicy, ModelSource, NamedAdapter, TrainHandle, Trainable};
 
 /// What can go wrong with a model, its folder or its tokenizer.

@@ -1,18 +1,18 @@
 //! A Qwen2-style decoder whose weights carry the Hugging Face names, with two forward
 //! paths over the same tensors:
 //!
-//! - [`Path::Fast`] for inference, recording no backward pass: on the CPU the packed
+//! - [`Pass::Fast`] for inference, recording no backward pass: on the CPU the packed
 //!   decoder of `engine.rs` (plain buffers, `gemm` into them, the slice-level kernels of
 //!   [`super::kernels`], LoRA per run of rows), with candle's operations and our
 //!   [`kernels::span_attention`] as the fallback for weights it cannot read in place;
 //!   elsewhere candle's `rms_norm`, `rope` and `softmax_last_dim`;
-//! - [`Path::Train`] for training: on the CPU, [`Decoder::last_hidden`] (what the trainer
+//! - [`Pass::Train`] for training: on the CPU, [`Decoder::last_hidden`] (what the trainer
 //!   calls) runs the packed decoder of `tape.rs`, which keeps its activations and has a
 //!   hand-written backward pass over plain buffers, tied into candle's autograd; the full
 //!   forward runs the fused kernels of [`super::kernels`] (RMS norm, causal softmax, rotary
 //!   embedding, SwiGLU), each with a hand-written backward pass. Either way every weight
-//!   receives a gradient. Elsewhere [`Path::Composed`];
-//! - [`Path::Composed`]: the same maths from candle's differentiable operations
+//!   receives a gradient. Elsewhere [`Pass::Composed`];
+//! - [`Pass::Composed`]: the same maths from candle's differentiable operations
 //!   (`rms_norm_slow`, `softmax` after an additive mask, `rope_slow`, `silu`), the reference
 //!   the fused kernels are tested against.
 //!
@@ -24,19 +24,20 @@
 use candle_core::{D, DType, Device, Tensor};
 use candle_nn::{Linear, Module};
 use std::collections::BTreeMap;
-use std::path::Path as FsPath;
+use std::path::Path;
 
 use super::LmError;
 use super::config::LmConfig;
-use super::engine;
-use super::engine::Packed;
-use super::kernels::{self, RopeTables};
+use super::cpu::infer as engine;
+use super::cpu::infer::Packed;
+use super::cpu::kernels::{self, RopeTables};
+use super::cpu::train as tape;
 use super::lora::Adapter;
-use super::tape;
 
-/// Which forward pass to run.
+/// Which forward pass to run (named `Pass`, not `Path`, so that `std::path::Path` keeps its
+/// name here).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Path {
+pub enum Pass {
     /// Fused kernels, no backward.
     Fast,
     /// Differentiable: fused kernels with their own backward on the CPU.
@@ -140,7 +141,7 @@ pub fn init_weights(cfg: &LmConfig, seed: u64, device: &Device) -> Result<Weight
 impl Decoder {
     /// Builds the decoder of `cfg` over `weights` (read from `file`, named in errors).
     /// Tensors are used as they are: pass variables' tensors to train them.
-    pub fn new(cfg: &LmConfig, weights: &Weights, file: &FsPath) -> Result<Self, LmError> {
+    pub fn new(cfg: &LmConfig, weights: &Weights, file: &Path) -> Result<Self, LmError> {
         let shapes: BTreeMap<String, Vec<usize>> = weight_shapes(cfg).into_iter().collect();
         let get = |name: &str| -> Result<Tensor, LmError> {
             let expected = shapes.get(name).cloned().unwrap_or_default();
@@ -230,7 +231,7 @@ impl Decoder {
         &self,
         ids: &Tensor,
         bias: Option<&Tensor>,
-        path: Path,
+        path: Pass,
     ) -> Result<Tensor, LmError> {
         self.forward_with(ids, bias, path, Lora::Base)
     }
@@ -241,7 +242,7 @@ impl Decoder {
         &self,
         ids: &Tensor,
         bias: Option<&Tensor>,
-        path: Path,
+        path: Pass,
         lora: Lora<'_>,
     ) -> Result<Tensor, LmError> {
         let hidden = self.hidden_with(ids, bias, path, lora)?;
@@ -268,7 +269,7 @@ impl Decoder {
         &self,
         prompts: &[P],
         pad: u32,
-        path: Path,
+        path: Pass,
         lora: Lora<'_>,
     ) -> Result<Tensor, LmError> {
         let device = self.embed.device();
@@ -282,7 +283,7 @@ impl Decoder {
             ))));
         }
         let path = match path {
-            Path::Train if !device.is_cpu() => Path::Composed,
+            Pass::Train if !device.is_cpu() => Pass::Composed,
             p => p,
         };
         // An empty prompt reads one padding token.
@@ -301,11 +302,11 @@ impl Decoder {
             });
         }
         match path {
-            Path::Fast if device.is_cpu() => match self.engine(&prompts, false, lora)? {
+            Pass::Fast if device.is_cpu() => match self.engine(&prompts, false, lora)? {
                 Some(h) => Ok(h),
                 None => self.last_hidden_packed(&prompts, lora),
             },
-            Path::Train => match self.tape(&prompts, lora)? {
+            Pass::Train => match self.tape(&prompts, lora)? {
                 Some(h) => Ok(h),
                 None => self.last_hidden_train(&prompts, pad, longest, lora),
             },
@@ -526,7 +527,7 @@ impl Decoder {
             .embed
             .index_select(&Tensor::from_vec(ids, total, device)?, 0)?;
         for (i, l) in self.layers.iter().enumerate() {
-            let n = self.rms(&x, &l.ln1, Path::Fast)?;
+            let n = self.rms(&x, &l.ln1, Pass::Fast)?;
             let k = proj(&l.k, &l.names[1], &n, &tokens)?.reshape((total, nkv, hd))?;
             let k = kernels::rope_at(&k, &self.rope, &pos)?;
             let v = proj(&l.v, &l.names[2], &n, &tokens)?.reshape((total, nkv, hd))?;
@@ -547,9 +548,9 @@ impl Decoder {
             let q = kernels::rope_at(&q, &self.rope, q_pos)?;
             let out = kernels::span_attention(&q, &k, &v, spans, scale)?;
             let a = proj(&l.o, &l.names[3], &out.reshape((rows, nh * hd))?, runs)?;
-            x = self.mlp(l, &(x + a)?, Path::Fast, runs)?;
+            x = self.mlp(l, &(x + a)?, Pass::Fast, runs)?;
         }
-        self.rms(&x, &self.norm, Path::Fast)
+        self.rms(&x, &self.norm, Pass::Fast)
     }
 
     /// [`Decoder::last_hidden`] on the training path (CPU): right-padded prompts, the last
@@ -572,12 +573,12 @@ impl Decoder {
         let mut x = self.embed.index_select(&ids.flatten_all()?, 0)?;
         let (body, last) = self.layers.split_at(self.layers.len() - 1);
         for l in body {
-            let n = self.rms(&x, &l.ln1, Path::Train)?;
+            let n = self.rms(&x, &l.ln1, Pass::Train)?;
             let a = self.attention_train(l, &n, (b, t), &tokens)?;
-            x = self.mlp(l, &(x + a)?, Path::Train, &tokens)?;
+            x = self.mlp(l, &(x + a)?, Pass::Train, &tokens)?;
         }
         for l in last {
-            let n = self.rms(&x, &l.ln1, Path::Train)?;
+            let n = self.rms(&x, &l.ln1, Pass::Train)?;
             let (k, v) = self.keys_values_train(l, &n, (b, t), &tokens)?;
             let n = n.index_select(&last_idx, 0)?;
             let q = proj(&l.q, &l.names[0], &n, &lasts)?.reshape((b, nh, hd))?;
@@ -589,11 +590,11 @@ impl Decoder {
             x = self.mlp(
                 l,
                 &(x.index_select(&last_idx, 0)? + a)?,
-                Path::Train,
+                Pass::Train,
                 &lasts,
             )?;
         }
-        self.rms(&x, &self.norm, Path::Train)
+        self.rms(&x, &self.norm, Pass::Train)
     }
 
     /// The final normed hidden states `(b, t, hidden)`.
@@ -601,7 +602,7 @@ impl Decoder {
         &self,
         ids: &Tensor,
         bias: Option<&Tensor>,
-        path: Path,
+        path: Pass,
     ) -> Result<Tensor, LmError> {
         self.hidden_with(ids, bias, path, Lora::Base)
     }
@@ -612,7 +613,7 @@ impl Decoder {
         &self,
         ids: &Tensor,
         bias: Option<&Tensor>,
-        path: Path,
+        path: Pass,
         lora: Lora<'_>,
     ) -> Result<Tensor, LmError> {
         let (b, t) = ids.dims2()?;
@@ -630,7 +631,7 @@ impl Decoder {
         &self,
         ids: &Tensor,
         bias: Option<&Tensor>,
-        path: Path,
+        path: Pass,
         lora: Lora<'_>,
     ) -> Result<Tensor, LmError> {
         let (b, t) = ids.dims2()?;
@@ -651,7 +652,7 @@ impl Decoder {
         }
         // The fused kernels run on the CPU, and the training ones attend causally only.
         let cpu = ids.device().is_cpu();
-        if path == Path::Fast && cpu && bias.is_none() && t > 0 {
+        if path == Pass::Fast && cpu && bias.is_none() && t > 0 {
             let rows = ids.to_vec2::<u32>()?;
             let prompts: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
             if let Some(h) = self.engine(&prompts, true, lora)? {
@@ -659,14 +660,14 @@ impl Decoder {
             }
         }
         let path = match path {
-            Path::Train if !cpu || bias.is_some() => Path::Composed,
+            Pass::Train if !cpu || bias.is_some() => Pass::Composed,
             p => p,
         };
         let mut x = self.embed.index_select(&ids.flatten_all()?, 0)?;
         // Causal attention by the fused CPU kernels needs no mask tensor; otherwise the
         // causal mask is built once for all layers.
         let causal = bias.is_none();
-        let built = if causal && (path == Path::Composed || !cpu) {
+        let built = if causal && (path == Pass::Composed || !cpu) {
             Some(causal_bias(t, x.device())?)
         } else {
             None
@@ -686,14 +687,14 @@ impl Decoder {
         &self,
         layer: &Layer,
         x: &Tensor,
-        path: Path,
+        path: Pass,
         runs: &Runs<'_>,
     ) -> Result<Tensor, LmError> {
         let n = self.rms(x, &layer.ln2, path)?;
         let g = proj(&layer.gate, &layer.names[4], &n, runs)?;
         let u = proj(&layer.up, &layer.names[5], &n, runs)?;
         let a = match path {
-            Path::Composed => (g.silu()? * u)?,
+            Pass::Composed => (g.silu()? * u)?,
             _ if !g.device().is_cpu() => (g.silu()? * u)?,
             _ => kernels::swiglu(&g, &u)?,
         };
@@ -710,12 +711,12 @@ impl Decoder {
         )
     }
 
-    fn rms(&self, x: &Tensor, w: &Tensor, path: Path) -> Result<Tensor, LmError> {
+    fn rms(&self, x: &Tensor, w: &Tensor, path: Pass) -> Result<Tensor, LmError> {
         let eps = self.cfg.rms_norm_eps as f32;
         Ok(match path {
-            Path::Fast => candle_nn::ops::rms_norm(&x.contiguous()?, w, eps)?,
-            Path::Train => kernels::rms_norm(x, w, eps)?,
-            Path::Composed => candle_nn::ops::rms_norm_slow(x, w, eps)?,
+            Pass::Fast => candle_nn::ops::rms_norm(&x.contiguous()?, w, eps)?,
+            Pass::Train => kernels::rms_norm(x, w, eps)?,
+            Pass::Composed => candle_nn::ops::rms_norm_slow(x, w, eps)?,
         })
     }
 
@@ -804,14 +805,14 @@ impl Decoder {
         causal: bool,
         cos: &Tensor,
         sin: &Tensor,
-        path: Path,
+        path: Pass,
         runs: &Runs<'_>,
     ) -> Result<Tensor, LmError> {
         let (nh, nkv, hd) = self.heads();
-        if path == Path::Fast && causal && x.device().is_cpu() {
+        if path == Pass::Fast && causal && x.device().is_cpu() {
             return self.attention_fused(l, x, (b, t), cos, sin, runs);
         }
-        if path == Path::Train {
+        if path == Pass::Train {
             return self.attention_train(l, x, (b, t), runs);
         }
         let heads = |y: Tensor, n: usize| y.reshape((b, t, n, hd))?.transpose(1, 2);
@@ -819,11 +820,11 @@ impl Decoder {
         let k = heads(proj(&l.k, &l.names[1], x, runs)?, nkv)?;
         let v = heads(proj(&l.v, &l.names[2], x, runs)?, nkv)?;
         let (q, k) = match path {
-            Path::Fast => (
+            Pass::Fast => (
                 candle_nn::rotary_emb::rope(&q.contiguous()?, cos, sin)?,
                 candle_nn::rotary_emb::rope(&k.contiguous()?, cos, sin)?,
             ),
-            Path::Train | Path::Composed => (
+            Pass::Train | Pass::Composed => (
                 candle_nn::rotary_emb::rope_slow(&q.contiguous()?, cos, sin)?,
                 candle_nn::rotary_emb::rope_slow(&k.contiguous()?, cos, sin)?,
             ),
@@ -838,8 +839,8 @@ impl Decoder {
             None => w,
         };
         let w = match path {
-            Path::Fast => candle_nn::ops::softmax_last_dim(&w)?,
-            Path::Train | Path::Composed => candle_nn::ops::softmax(&w, D::Minus1)?,
+            Pass::Fast => candle_nn::ops::softmax_last_dim(&w)?,
+            Pass::Train | Pass::Composed => candle_nn::ops::softmax(&w, D::Minus1)?,
         };
         let out = w.matmul(&v)?.transpose(1, 2)?.reshape((b * t, nh * hd))?;
         proj(&l.o, &l.names[3], &out, runs)

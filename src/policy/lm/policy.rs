@@ -24,7 +24,7 @@ use tokenizers::Tokenizer;
 
 use super::folder::ModelFolder;
 use super::lora::{Adapter, AdapterOwner};
-use super::model::{Decoder, Lora, Path};
+use super::model::{Decoder, Lora, Pass};
 use super::tokenizer::encode;
 use super::{LmConfig, LmError, Preset};
 use crate::policy::sampling::sample;
@@ -397,7 +397,7 @@ fn next_logprobs(
     prompts: &[Vec<u32>],
     lora: Lora<'_>,
 ) -> Result<(Tensor, Option<Vec<f32>>), LmError> {
-    let h = r.decoder.last_hidden(prompts, r.pad, Path::Fast, lora)?;
+    let h = r.decoder.last_hidden(prompts, r.pad, Pass::Fast, lora)?;
     let logits = r.decoder.head(&h)?;
     let values = match r.decoder.value(&h)? {
         Some(v) => Some(v.flatten_all()?.to_vec1::<f32>()?),
@@ -461,7 +461,7 @@ fn score(
             other => other,
         };
         let lp = candle_nn::ops::log_softmax(
-            &r.decoder.forward_with(&ids, None, Path::Fast, row_lora)?,
+            &r.decoder.forward_with(&ids, None, Pass::Fast, row_lora)?,
             D::Minus1,
         )?;
         let lp = lp.to_vec3::<f32>()?;

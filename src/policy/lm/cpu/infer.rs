@@ -12,8 +12,8 @@ use candle_core::{CpuStorage, Storage, Tensor};
 use rayon::prelude::*;
 use std::ops::Deref;
 
+use super::gemm::matmul_wt;
 use super::kernels::{self, RopeTables, Segments};
-use super::mat::matmul_wt;
 
 /// A tensor's f32 data on the CPU, held for reading (`G`: candle's storage read guard).
 pub(crate) struct Locked<G> {
@@ -39,7 +39,7 @@ impl<G: Deref<Target = Storage>> Locked<G> {
 }
 
 /// One layer's weights (`(out, in)` matrices, Hugging Face layout).
-pub(super) struct LayerData<'a> {
+pub(in crate::policy::lm) struct LayerData<'a> {
     pub q: &'a [f32],
     pub q_bias: Option<&'a [f32]>,
     pub k: &'a [f32],
@@ -56,18 +56,21 @@ pub(super) struct LayerData<'a> {
 
 /// A LoRA adapter's matrices: per layer, per projection (q, k, v, o, gate, up, down),
 /// `A` `(r, in)` and `B` `(out, r)` when adapted; the update is `scale · B (A x)`.
-pub(super) struct LoraData<'a> {
+pub(in crate::policy::lm) struct LoraData<'a> {
     pub rank: usize,
     pub scale: f32,
     pub modules: Vec<[Option<(&'a [f32], &'a [f32])>; 7]>,
 }
 
 /// Runs of consecutive rows with the adapter they read: `(adapter index, rows)`.
-pub(super) type Runs = Vec<(Option<usize>, usize)>;
+pub(in crate::policy::lm) type Runs = Vec<(Option<usize>, usize)>;
 
 /// The runs of `per_prompt` (each prompt's adapter index) with prompt `i` taking `rows(i)`
 /// rows.
-pub(super) fn runs(per_prompt: &[Option<usize>], rows: impl Fn(usize) -> usize) -> Runs {
+pub(in crate::policy::lm) fn runs(
+    per_prompt: &[Option<usize>],
+    rows: impl Fn(usize) -> usize,
+) -> Runs {
     let mut out: Runs = Vec::new();
     for (i, &a) in per_prompt.iter().enumerate() {
         match out.last_mut() {
@@ -81,7 +84,7 @@ pub(super) fn runs(per_prompt: &[Option<usize>], rows: impl Fn(usize) -> usize) 
 /// Adds the adapters' updates of projection `module` of layer `layer` to `y` (rows of
 /// `out`), the input rows `x` being `inp` wide.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn lora_delta(
+pub(in crate::policy::lm) fn lora_delta(
     y: &mut [f32],
     x: &[f32],
     (inp, out): (usize, usize),
@@ -112,7 +115,7 @@ pub(super) fn lora_delta(
 
 /// A model's sizes and its norms' epsilon.
 #[derive(Clone, Copy)]
-pub(super) struct Sizes {
+pub(in crate::policy::lm) struct Sizes {
     pub hidden: usize,
     pub heads: usize,
     pub kv_heads: usize,
@@ -123,7 +126,7 @@ pub(super) struct Sizes {
 
 impl Sizes {
     /// (hidden, heads, key/value heads, head width, intermediate).
-    pub(super) fn dims(&self) -> (usize, usize, usize, usize, usize) {
+    pub(in crate::policy::lm) fn dims(&self) -> (usize, usize, usize, usize, usize) {
         let s = self;
         (s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate)
     }
@@ -131,14 +134,17 @@ impl Sizes {
 
 /// A forward pass's projections: the base weight's product, plus the adapters' updates
 /// when any prompt reads an adapter.
-pub(super) struct Project<'a, 'b> {
+pub(in crate::policy::lm) struct Project<'a, 'b> {
     adapters: &'b [LoraData<'a>],
     lora: bool,
 }
 
 impl<'a, 'b> Project<'a, 'b> {
     /// The projections with `adapters`, prompt `i` reading `per_prompt[i]`.
-    pub(super) fn new(adapters: &'b [LoraData<'a>], per_prompt: &[Option<usize>]) -> Self {
+    pub(in crate::policy::lm) fn new(
+        adapters: &'b [LoraData<'a>],
+        per_prompt: &[Option<usize>],
+    ) -> Self {
         let lora = !adapters.is_empty() && per_prompt.iter().any(Option::is_some);
         Self { adapters, lora }
     }
@@ -146,7 +152,7 @@ impl<'a, 'b> Project<'a, 'b> {
     /// `y [+]= x wᵀ` over `rows` rows of `inp` into `out` (`w` an `(out, inp)` weight,
     /// module `j` of layer `i`), plus the adapters' updates over `runs`.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn run(
+    pub(in crate::policy::lm) fn run(
         &self,
         y: &mut [f32],
         x: &[f32],
@@ -163,7 +169,7 @@ impl<'a, 'b> Project<'a, 'b> {
 }
 
 /// The model's sizes and weights.
-pub(super) struct ModelData<'a> {
+pub(in crate::policy::lm) struct ModelData<'a> {
     pub sizes: Sizes,
     pub embed: &'a [f32],
     pub layers: Vec<LayerData<'a>>,
@@ -172,7 +178,7 @@ pub(super) struct ModelData<'a> {
 
 /// The tensors the packed decoders read, in [`Layout::read`]'s order, their layout, and
 /// each prompt's adapter among the layout's adapters.
-pub(super) struct Packed {
+pub(in crate::policy::lm) struct Packed {
     pub tensors: Vec<Tensor>,
     pub layout: Layout,
     pub per_prompt: Vec<Option<usize>>,
@@ -182,7 +188,7 @@ impl Packed {
     /// `f` over the model and adapters read in place from the tensors (each locked for
     /// reading meanwhile), with each tensor's index; `None` when a tensor is not a
     /// contiguous f32 tensor on the CPU.
-    pub(super) fn read<R>(
+    pub(in crate::policy::lm) fn read<R>(
         &self,
         f: impl FnOnce(&ModelData<'_>, &[LoraData<'_>], &ModelIx) -> R,
     ) -> Option<R> {
@@ -196,7 +202,7 @@ impl Packed {
 /// What a model's tensors hold apart from their data: its sizes, the biases of each layer,
 /// and each adapter's rank, scale and adapted modules. [`Layout::read`] takes the data in
 /// the order the caller collected the tensors.
-pub(super) struct Layout {
+pub(in crate::policy::lm) struct Layout {
     pub sizes: Sizes,
     /// Per layer: whether q, k and v have a bias.
     pub biases: Vec<[bool; 3]>,
@@ -205,7 +211,7 @@ pub(super) struct Layout {
 
 /// An adapter's rank, scale (`alpha / r`) and, per layer, the projections it adapts (q, k,
 /// v, o, gate, up, down).
-pub(super) struct AdapterLayout {
+pub(in crate::policy::lm) struct AdapterLayout {
     pub rank: usize,
     pub scale: f32,
     pub modules: Vec<[bool; 7]>,
@@ -213,7 +219,7 @@ pub(super) struct AdapterLayout {
 
 /// A layer's tensors' indices in the order read: the projections (q, k, v, o, gate, up,
 /// down), the two norms, the biases of q, k and v.
-pub(super) struct LayerIx {
+pub(in crate::policy::lm) struct LayerIx {
     pub modules: [usize; 7],
     pub ln1: usize,
     pub ln2: usize,
@@ -221,7 +227,7 @@ pub(super) struct LayerIx {
 }
 
 /// Every tensor's index in the order read, for their gradients.
-pub(super) struct ModelIx {
+pub(in crate::policy::lm) struct ModelIx {
     pub embed: usize,
     pub norm: usize,
     pub layers: Vec<LayerIx>,
@@ -234,7 +240,7 @@ impl Layout {
     /// the final norm; per layer q, k, v, o, gate, up, down, ln1, ln2 and the biases it has
     /// (q, k, v); per adapter, per layer, each adapted projection's `A` then `B`. With each
     /// tensor's index in `data`.
-    pub(super) fn read<'a>(
+    pub(in crate::policy::lm) fn read<'a>(
         &self,
         data: &[&'a [f32]],
     ) -> (ModelData<'a>, Vec<LoraData<'a>>, ModelIx) {
@@ -342,7 +348,7 @@ fn share_prefixes(
 }
 
 /// Adds `bias` to every row of `x`.
-pub(super) fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
+pub(in crate::policy::lm) fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
     if let Some(b) = bias.filter(|b| !b.is_empty()) {
         x.par_chunks_mut(b.len()).with_min_len(64).for_each(|row| {
             for (v, &c) in row.iter_mut().zip(b) {
@@ -353,7 +359,7 @@ pub(super) fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
 }
 
 /// Row `i` of `x` (rows as wide as the embedding's) becomes token `ids[i]`'s embedding.
-pub(super) fn embed_rows(x: &mut [f32], embed: &[f32], ids: &[u32]) {
+pub(in crate::policy::lm) fn embed_rows(x: &mut [f32], embed: &[f32], ids: &[u32]) {
     let h = x.len() / ids.len().max(1);
     for (row, &id) in x.chunks_exact_mut(h.max(1)).zip(ids) {
         let id = id as usize;
@@ -362,7 +368,7 @@ pub(super) fn embed_rows(x: &mut [f32], embed: &[f32], ids: &[u32]) {
 }
 
 /// Copies rows `rows` (each `width` wide) of `x` into a new buffer, in that order.
-pub(super) fn gather(x: &[f32], rows: &[usize], width: usize) -> Vec<f32> {
+pub(in crate::policy::lm) fn gather(x: &[f32], rows: &[usize], width: usize) -> Vec<f32> {
     let mut out = Vec::with_capacity(rows.len() * width);
     for &r in rows {
         out.extend_from_slice(&x[r * width..(r + 1) * width]);
@@ -375,7 +381,7 @@ pub(super) fn gather(x: &[f32], rows: &[usize], width: usize) -> Vec<f32> {
 /// layer then computes those rows alone, their keys and values still covering every
 /// token). Prompts must be non-empty, their ids below the vocabulary size and their
 /// lengths within the rotary tables (the caller checks).
-pub(super) fn packed_hidden(
+pub(in crate::policy::lm) fn packed_hidden(
     m: &ModelData<'_>,
     rope: &RopeTables,
     prompts: &[&[u32]],

@@ -5,7 +5,7 @@
 
 /// A read-only matrix: element `(i, j)` at `data[i · rs + j · cs]`.
 #[derive(Clone, Copy)]
-pub(super) struct Mat<'a> {
+pub(in crate::policy::lm) struct Mat<'a> {
     data: &'a [f32],
     rows: usize,
     cols: usize,
@@ -15,13 +15,18 @@ pub(super) struct Mat<'a> {
 
 impl<'a> Mat<'a> {
     /// `rows × cols`, row-major and dense.
-    pub(super) fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
+    pub(in crate::policy::lm) fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
         Self::strided(data, rows, cols, cols)
     }
 
     /// `rows × cols` whose rows start every `rs` elements (a block of columns of a wider
     /// row-major matrix, `data` starting at the block's first element).
-    pub(super) fn strided(data: &'a [f32], rows: usize, cols: usize, rs: usize) -> Self {
+    pub(in crate::policy::lm) fn strided(
+        data: &'a [f32],
+        rows: usize,
+        cols: usize,
+        rs: usize,
+    ) -> Self {
         Self {
             data,
             rows,
@@ -50,7 +55,7 @@ impl<'a> Mat<'a> {
     }
 
     /// The transpose, as a view.
-    pub(super) fn t(self) -> Self {
+    pub(in crate::policy::lm) fn t(self) -> Self {
         Self {
             rows: self.cols,
             cols: self.rows,
@@ -62,7 +67,7 @@ impl<'a> Mat<'a> {
 }
 
 /// A matrix written by [`gemm`]: element `(i, j)` at `data[i · rs + j]`.
-pub(super) struct MatMut<'a> {
+pub(in crate::policy::lm) struct MatMut<'a> {
     data: &'a mut [f32],
     rows: usize,
     cols: usize,
@@ -71,12 +76,17 @@ pub(super) struct MatMut<'a> {
 
 impl<'a> MatMut<'a> {
     /// `rows × cols`, row-major and dense.
-    pub(super) fn new(data: &'a mut [f32], rows: usize, cols: usize) -> Self {
+    pub(in crate::policy::lm) fn new(data: &'a mut [f32], rows: usize, cols: usize) -> Self {
         Self::strided(data, rows, cols, cols)
     }
 
     /// `rows × cols` whose rows start every `rs` elements.
-    pub(super) fn strided(data: &'a mut [f32], rows: usize, cols: usize, rs: usize) -> Self {
+    pub(in crate::policy::lm) fn strided(
+        data: &'a mut [f32],
+        rows: usize,
+        cols: usize,
+        rs: usize,
+    ) -> Self {
         Self {
             data,
             rows,
@@ -97,7 +107,7 @@ fn reach(rows: usize, cols: usize, rs: usize, cs: usize) -> usize {
 
 /// How a product may use threads.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Threads {
+pub(in crate::policy::lm) enum Threads {
     /// Rayon's pool (`gemm` splits the output, never the sum, so the result does not depend
     /// on the thread count).
     Pool,
@@ -108,7 +118,7 @@ pub(super) enum Threads {
 /// `dst = [dst +] scale · a · b`. Panics when the shapes disagree or a view reaches past
 /// its slice (a bug in the caller, not bad input).
 #[allow(unsafe_code)]
-pub(super) fn gemm(
+pub(in crate::policy::lm) fn gemm(
     dst: MatMut<'_>,
     a: Mat<'_>,
     b: Mat<'_>,
@@ -184,7 +194,13 @@ const SPLIT_MAX: usize = 512 * 512;
 /// computed side by side on one thread each (one after the other where rayon has one
 /// thread, which still beats one long sum) and added in order, so the result does not
 /// depend on the thread count either.
-pub(super) fn gemm_long(dst: &mut [f32], a: Mat<'_>, b: Mat<'_>, add: bool, scale: f32) {
+pub(in crate::policy::lm) fn gemm_long(
+    dst: &mut [f32],
+    a: Mat<'_>,
+    b: Mat<'_>,
+    add: bool,
+    scale: f32,
+) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     let half = k / 2;
     if half == 0 || m * n > SPLIT_MAX {
@@ -225,7 +241,7 @@ pub(super) fn gemm_long(dst: &mut [f32], a: Mat<'_>, b: Mat<'_>, add: bool, scal
 
 /// `dst (m × n) = [dst +] scale · a (m × k) · wᵀ` with `w` an `(n, k)` weight (Hugging
 /// Face layout), all row-major.
-pub(super) fn matmul_wt(
+pub(in crate::policy::lm) fn matmul_wt(
     dst: &mut [f32],
     a: &[f32],
     w: &[f32],

@@ -1,0 +1,44 @@
+//! The SIMD helpers the kernels share: an `exp` that vectorises, and `pulp`'s run-time dispatch.
+
+/// `e^x` without a libm call, so that loops over it vectorise: `2^n · e^f` with
+/// `n = round(x log₂e)`, `f = x − n ln 2` (Cody-Waite: `ln 2` in two parts, so `f` is exact
+/// enough for large `x`) and `e^f` (`|f| ≤ ½ ln 2`) from its degree-7 Taylor polynomial.
+/// Relative error below 4e-7 on `[-87, 88]` (tested); `x` is clamped to that range, so
+/// `e^-∞` gives about 1e-38, not 0 (the kernels never exponentiate masked scores).
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    // ln 2 = LN2_HI + LN2_LO, LN2_HI with few enough bits that n · LN2_HI is exact.
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    // Adding and subtracting 1.5 · 2²³ rounds to the nearest integer in any SIMD width.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
+    let f = (x - n * LN2_HI) - n * LN2_LO;
+    let mut p = 1.0 / 5040.0;
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = p * f + c;
+    }
+    // 2^n from n's bits in `t` (its low mantissa bits hold n once ROUND's are taken away):
+    // integer operations that vectorise, where `n as i32` (a saturating conversion) does
+    // not.
+    let n_bits = t.to_bits().wrapping_sub(ROUND.to_bits());
+    p * f32::from_bits(n_bits.wrapping_add(127) << 23)
+}
+
+/// Runs `f` compiled for the widest vector instructions this CPU has (AVX-512, AVX2+FMA,
+/// or none), chosen at run time, so the kernels' loops vectorise beyond the SSE2 baseline.
+#[inline(always)]
+pub(crate) fn vectorised<R>(f: impl FnOnce() -> R) -> R {
+    pulp::Arch::new().dispatch(f)
+}
