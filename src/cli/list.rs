@@ -32,26 +32,9 @@ pub fn cmd_list(dir: &Path) -> Result<()> {
     }
     println!();
     println!("families:");
-    println!(
-        "  {:<16} repeated two-player matrix games (Prisoner's Dilemma, Stag Hunt, Chicken)",
-        "Matrix"
-    );
-    println!(
-        "  {:<16} Commons Harvest: apples regrow only near other apples; zapping beam",
-        "CommonsHarvest"
-    );
-    println!(
-        "  {:<16} Clean Up: apples grow only while the river is clean; cleaning beam",
-        "CleanUp"
-    );
-    println!(
-        "  {:<16} hide-and-seek: vision cones, boxes, ramps, locks, a preparation phase",
-        "HideAndSeek"
-    );
-    println!(
-        "  {:<16} cooperative maze: split knowledge, plates and doors, keys, talk, shared exit",
-        "Maze"
-    );
+    for f in emergence::envs::family::FAMILIES {
+        println!("  {:<16} {}", f.name(), f.about());
+    }
     println!();
     println!("policies:");
     let width = catalogue()

@@ -2,6 +2,7 @@
 //! arenas of a scene with the components its family needs.
 
 pub mod dilemma;
+pub mod family;
 pub mod hide_and_seek;
 pub mod maze;
 pub mod spawn;
@@ -12,8 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use std::fmt;
 
 use crate::core::*;
-use crate::scene::{Ctx, FamilySpec, Scene, SceneError};
-use dilemma::{cleanup, commons, gridworld, matrix};
+use crate::scene::{Ctx, Scene, SceneError};
 
 /// The action words of a scene's family, by index.
 #[derive(Resource, Debug, Clone, Default)]
@@ -39,37 +39,9 @@ impl fmt::Display for SpawnError {
 
 impl std::error::Error for SpawnError {}
 
-/// The per-arena components of a family, built once per run.
-enum FamilyState {
-    Matrix(matrix::MatrixGame),
-    Commons(
-        gridworld::DilemmaMap,
-        gridworld::DilemmaRules,
-        commons::HarvestRegrowth,
-    ),
-    CleanUp(
-        gridworld::DilemmaMap,
-        gridworld::DilemmaRules,
-        cleanup::RiverPollution,
-    ),
-    HideAndSeek(hide_and_seek::HnsArena),
-    Maze(maze::MazeArena),
-}
-
 /// The action words of `scene`'s family.
 pub fn action_names(scene: &Scene) -> Vec<String> {
-    match &scene.spec.family {
-        FamilySpec::Matrix(m) => m.actions.clone(),
-        FamilySpec::CommonsHarvest(_) | FamilySpec::CleanUp(_) => dilemma::GRID_ACTIONS
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-        FamilySpec::HideAndSeek(_) => hide_and_seek::ACTIONS
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-        FamilySpec::Maze(_) => maze::ACTIONS.iter().map(|s| s.to_string()).collect(),
-    }
+    family::of(scene).actions(scene)
 }
 
 /// The family rules of `scene` (parsed from `src`, which locates the errors): the checks a
@@ -79,11 +51,7 @@ pub fn check_scene(scene: &Scene, src: &str) -> Result<(), SceneError> {
         path: &scene.path,
         src,
     };
-    match &scene.spec.family {
-        FamilySpec::HideAndSeek(_) => hide_and_seek::check::check_teams(&cx, &scene.spec),
-        FamilySpec::Maze(m) => maze::check::check_scene(&cx, scene, m),
-        _ => Ok(()),
-    }
+    family::of(scene).check(&cx, scene)
 }
 
 /// Who decides for the agents of one arena, in slot order: the policy layer gives these
@@ -110,33 +78,9 @@ pub fn spawn_agents(
     let names = action_names(scene);
     let n_actions = names.len();
     let max_steps = scene.spec.episode.max_steps;
-    let rules = |view, zap, clean_length, apple_reward| gridworld::DilemmaRules {
-        view,
-        zap,
-        clean_length,
-        apple_reward,
-        random_facing: scene.spec.randomize.random_facing,
-        shuffle_spawns: scene.spec.randomize.shuffle_spawns,
-    };
     // Family state is built once and cloned into each arena (maps share their static
     // parts through `Arc`s).
-    let family = match &scene.spec.family {
-        FamilySpec::Matrix(p) => FamilyState::Matrix(matrix::MatrixGame::new(p)),
-        FamilySpec::CommonsHarvest(p) => {
-            let map = gridworld::DilemmaMap::from_scene(scene);
-            let regrowth = commons::HarvestRegrowth::new(p, &map);
-            FamilyState::Commons(map, rules(p.view, p.zap, 0, p.apple_reward), regrowth)
-        }
-        FamilySpec::CleanUp(p) => FamilyState::CleanUp(
-            gridworld::DilemmaMap::from_scene(scene),
-            rules(p.view, p.zap, p.clean_length, p.apple_reward),
-            cleanup::RiverPollution::new(p),
-        ),
-        FamilySpec::HideAndSeek(p) => {
-            FamilyState::HideAndSeek(hide_and_seek::HnsArena::from_scene(scene, p))
-        }
-        FamilySpec::Maze(_) => FamilyState::Maze(maze::MazeArena::from_scene(scene)),
-    };
+    let family = family::of(scene).spawner(scene);
     let mut entities = Vec::with_capacity(count as usize);
     for index in 0..count {
         let mut arena = world.spawn((
@@ -145,23 +89,7 @@ pub fn spawn_agents(
             ArenaRng(stream_rng(seed, index, 0, None)),
             EpisodeMetrics::default(),
         ));
-        match &family {
-            FamilyState::Matrix(game) => {
-                arena.insert(game.clone());
-            }
-            FamilyState::Commons(map, rules, regrowth) => {
-                arena.insert((map.clone(), *rules, regrowth.clone()));
-            }
-            FamilyState::CleanUp(map, rules, pollution) => {
-                arena.insert((map.clone(), *rules, *pollution));
-            }
-            FamilyState::HideAndSeek(state) => {
-                arena.insert(state.clone());
-            }
-            FamilyState::Maze(state) => {
-                arena.insert(state.clone());
-            }
-        }
+        family.arena(&mut arena);
         let arena_entity = arena.id();
         entities.push(arena_entity);
         for (slot, (spec, handle)) in scene.agents.iter().zip(handles).enumerate() {
@@ -185,22 +113,7 @@ pub fn spawn_agents(
                 AgentRng(ChaCha8Rng::seed_from_u64(0)),
                 DecisionTrace::default(),
             ));
-            match &family {
-                FamilyState::Matrix(_) => {}
-                FamilyState::Commons(..) | FamilyState::CleanUp(..) => {
-                    agent.insert((
-                        GridPos::default(),
-                        Facing::default(),
-                        gridworld::Beams::default(),
-                    ));
-                }
-                FamilyState::HideAndSeek(_) => {
-                    agent.insert(hide_and_seek::agent_components());
-                }
-                FamilyState::Maze(_) => {
-                    agent.insert(maze::agent_components());
-                }
-            }
+            family.agent(&mut agent);
             if oracle[slot] {
                 agent.insert(Oracle);
             }
@@ -214,8 +127,8 @@ pub fn spawn_agents(
         gate: None,
     });
     world.insert_resource(ActionNames(names));
-    if let FamilySpec::Maze(p) = &scene.spec.family {
-        world.insert_resource(Vocabulary(p.vocabulary.clone()));
+    if let Some(words) = family::of(scene).vocabulary(scene) {
+        world.insert_resource(Vocabulary(words));
     }
     world.insert_resource(SceneTeams(
         scene.team_names().iter().map(|s| s.to_string()).collect(),

@@ -1,6 +1,7 @@
 //! The colours of tiles and teams and the window's screen layout ([`Layout`]), here rather
 //! than in the window so that tests can check a screenshot without the window build.
 
+/// sRGB colour of a team (by index), shared by the window and the screenshot tests. The
 /// colours are saturated and far from every tile colour.
 pub fn team_colour(team: u8) -> [u8; 3] {
     const TEAMS: [[u8; 3]; 6] = [
@@ -14,34 +15,22 @@ pub fn team_colour(team: u8) -> [u8; 3] {
     TEAMS[usize::from(team) % TEAMS.len()]
 }
 
-/// sRGB colour of a map character of `family` ([`FamilySpec::name`](crate::scene::FamilySpec::name)), from the families' replay characters.
+/// sRGB colour of a map character of `family` ([`FamilySpec::name`](crate::scene::FamilySpec::name)),
+/// from the families' replay characters: the family's own colours
+/// ([`Family::tile_colour`](crate::envs::family::Family::tile_colour)), then the shared
+/// ones (floor, walls, apples, apple sites, river).
 pub fn tile_colour(family: &str, c: char) -> [u8; 3] {
     const FLOOR: [u8; 3] = [38, 40, 46];
     const WALL: [u8; 3] = [105, 105, 115];
-    match (family, c) {
-        (_, '.') => FLOOR,
-        (_, '#') if family != "CleanUp" && family != "CommonsHarvest" => WALL,
-        (_, 'W') => WALL,
-        // Grid dilemmas: apples, apple sites, river and dirt.
-        (_, 'A') => [70, 170, 60],
-        (_, ',') => [52, 66, 50],
-        (_, '~') => [40, 75, 120],
-        ("CleanUp", '#') => [110, 85, 45],
-        // Hide-and-seek: low walls, boxes and ramps, locked or not.
-        ("HideAndSeek", '=') => [80, 80, 90],
-        ("HideAndSeek", 'b') => [160, 110, 60],
-        ("HideAndSeek", 'B' | 'X') => [120, 80, 40],
-        ("HideAndSeek", 'r') => [120, 140, 150],
-        ("HideAndSeek", 'R' | 'Y') => [85, 100, 110],
-        // Maze: plates, doors, keys, locks, exits.
-        ("Maze", 'p') => [120, 100, 150],
-        ("Maze", 'D') => [150, 60, 40],
-        ("Maze", '/') => [90, 65, 50],
-        ("Maze", 'k') => [220, 200, 90],
-        ("Maze", 'L') => [140, 120, 40],
-        ("Maze", 'E') => [60, 160, 120],
+    let own = crate::envs::family::named(family).and_then(|f| f.tile_colour(c));
+    own.unwrap_or(match c {
+        '.' => FLOOR,
+        '#' | 'W' => WALL,
+        'A' => [70, 170, 60],
+        ',' => [52, 66, 50],
+        '~' => [40, 75, 120],
         _ => [20, 20, 24],
-    }
+    })
 }
 
 /// Where the map sits in the window: the area left of the side panel, cells square.

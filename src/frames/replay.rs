@@ -254,8 +254,7 @@ impl Replay {
     }
 }
 
-/// sRGB colour of a team (by index), shared by the window and the screenshot tests. The
-
+/// Writes the replay of the chosen arenas.
 #[derive(Resource)]
 pub struct Recorder {
     out: BufWriter<File>,

@@ -547,10 +547,9 @@ impl MlpPolicy {
 impl Policy for MlpPolicy {
     fn setup(&mut self, scene: &crate::scene::Scene, actions: &[String]) -> Result<(), String> {
         self.actions = actions.len();
-        self.words = match &scene.spec.family {
-            crate::scene::FamilySpec::Maze(m) => m.vocabulary.len(),
-            _ => 0,
-        };
+        self.words = crate::envs::family::of(scene)
+            .vocabulary(scene)
+            .map_or(0, |w| w.len());
         if let Some(dir) = &self.folder {
             let net = MlpNet::load(dir, &self.device)?;
             if net.actions != self.actions || net.words != self.words {

@@ -141,6 +141,7 @@ impl PolicyInfo {
     }
 }
 
+/// Every family (checked against `envs::family::FAMILIES` by a test).
 const ALL: &[&str] = &["Matrix", "CommonsHarvest", "CleanUp", "HideAndSeek", "Maze"];
 const HNS: &[&str] = &["HideAndSeek"];
 const MAZE: &[&str] = &["Maze"];
@@ -481,4 +482,23 @@ pub fn spawn_arenas(
         seed,
         episodes,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_is_in_all_and_every_policy_plays_a_registered_family() {
+        assert_eq!(ALL, crate::envs::family::names().as_slice());
+        for p in catalogue() {
+            for f in p.families {
+                assert!(
+                    crate::envs::family::named(f).is_some(),
+                    "{} plays {f}, which is no family",
+                    p.name
+                );
+            }
+        }
+    }
 }

@@ -7,6 +7,7 @@
 pub mod cleanup;
 mod codes;
 pub mod commons;
+pub mod family;
 pub mod gridworld;
 pub mod matrix;
 

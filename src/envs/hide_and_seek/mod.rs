@@ -19,6 +19,7 @@
 pub mod actions;
 pub(crate) mod check;
 mod codes;
+pub mod family;
 pub mod map;
 pub mod rules;
 pub mod vision;

@@ -20,6 +20,7 @@
 
 pub(crate) mod check;
 mod codes;
+pub mod family;
 pub mod generate;
 mod layout;
 mod map;

@@ -30,7 +30,7 @@ use super::{LmConfig, LmError, Preset};
 use crate::policy::sampling::sample;
 use crate::policy::text::{Speaker, TextFormat};
 use crate::policy::{Decision, Policy, PolicyStats};
-use crate::scene::{FamilySpec, Scene};
+use crate::scene::Scene;
 
 /// Where the model comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -274,14 +274,14 @@ impl LmPolicy {
                 .collect()
         };
         let action_ids = words_of(actions, "action word")?;
-        let words = match &scene.spec.family {
-            FamilySpec::Maze(m) => {
+        let words = match crate::envs::family::of(scene).vocabulary(scene) {
+            Some(vocabulary) => {
                 let say = words_of(&["say".to_string()], "word")?.remove(0);
                 let silence = folder.tokenizer.token_to_id("<eos>");
                 let choices = silence
                     .map(|e| vec![e])
                     .into_iter()
-                    .chain(words_of(&m.vocabulary, "vocabulary word")?)
+                    .chain(words_of(&vocabulary, "vocabulary word")?)
                     .collect();
                 Some(Talk {
                     choices,
@@ -289,7 +289,7 @@ impl LmPolicy {
                     silence: silence.is_some(),
                 })
             }
-            _ => None,
+            None => None,
         };
         // Training scores single-token choices after the talk prompt (the embedded
         // tokenizer's words are one token each), with silence first.

@@ -10,8 +10,8 @@ use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
 
-use crate::envs::{dilemma, hide_and_seek, maze};
-use crate::scene::{FamilySpec, Scene, Thing};
+use crate::envs::{dilemma, family, hide_and_seek, maze};
+use crate::scene::{Scene, Thing};
 
 /// Padding (id 0), unknown word (id 1), end of text (id 2).
 pub const SPECIAL: [&str; 3] = ["<pad>", "<unk>", "<eos>"];
@@ -44,9 +44,7 @@ pub fn default_vocabulary(scenes: &[Scene]) -> Vec<String> {
         words.extend(crate::envs::action_names(s));
         words.extend(s.team_names().iter().map(|n| n.to_string()));
         words.extend(s.roles.iter().cloned());
-        if let FamilySpec::Maze(m) = &s.spec.family {
-            words.extend(m.vocabulary.iter().cloned());
-        }
+        words.extend(family::of(s).vocabulary(s).unwrap_or_default());
         for t in &s.cells {
             if let Thing::Key(n) | Thing::LockedDoor(n) = t {
                 words.insert(n.clone());
@@ -129,9 +127,8 @@ pub fn unknown_scene_words(tok: &Tokenizer, scene: &Scene) -> Vec<(String, &'sta
             .map(|n| (n.to_string(), "team name")),
     );
     words.extend(scene.roles.iter().map(|r| (r.clone(), "role")));
-    if let FamilySpec::Maze(m) = &scene.spec.family {
-        words.extend(m.vocabulary.iter().map(|w| (w.clone(), "word")));
-    }
+    let said = family::of(scene).vocabulary(scene).unwrap_or_default();
+    words.extend(said.into_iter().map(|w| (w, "word")));
     for t in &scene.cells {
         if let Thing::Key(n) | Thing::LockedDoor(n) = t {
             words.push((n.clone(), "key name"));
