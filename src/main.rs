@@ -44,11 +44,11 @@ enum Command {
     /// Create or inspect language-model folders.
     #[command(subcommand)]
     Model(model::ModelCommand),
-    /// List the shipped scenes, the families and the policies.
+    /// List the shipped scenes (embedded in the binary), the families and the policies.
     List {
-        /// Folder to look for scenes in.
-        #[arg(long, default_value = "scenes")]
-        scenes: PathBuf,
+        /// Also list the scenes under this folder.
+        #[arg(long)]
+        scenes: Option<PathBuf>,
     },
 }
 
@@ -86,7 +86,7 @@ fn main() -> ExitCode {
         Command::View(args) => view::cmd_view(args),
         Command::Reproduce(args) => reproduce::cmd_reproduce(args),
         Command::Check { scene } => check::cmd_check(&scene),
-        Command::List { scenes } => list::cmd_list(&scenes),
+        Command::List { scenes } => list::cmd_list(scenes.as_deref()),
         Command::Model(m) => model::cmd_model(m),
     };
     match result {

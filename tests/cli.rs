@@ -553,3 +553,69 @@ fn reproduce_runs_a_shipped_experiment_end_to_end_and_resumes() {
         stderr(&o)
     );
 }
+
+/// From a folder with no `scenes/`: `list` shows the shipped scenes (embedded) and a user's
+/// `--scenes` folder added to them; `model init` covers the shipped scenes' words; `--model
+/// tiny` means the embedded preset in `run` as in `train`, and a name that is neither a
+/// preset nor a folder is refused naming the flag.
+#[test]
+fn list_and_model_init_work_from_any_folder_and_model_means_the_same_everywhere() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let o = emergence(d, &["list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for p in emergence::scene::find_scenes(&root.join("scenes")) {
+        let shown = p.strip_prefix(root).unwrap().display().to_string();
+        assert!(out.contains(&shown), "{shown} not listed:\n{out}");
+    }
+    assert!(!out.contains("INVALID"), "{out}");
+    for f in emergence::envs::family::names() {
+        assert!(out.contains(f), "{f} not listed");
+    }
+
+    std::fs::create_dir_all(d.join("mine")).expect("mkdir");
+    let own = std::fs::read_to_string(shipped("stag_hunt.scene.ron")).expect("read");
+    let own = own.replace("(name: \"hunter_a\"", "(name: \"rowan\"");
+    std::fs::write(d.join("mine/own.scene.ron"), own).expect("write");
+    let o = emergence(d, &["list", "--scenes", "mine"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(out.contains("mine/own.scene.ron"), "{out}");
+    let o = emergence(d, &["list", "--scenes", "nowhere"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--scenes nowhere: not a folder"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = emergence(d, &["model", "init", "--out", "m", "--scenes", "mine"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let vocab = std::fs::read_to_string(d.join("m/tokenizer.json")).expect("tokenizer");
+    // A team name of a shipped maze scene and one of the user's scene.
+    for word in ["\"solo\"", "\"rowan\""] {
+        assert!(vocab.contains(word), "{word} not in the tokenizer");
+    }
+
+    let pd = shipped("prisoners_dilemma.scene.ron");
+    let pd = pd.to_str().unwrap();
+    let run = |model: &str| {
+        emergence(
+            d,
+            &["run", pd, "--policy", "lm", "--model", model, "--quiet"],
+        )
+    };
+    let o = run("tiny");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run("m");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run("nothing_here");
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--model \"nothing_here\": expected tiny, small or a model folder"),
+        "{}",
+        stderr(&o)
+    );
+}

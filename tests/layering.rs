@@ -7,9 +7,8 @@
 //! | 1 | `scene`, `metrics`, `outputs` | `core` |
 //! | 2 | `envs` | the above: no policy, train, gui |
 //! | 3 | `policy` | the above: no train, gui |
-//! | 4 | `load`, `inspect` | the above |
-//! | 5 | `replay` | the above |
-//! | 5.5 | `sim` (the plugin groups) | the above |
+//! | 4 | `load`, `frames` | the above |
+//! | 5 | `sim` | the above |
 //! | 6 | `headless` | the above |
 //! | 7 | `train` | the above: no gui |
 //! | 8 | `experiment` | the above |
@@ -38,7 +37,7 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// Files that are the crate's front or the binary, above every layer.
-const FRONT: &[&str] = &["lib", "main", "cli", "alloc"];
+const FRONT: &[&str] = &["lib", "main", "cli"];
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&module))

@@ -3,31 +3,43 @@
 use anyhow::Result;
 use std::path::Path;
 
-use emergence::load::load_scene;
+use emergence::load::{load_scene, parse_scene};
 use emergence::policy::catalogue;
-use emergence::scene::find_scenes;
+use emergence::scene::{Scene, SceneError, find_scenes, shipped};
 
-pub fn cmd_list(dir: &Path) -> Result<()> {
-    if !dir.is_dir() {
-        anyhow::bail!(
-            "--scenes {}: not a folder; expected a folder of *.scene.ron files",
-            dir.display()
-        );
+/// One line of the scene list: path, family, name (or why it does not load).
+fn print_scene(p: &Path, s: Result<Scene, SceneError>) {
+    match s {
+        Ok(s) => println!(
+            "  {:<52} {:<15} {}",
+            p.display(),
+            s.spec.family.name(),
+            s.spec.name
+        ),
+        Err(e) => println!("  {:<52} INVALID: {e}", p.display()),
     }
-    println!("scenes (in {}):", dir.display());
-    let found = find_scenes(dir);
-    if found.is_empty() {
-        println!("  none found");
+}
+
+pub fn cmd_list(dir: Option<&Path>) -> Result<()> {
+    println!("shipped scenes (embedded in this binary; the files are in the source tree):");
+    for (p, text) in shipped() {
+        print_scene(&p, parse_scene(text, &p));
     }
-    for p in found {
-        match load_scene(&p) {
-            Ok(s) => println!(
-                "  {:<52} {:<15} {}",
-                p.display(),
-                s.spec.family.name(),
-                s.spec.name
-            ),
-            Err(e) => println!("  {:<52} INVALID: {e}", p.display()),
+    if let Some(dir) = dir {
+        if !dir.is_dir() {
+            anyhow::bail!(
+                "--scenes {}: not a folder; expected a folder of *.scene.ron files",
+                dir.display()
+            );
+        }
+        println!();
+        println!("scenes in {}:", dir.display());
+        let found = find_scenes(dir);
+        if found.is_empty() {
+            println!("  none found");
+        }
+        for p in found {
+            print_scene(&p, load_scene(&p));
         }
     }
     println!();

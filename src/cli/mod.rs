@@ -97,3 +97,20 @@ pub fn parse_device(s: &str) -> Result<candle_core::Device> {
     }
     candle_core::Device::new_cuda(n).with_context(|| format!("--device {s}"))
 }
+
+/// `--model tiny|small|DIR`, read the same way by every command: an embedded preset (weights
+/// from seed 0) or a model folder; with the folder, for the output checks.
+pub fn model_source(
+    model: Option<&str>,
+) -> Result<Option<(emergence::policy::lm::ModelSource, Option<PathBuf>)>> {
+    use emergence::policy::lm::ModelSource;
+    use emergence::train::ModelChoice;
+    let Some(name) = model else {
+        return Ok(None);
+    };
+    let choice = ModelChoice::parse(name).map_err(|e| anyhow::anyhow!("--model {e}"))?;
+    Ok(Some(match choice {
+        ModelChoice::Preset(preset) => (ModelSource::Embedded { preset, seed: 0 }, None),
+        ModelChoice::Folder(dir) => (ModelSource::Folder(dir.clone()), Some(dir)),
+    }))
+}

@@ -4,8 +4,8 @@ use anyhow::{Context, Result};
 use clap::Subcommand;
 use std::path::PathBuf;
 
-use emergence::load::load_scene;
-use emergence::scene::{Scene, find_scenes};
+use emergence::load::{load_scene, parse_scene};
+use emergence::scene::{Scene, find_scenes, shipped};
 
 #[derive(Subcommand)]
 pub enum ModelCommand {
@@ -20,9 +20,10 @@ pub enum ModelCommand {
         /// Weight seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Scenes whose words the tokenizer must cover (every `*.scene.ron` below).
-        #[arg(long, default_value = "scenes")]
-        scenes: PathBuf,
+        /// More scenes whose words the tokenizer must cover (every `*.scene.ron` below), on
+        /// top of the shipped ones (embedded in the binary).
+        #[arg(long)]
+        scenes: Option<PathBuf>,
     },
     /// Load a model folder and print its shape.
     Info {
@@ -42,26 +43,31 @@ pub fn cmd_model(cmd: ModelCommand) -> Result<()> {
         } => {
             let p = Preset::parse(&preset)
                 .with_context(|| format!("--preset {preset:?}: expected tiny or small"))?;
-            // A tokenizer for no scene could not read any: refuse rather than find out later.
-            if !scenes.is_dir() {
-                anyhow::bail!(
-                    "--scenes {}: not a folder; expected the folder of the scenes the model \
-                     will play (their words make the tokenizer)",
-                    scenes.display()
-                );
-            }
-            let paths = find_scenes(&scenes);
-            if paths.is_empty() {
-                anyhow::bail!(
-                    "--scenes {}: no *.scene.ron below it; expected the folder of the scenes \
-                     the model will play (their words make the tokenizer)",
-                    scenes.display()
-                );
-            }
-            let found: Vec<Scene> = paths
-                .iter()
-                .map(|p| load_scene(p))
+            let mut found: Vec<Scene> = shipped()
+                .into_iter()
+                .map(|(path, text)| parse_scene(text, &path))
                 .collect::<Result<_, _>>()?;
+            if let Some(scenes) = &scenes {
+                if !scenes.is_dir() {
+                    anyhow::bail!(
+                        "--scenes {}: not a folder; expected a folder of the scenes the model \
+                         will play (their words join the shipped scenes' in the tokenizer)",
+                        scenes.display()
+                    );
+                }
+                let paths = find_scenes(scenes);
+                if paths.is_empty() {
+                    anyhow::bail!(
+                        "--scenes {}: no *.scene.ron below it; expected a folder of the scenes \
+                         the model will play (their words join the shipped scenes' in the \
+                         tokenizer)",
+                        scenes.display()
+                    );
+                }
+                for p in paths {
+                    found.push(load_scene(&p)?);
+                }
+            }
             let m = ModelFolder::init(p, seed, &found, &candle_core::Device::Cpu)?;
             m.save(&out)?;
             println!(

@@ -4,7 +4,7 @@ use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
 
-use super::{apply_overrides, check_outputs, parse_device, progress_bar};
+use super::{apply_overrides, check_outputs, model_source, parse_device, progress_bar};
 use emergence::headless::{RunConfig, RunReport, run};
 use emergence::load::load_scene;
 use emergence::policy::lm::LmPolicy;
@@ -50,10 +50,10 @@ pub struct RunArgs {
     /// Let this policy decide for every team (e.g. `lm`), whatever the scene says.
     #[arg(long)]
     pub policy: Option<String>,
-    /// Model folder (config.json, model.safetensors, tokenizer.json) for the `lm` policy;
-    /// without it, `lm` uses the embedded tiny model.
+    /// The `lm` policy's model: `tiny` or `small` (embedded, weights from seed 0) or a model
+    /// folder (config.json, model.safetensors, tokenizer.json) [default: tiny].
     #[arg(long)]
-    pub model: Option<PathBuf>,
+    pub model: Option<String>,
     /// Where language models run: `cpu`, or `cuda:N` (built with the `cuda` feature).
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -70,10 +70,12 @@ pub fn cmd_run(args: RunArgs) -> Result<()> {
         args.max_steps,
     )?;
     let device = parse_device(&args.device)?;
+    let model = model_source(args.model.as_deref())?;
+    let folder = model.as_ref().and_then(|(_, f)| f.clone());
     check_outputs(
         &[
             ("the scene", Some(&args.scene)),
-            ("--model", args.model.as_ref()),
+            ("--model", folder.as_ref()),
         ],
         &[
             ("--metrics", args.metrics.as_ref()),
@@ -91,7 +93,7 @@ pub fn cmd_run(args: RunArgs) -> Result<()> {
         record: args.record.clone(),
         record_arenas: args.record_arenas.clone(),
         hash_steps: args.hash_log.is_some(),
-        policies: LmPolicy::for_command(args.model.clone(), device)
+        policies: LmPolicy::for_command(model.map(|(s, _)| s), device)
             .into_iter()
             .collect(),
         ..RunConfig::new(scene)

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 #[cfg(not(feature = "gui"))]
 use super::NO_GUI;
 #[cfg(feature = "gui")]
-use super::{apply_overrides, check_outputs, parse_device};
+use super::{apply_overrides, check_outputs, model_source, parse_device};
 #[cfg(feature = "gui")]
 use emergence::{headless::RunConfig, load::load_scene};
 #[cfg(feature = "gui")]
@@ -23,9 +23,10 @@ pub struct ViewArgs {
     /// Let this policy decide for every team (e.g. `lm`), whatever the scene says.
     #[arg(long)]
     pub policy: Option<String>,
-    /// Model folder for the `lm` policy (the embedded tiny model otherwise).
+    /// The `lm` policy's model: `tiny` or `small` (embedded, weights from seed 0) or a model
+    /// folder [default: tiny].
     #[arg(long, conflicts_with = "checkpoint")]
-    pub model: Option<PathBuf>,
+    pub model: Option<String>,
     /// A training checkpoint (`runs/NAME/checkpoints/iter_K`): its model plays the scene's
     /// `lm` teams, and the run's training curves are drawn.
     #[arg(long)]
@@ -103,11 +104,13 @@ pub fn cmd_view(args: ViewArgs) -> Result<()> {
             args.speed
         );
     }
+    let model = model_source(args.model.as_deref())?;
+    let folder = model.as_ref().and_then(|(_, f)| f.clone());
     check_outputs(
         &[
             ("the scene", args.scene.as_ref()),
             ("--replay", args.replay.as_ref()),
-            ("--model", args.model.as_ref()),
+            ("--model", folder.as_ref()),
             ("--checkpoint", args.checkpoint.as_ref()),
         ],
         &[
@@ -143,9 +146,9 @@ pub fn cmd_view(args: ViewArgs) -> Result<()> {
                     .and_then(Path::parent)
                     .filter(|r| r.join("metrics.jsonl").is_file())
                     .map(Path::to_path_buf);
-                Some(c.clone())
+                Some(emergence::policy::lm::ModelSource::Folder(c.clone()))
             }
-            None => args.model.clone(),
+            None => model.map(|(s, _)| s),
         };
         let cfg = RunConfig {
             arenas: args.arenas,

@@ -1,6 +1,10 @@
-//! Sampling an action from scores under a mask, with the agent's own stream: shared by the
-//! model-backed policies so that they record log-probabilities and entropies the same way.
+//! The one masked action distribution: a softmax over the scores of the legal actions, the
+//! illegal ones at probability 0. [`sample`] draws from it with the agent's own stream (the
+//! model-backed policies, when they decide), [`masked_log_softmax`] is the same distribution
+//! as tensors (the trainer's losses, which must score the choices as they were drawn; a test
+//! checks that the two agree).
 
+use candle_core::{D, Tensor};
 use rand::Rng;
 
 /// The first score an allowed choice has that is not a finite number (a model with broken
@@ -77,4 +81,66 @@ pub fn sample(
     }
     let logprob = probs[pick].max(f32::MIN_POSITIVE).ln();
     (pick, probs, logprob, entropy)
+}
+
+/// The score added to an illegal action before the softmax of [`masked_log_softmax`]: its
+/// probability underflows to exactly 0, as in [`sample`].
+pub const ILLEGAL: f32 = -1e9;
+
+/// The additive bias `(rows, actions)` of [`masked_log_softmax`]: 0 where `legal[r][a]`,
+/// [`ILLEGAL`] elsewhere (actions past a row's end count as illegal).
+pub fn illegal_bias(
+    legal: &[&[bool]],
+    actions: usize,
+    device: &candle_core::Device,
+) -> candle_core::Result<Tensor> {
+    let mut bias = vec![0f32; legal.len() * actions];
+    for (r, row) in legal.iter().enumerate() {
+        for a in 0..actions {
+            if !row.get(a).copied().unwrap_or(false) {
+                bias[r * actions + a] = ILLEGAL;
+            }
+        }
+    }
+    Tensor::from_vec(bias, (legal.len(), actions), device)
+}
+
+/// Log-probabilities `(n, actions)` of the masked distribution of each row of `scores`
+/// `(n, actions)`: `log_softmax(scores + illegal_bias)` ([`illegal_bias`]).
+pub fn masked_log_softmax(scores: &Tensor, illegal_bias: &Tensor) -> candle_core::Result<Tensor> {
+    candle_nn::ops::log_softmax(&(scores + illegal_bias)?, D::Minus1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn the_sampled_distribution_and_the_losses_distribution_are_one() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        for case in 0..200 {
+            let n = 2 + case % 7;
+            let scores: Vec<f32> = (0..n).map(|_| rng.random::<f32>() * 20.0 - 10.0).collect();
+            let mut legal: Vec<bool> = (0..n).map(|_| rng.random::<f32>() < 0.6).collect();
+            legal[case % n] = true;
+            let (_, probs, _, _) = sample(&scores, |i| legal[i], &mut rng);
+            let dev = candle_core::Device::Cpu;
+            let s = Tensor::from_vec(scores.clone(), (1, n), &dev).unwrap();
+            let bias = illegal_bias(&[&legal], n, &dev).unwrap();
+            let lp = masked_log_softmax(&s, &bias).unwrap();
+            let p: Vec<f32> = lp.exp().unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            for i in 0..n {
+                assert!(
+                    (p[i] - probs[i]).abs() < 1e-6,
+                    "case {case}: action {i}: {} vs {}",
+                    p[i],
+                    probs[i]
+                );
+                if !legal[i] {
+                    assert_eq!((p[i], probs[i]), (0.0, 0.0));
+                }
+            }
+        }
+    }
 }

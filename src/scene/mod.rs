@@ -14,12 +14,14 @@ pub mod locate;
 mod params;
 mod schema;
 pub mod settings;
+mod shipped;
 mod validate;
 
 pub use asset::{SceneAsset, SceneAssetLoader, SceneAssetPlugin, SceneCheck};
 pub(crate) use checks::{FAM, out_of_range, rule};
 pub use error::{SceneError, SceneErrorKind};
 pub use schema::*;
+pub use shipped::shipped;
 pub use validate::Ctx;
 
 use std::path::{Path, PathBuf};

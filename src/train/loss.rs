@@ -6,15 +6,16 @@
 use candle_core::{D, DType, Result, Tensor};
 
 /// Log-probabilities `(n, actions)` of the action words under the masked distribution the
-/// policies sample from: the next-token log-probabilities `(n, vocab)` at each action
-/// word's token, illegal actions pushed to −1e9, renormalised over the legal ones.
+/// policies sample from ([`crate::policy::sampling`]): the next-token log-probabilities
+/// `(n, vocab)` at each action word's token, illegal actions pushed to −1e9, renormalised over
+/// the legal ones.
 pub fn masked_action_logprobs(
     token_logprobs: &Tensor,
     action_tokens: &Tensor,
     illegal_bias: &Tensor,
 ) -> Result<Tensor> {
     let scores = token_logprobs.index_select(action_tokens, 1)?;
-    candle_nn::ops::log_softmax(&(scores + illegal_bias)?, D::Minus1)
+    crate::policy::sampling::masked_log_softmax(&scores, illegal_bias)
 }
 
 /// The log-probability `(n,)` of each row's chosen action, from `(n, actions)` log-probs and

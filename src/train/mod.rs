@@ -17,8 +17,10 @@
 pub mod advantage;
 pub mod algo;
 mod checkpoint;
+mod config;
 pub mod critic;
 pub mod eval;
+mod hyper;
 pub mod loss;
 mod metrics_files;
 pub mod optim;
@@ -30,11 +32,9 @@ pub mod trainer;
 
 use bevy::ecs::schedule::IntoScheduleConfigs;
 use rand::SeedableRng;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use thiserror::Error;
 
 use crate::core::{Arenas, RecordSystems, RunProgress, SimSchedule};
 use crate::envs::ActionNames;
@@ -48,252 +48,19 @@ pub use crate::scene::settings::{Algo, LearnerKind, Sharing};
 pub use algo::cory;
 use checkpoint::{Learner, LearnerModel, save_checkpoint};
 pub use checkpoint::{RunFile, TrainerState, newest_checkpoint, resume_config, whole_checkpoints};
+use config::check_settings;
+pub(crate) use config::io_err;
+pub use config::{
+    EVAL_ARENAS, IterationReport, ModelChoice, Resume, TrainConfig, TrainError, TrainSummary,
+    default_eval_every,
+};
+pub use hyper::Hyper;
 use metrics_files::MetricsFiles;
 pub use rollout::{Batch, Rollouts, Step, Trajectory};
 pub use settings::TrainSettings;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-pub use trainer::{Hyper, Trainer, UpdateStats};
-
-/// What can go wrong in training.
-#[derive(Debug, Error)]
-pub enum TrainError {
-    /// A bad setting.
-    #[error("{0}")]
-    Config(String),
-    /// The run could not be built.
-    #[error(transparent)]
-    Run(#[from] RunError),
-    /// The model.
-    #[error(transparent)]
-    Model(#[from] LmError),
-    /// A tensor operation.
-    #[error("tensor: {0}")]
-    Tensor(candle_core::Error),
-    /// An output file.
-    #[error("{path}: {io}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        io: std::io::Error,
-    },
-}
-
-/// By hand rather than `#[from]`: the message already holds the error, which as a source too
-/// would be printed twice in a chain (`{:#}`).
-impl From<candle_core::Error> for TrainError {
-    fn from(e: candle_core::Error) -> Self {
-        TrainError::Tensor(e)
-    }
-}
-
-/// Checks every setting against [`limits`], naming the setting and where it can be given.
-fn check_settings(cfg: &TrainConfig) -> Result<(), TrainError> {
-    let given = TrainSettings::of_run(cfg);
-    limits::check_settings(&given).map_err(|bad| {
-        let name = bad.name;
-        TrainError::Config(format!(
-            "{name} = {}: expected {} (--{}, or {name} in the scene's train block or in a \
-             resumed run's config.json)",
-            bad.value,
-            bad.expected,
-            name.replace('_', "-")
-        ))
-    })
-}
-
-/// Where the trained model starts from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum ModelChoice {
-    /// A fresh embedded model of this size (seeded by the run seed).
-    Preset(Preset),
-    /// A model folder on disk.
-    Folder(PathBuf),
-}
-
-impl ModelChoice {
-    /// What `--model`, a scene's `train: (model: ...)` and `config.json` hold: `tiny`,
-    /// `small`, or a model folder, which must exist (`Err` says what was expected).
-    pub fn parse(name: &str) -> Result<Self, String> {
-        match name {
-            "tiny" => Ok(Self::Preset(Preset::Tiny)),
-            "small" => Ok(Self::Preset(Preset::Small)),
-            dir => {
-                let p = PathBuf::from(dir);
-                if p.is_dir() {
-                    Ok(Self::Folder(p))
-                } else {
-                    Err(format!("{dir:?}: expected tiny, small or a model folder"))
-                }
-            }
-        }
-    }
-
-    /// The name [`ModelChoice::parse`] reads back (a folder called `tiny` is `./tiny`).
-    pub fn name(&self) -> String {
-        match self {
-            Self::Preset(Preset::Tiny) => "tiny".into(),
-            Self::Preset(Preset::Small) => "small".into(),
-            Self::Folder(p) if p.as_os_str() == "tiny" || p.as_os_str() == "small" => {
-                Path::new(".").join(p).to_string_lossy().into_owned()
-            }
-            Self::Folder(p) => p.to_string_lossy().into_owned(),
-        }
-    }
-}
-
-/// Where a resumed run continues from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Resume {
-    /// This whole checkpoint folder of the run.
-    Checkpoint(PathBuf),
-    /// Its first iteration: it stopped before its first checkpoint. Its settings and scene
-    /// copy are kept; its metrics rows are written again.
-    FromStart,
-}
-
-/// A training run.
-#[derive(Debug, Clone)]
-pub struct TrainConfig {
-    /// The scene (teams on `lm` learn; if none is, every team is put on `lm`).
-    pub scene: Scene,
-    /// The scene file, for the record.
-    pub scene_path: PathBuf,
-    /// The algorithm.
-    pub algo: Algo,
-    /// Updates to make (one per episode of every arena).
-    pub iterations: u32,
-    /// Arenas run side by side.
-    pub arenas: u32,
-    /// Run seed.
-    pub seed: u64,
-    /// The run folder.
-    pub out: PathBuf,
-    /// The starting model.
-    pub model: ModelChoice,
-    /// Hyper-parameters.
-    pub hyper: Hyper,
-    /// One model for all learning agents, or one per learning team (CORY always has its
-    /// two copies).
-    pub sharing: Sharing,
-    /// The policy that learns (`lm`, or `mlp`; `model` is the language model's start).
-    pub learner: LearnerKind,
-    /// Bevy worker threads.
-    pub threads: Option<usize>,
-    /// Write a checkpoint every this many iterations (and after the last).
-    pub checkpoint_every: u32,
-    /// Continue the run in `out` (see [`resume_config`]); `None`: a fresh run, whose `out`
-    /// must be empty or absent.
-    pub resume: Option<Resume>,
-    /// Stop after this many iterations (counted from 0, like `iterations`) as if the run
-    /// had been interrupted: the schedule stays that of `iterations`, and `--resume`
-    /// continues it. A checkpoint is written at the stop.
-    pub stop_after: Option<u32>,
-    /// `--gui`: arena 0's frames are pushed here every step, for a window on another thread.
-    pub tap: Option<crate::frames::FrameTap>,
-    /// `--eval-against`: partners the learning teams play without learning, at the first
-    /// iteration, every `eval_every` and at the last (see [`eval`]).
-    pub eval_against: Vec<String>,
-    /// Iterations between evaluations.
-    pub eval_every: u32,
-}
-
-impl TrainConfig {
-    /// A fresh run of `scene` into `out` with the given `settings`; the algorithm's and the
-    /// learner's defaults fill the fields not given (see [`TrainSettings::resolve`]). Errs
-    /// with the model name's problem when `settings.model` names no model.
-    pub fn from_settings(
-        scene: Scene,
-        scene_path: PathBuf,
-        settings: &TrainSettings,
-        out: PathBuf,
-    ) -> Result<Self, String> {
-        let model = ModelChoice::parse(settings.model.as_deref().unwrap_or("tiny"))?;
-        let (algo, learner, hyper) = settings.resolve();
-        Ok(TrainConfig {
-            scene,
-            scene_path,
-            algo,
-            iterations: settings.iterations.unwrap_or(20),
-            arenas: settings.arenas.unwrap_or(16),
-            seed: settings.seed.unwrap_or(0),
-            out,
-            model,
-            hyper,
-            sharing: settings.sharing.unwrap_or_default(),
-            learner,
-            threads: None,
-            checkpoint_every: settings.checkpoint_every.unwrap_or(10),
-            resume: None,
-            stop_after: None,
-            tap: None,
-            eval_against: Vec::new(),
-            eval_every: default_eval_every(),
-        })
-    }
-}
-
-/// Evaluations every 10 iterations unless told.
-pub fn default_eval_every() -> u32 {
-    10
-}
-
-/// Arenas of each evaluation (one episode each, on seeds training never uses).
-pub const EVAL_ARENAS: u32 = 32;
-
-/// One iteration's report.
-#[derive(Debug, Clone, Serialize)]
-pub struct IterationReport {
-    /// Iteration, from 1.
-    pub iteration: u32,
-    /// Mean episode return per team (over the iteration's episodes), by team name.
-    pub team_returns: BTreeMap<String, f64>,
-    /// Means of the family's metrics over the iteration's episodes.
-    pub metrics: BTreeMap<String, f64>,
-    /// `--eval-against`: per partner, `PARTNER.return` (the learners' mean episode return),
-    /// `PARTNER.return_per_step`, `PARTNER.partner_return` and, in matrix games, the
-    /// learners' strategy (`PARTNER.coop_after_coop`, ...). Empty when not evaluated.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub eval: BTreeMap<String, f64>,
-    /// The update.
-    #[serde(flatten)]
-    pub update: UpdateStats,
-    /// Seconds stepping the arenas (decisions included).
-    pub rollout_seconds: f64,
-    /// Of which, seconds in the model's forwards.
-    pub inference_seconds: f64,
-    /// Model tokens per second during the rollout.
-    pub tokens_per_sec: f64,
-    /// Agent-steps per second during the rollout.
-    pub agent_steps_per_sec: f64,
-    /// Wall seconds of the whole iteration.
-    pub seconds: f64,
-}
-
-/// The end of a run.
-#[derive(Debug, Clone)]
-pub struct TrainSummary {
-    /// Every iteration's report.
-    pub iterations: Vec<IterationReport>,
-    /// Checkpoint folders written.
-    pub checkpoints: Vec<PathBuf>,
-    /// Folders that stood where a checkpoint was written, not whole (an earlier run stopped
-    /// while it was renamed into place, or a hand edit): kept under a new name, not deleted.
-    pub set_aside: Vec<PathBuf>,
-    /// What the run found and mended on its way (leftovers of killed writes removed, a
-    /// metrics row cut short by a kill dropped), for the user to read.
-    pub notes: Vec<String>,
-    /// The plots drawn at the end (a drawing failure does not fail the run).
-    pub plots: Result<Vec<PathBuf>, String>,
-}
-
-pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
-    move |io| TrainError::Io {
-        path: path.to_path_buf(),
-        io,
-    }
-}
+pub use trainer::{Trainer, UpdateStats};
 
 /// Runs `cfg`; `on_iteration` sees every iteration's report as it is written.
 pub fn train(

@@ -6,7 +6,7 @@
 use candle_core::{Device, Tensor, Var};
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::time::Instant;
 
 use super::advantage::{explained_variance, normalise};
@@ -17,142 +17,10 @@ use super::loss::{
 };
 use super::optim::{AdamParams, AdamW};
 use super::rollout::Batch;
-use super::{Algo, TrainError};
+use super::{Algo, Hyper, TrainError};
 use crate::policy::lm::Pass;
 use crate::policy::lm::{Decoder, Lora, TrainHandle, Weights};
 use crate::policy::mlp::{Encoded, MlpHandle, MlpNet};
-
-impl Algo {
-    /// Whether the language model's value head is trained and used as a baseline.
-    pub fn uses_value_head(self) -> bool {
-        matches!(
-            self,
-            Algo::Reinforce | Algo::Ippo | Algo::AdvantageAlignment | Algo::Cory
-        )
-    }
-
-    /// The name `--algo` takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            Algo::Reinforce => "reinforce",
-            Algo::Ippo => "ippo",
-            Algo::Mappo => "mappo",
-            Algo::Magrpo => "magrpo",
-            Algo::Cory => "cory",
-            Algo::AdvantageAlignment => "advantage-alignment",
-        }
-    }
-}
-
-/// Hyper-parameters (DESIGN.md defaults).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Hyper {
-    /// AdamW learning rate at the start.
-    pub lr: f64,
-    /// The learning rate at the last iteration, as a fraction of `lr` (linear schedule).
-    pub lr_final_frac: f64,
-    /// AdamW weight decay.
-    pub weight_decay: f64,
-    /// Discount γ.
-    pub gamma: f32,
-    /// GAE λ.
-    pub lambda: f32,
-    /// PPO clip ε (also the value clip).
-    pub clip: f64,
-    /// Weight of the value loss.
-    pub value_coef: f64,
-    /// Weight of the entropy bonus.
-    pub entropy_coef: f64,
-    /// Weight of the k3 KL to the frozen initial model (0: no reference forward).
-    pub kl_coef: f64,
-    /// Passes over the batch per update (REINFORCE always makes one).
-    pub epochs: usize,
-    /// Decisions per gradient step.
-    pub minibatch: usize,
-    /// Gradient-norm clip.
-    pub max_grad_norm: f32,
-    /// Consecutive arenas that share a seed (MAGRPO's G; Advantage Alignment's
-    /// leave-one-out group).
-    pub group_size: u32,
-    /// MAGRPO: divide group-relative advantages by the group's standard deviation.
-    pub group_std: bool,
-    /// Advantage Alignment's β.
-    pub aa_beta: f32,
-    /// CORY: updates between role swaps.
-    pub swap_every: u32,
-    /// LoRA rank of the adapters (`--sharing role-lora` or `agent-lora`).
-    pub lora_rank: usize,
-}
-
-impl Hyper {
-    /// The defaults for `algo`, where its paper's differ from the shared ones: MAGRPO and
-    /// Advantage Alignment compare rollouts that share a seed (groups of 4 and 8 arenas);
-    /// Advantage Alignment discounts with γ 0.9 as AdAlignLLM's Prisoner's Dilemma runs do,
-    /// and makes 2 passes over each batch (the authors make one policy-gradient step per
-    /// batch; on the Prisoner's Dilemma, 4 passes learned no faster per second here);
-    /// CORY keeps its KL penalty to the frozen reference on (coefficient 0.4, where the
-    /// paper's code starts its adaptive controller; see [`crate::train::algo::cory`]).
-    pub fn for_algo(algo: Algo) -> Self {
-        let base = Self::default();
-        match algo {
-            Algo::Magrpo => Self {
-                group_size: 4,
-                ..base
-            },
-            Algo::AdvantageAlignment => Self {
-                group_size: 8,
-                gamma: 0.9,
-                epochs: 2,
-                ..base
-            },
-            Algo::Cory => Self {
-                kl_coef: 0.4,
-                ..base
-            },
-            _ => base,
-        }
-    }
-}
-
-impl Hyper {
-    /// [`Hyper::for_algo`], and for the `mlp` learner minibatches of 1024 decisions (a
-    /// gradient step of the small network costs little; 64 would make an iteration of a
-    /// long grid episode thousands of steps).
-    pub fn for_learner(algo: Algo, learner: super::LearnerKind) -> Self {
-        let base = Self::for_algo(algo);
-        match learner {
-            super::LearnerKind::Lm => base,
-            super::LearnerKind::Mlp => Self {
-                minibatch: 1024,
-                ..base
-            },
-        }
-    }
-}
-
-impl Default for Hyper {
-    fn default() -> Self {
-        Self {
-            lr: 1e-3,
-            lr_final_frac: 0.1,
-            weight_decay: 0.0,
-            gamma: 0.99,
-            lambda: 0.95,
-            clip: 0.2,
-            value_coef: 0.5,
-            entropy_coef: 0.01,
-            kl_coef: 0.0,
-            epochs: 4,
-            minibatch: 64,
-            max_grad_norm: 1.0,
-            group_size: 1,
-            group_std: true,
-            aa_beta: 0.5,
-            swap_every: 2,
-            lora_rank: 8,
-        }
-    }
-}
 
 /// What one update measured (means over its gradient steps).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -846,7 +714,7 @@ impl Trainer {
                 };
                 let rows: Vec<&Encoded> = mb.iter().map(|s| &s.encoded).collect();
                 let h = net.heads(&rows)?;
-                let alp = candle_nn::ops::log_softmax(&(h.logits + bias)?, 1)?;
+                let alp = crate::policy::sampling::masked_log_softmax(&h.logits, bias)?;
                 let wlp = h
                     .words
                     .map(|w| candle_nn::ops::log_softmax(&w, 1))
@@ -863,19 +731,18 @@ impl Trainer {
     ) -> Result<Option<UpdateStats>, TrainError> {
         let m = mb.len();
         let a = self.actions;
-        let mut bias = vec![0f32; m * a];
         let mut legal = vec![0f32; m * a];
         let mut one_hot = vec![0f32; m * a];
         for (i, s) in mb.iter().enumerate() {
             for j in 0..a {
                 let ok = s.legal.get(j).copied().unwrap_or(false);
                 legal[i * a + j] = if ok { 1.0 } else { 0.0 };
-                bias[i * a + j] = if ok { 0.0 } else { -1e9 };
             }
             one_hot[i * a + usize::from(s.action)] = 1.0;
         }
         let dev = &self.device;
-        let bias = Tensor::from_vec(bias, (m, a), dev)?;
+        let rows: Vec<&[bool]> = mb.iter().map(|s| s.legal.as_slice()).collect();
+        let bias = crate::policy::sampling::illegal_bias(&rows, a, dev)?;
         let legal = Tensor::from_vec(legal, (m, a), dev)?;
         let one_hot = Tensor::from_vec(one_hot, (m, a), dev)?;
         let col =

@@ -6,6 +6,7 @@ pub mod config;
 pub mod cpu;
 pub(crate) use cpu::infer::lock;
 pub mod folder;
+mod forward;
 pub mod lora;
 pub mod model;
 pub mod policy;

@@ -221,23 +221,21 @@ impl LmPolicy {
         }))
     }
 
-    /// What a command's `--model DIR` and `--device` ask of the `lm` policy, as a name and a
+    /// What a command's `--model` and `--device` ask of the `lm` policy, as a name and a
     /// factory for the runner's `policies`; `None` when they ask for the catalogue's own (the
-    /// embedded tiny model on the CPU).
+    /// embedded tiny model, seed 0, on the CPU).
     pub fn for_command(
-        model: Option<PathBuf>,
+        model: Option<ModelSource>,
         device: Device,
     ) -> Option<(String, crate::policy::PolicyFactory)> {
-        if model.is_none() && matches!(device, Device::Cpu) {
+        let tiny = ModelSource::Embedded {
+            preset: super::Preset::Tiny,
+            seed: 0,
+        };
+        let source = model.unwrap_or(tiny.clone());
+        if source == tiny && matches!(device, Device::Cpu) {
             return None;
         }
-        let source = match model {
-            Some(dir) => ModelSource::Folder(dir),
-            None => ModelSource::Embedded {
-                preset: super::Preset::Tiny,
-                seed: 0,
-            },
-        };
         Some(("lm".into(), Self::factory(source, device, None)))
     }
 

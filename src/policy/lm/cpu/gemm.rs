@@ -1,6 +1,6 @@
 //! Matrix views over plain `f32` slices (any row and column stride, so a transpose or a
 //! block of columns is a view, not a copy) and one checked call of the `gemm` candle's
-//! matmul uses, writing into a view. The packed decoders of `engine.rs` and `tape.rs` do
+//! matmul uses, writing into a view. The packed decoders of `infer.rs` and `train/` do
 //! all their products through [`gemm`].
 
 /// A read-only matrix: element `(i, j)` at `data[i · rs + j · cs]`.

@@ -1,4 +1,4 @@
-//! The training path's decoder on the CPU: the forward pass of `engine.rs` over prompts
+//! The training path's decoder on the CPU: the forward pass of `infer.rs` over prompts
 //! packed end to end (no padding; the last layer for each prompt's last token only),
 //! keeping what the backward pass needs, and that backward pass written out by hand over
 //! the same kind of buffers. Every product is one `gemm` into a buffer, weight gradients
@@ -14,7 +14,7 @@
 //!
 //! [`attach`] wires it into candle's autograd: the hidden states pass through one identity
 //! operation per weight (or adapter matrix) that tracks a gradient. When `backward` reaches
-//! the outermost of them it runs [`backward`] once with the hidden states' gradient, and each
+//! the outermost of them it runs [`backward::backward`] once with the hidden states' gradient, and each
 //! operation hands its weight the gradient computed for it. So a loss built from the hidden
 //! states with candle's operations (heads, log-probs, value) gets every gradient from one
 //! `backward` call, as on candle's own paths (tested against them to 1e-4).

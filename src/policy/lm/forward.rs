@@ -1,0 +1,491 @@
+//! Which forward pass runs where: the dispatch of [`Decoder`]'s entry points (logits, final
+//! hidden states, each prompt's last hidden state) between the packed CPU engine
+//! (`cpu::infer`), the training path (`cpu::train`), the fused kernels and candle's own
+//! operations ([`Pass`]), over the model of `model.rs`.
+
+use candle_core::Tensor;
+use candle_nn::Module;
+
+use super::LmError;
+use super::cpu::infer as engine;
+use super::cpu::infer::Packed;
+use super::cpu::kernels;
+use super::cpu::train as tape;
+use super::lora::Adapter;
+use super::model::{Decoder, Lora, Pass, Runs, causal_bias, padded, proj};
+
+impl Decoder {
+    /// Logits `(b, t, vocab)` for token ids `(b, t)` (u32). `bias` is an additive attention
+    /// bias broadcastable to `(b, 1, t, t)` (0 or −∞; causal when `None`).
+    pub fn forward(
+        &self,
+        ids: &Tensor,
+        bias: Option<&Tensor>,
+        path: Pass,
+    ) -> Result<Tensor, LmError> {
+        self.forward_with(ids, bias, path, Lora::Base)
+    }
+
+    /// [`Decoder::forward`] with LoRA adapters over the base weights (per prompt: the rows
+    /// of `ids`).
+    pub fn forward_with(
+        &self,
+        ids: &Tensor,
+        bias: Option<&Tensor>,
+        path: Pass,
+        lora: Lora<'_>,
+    ) -> Result<Tensor, LmError> {
+        let hidden = self.hidden_with(ids, bias, path, lora)?;
+        Ok(self.head.forward(&hidden)?)
+    }
+
+    /// The final hidden state at each prompt's last token, `(prompts, hidden)`, each row what
+    /// that prompt gives alone. On the CPU both the fast and the training path pack the
+    /// prompts without padding (the training path falls back to right-padding them with
+    /// `pad` when it cannot read the weights in place; causal attention, so padding never
+    /// reaches a real token), and compute the last layer for the last tokens only.
+    pub fn last_hidden<P: AsRef<[u32]>>(
+        &self,
+        prompts: &[P],
+        pad: u32,
+        path: Pass,
+        lora: Lora<'_>,
+    ) -> Result<Tensor, LmError> {
+        let device = self.embed.device();
+        if let Lora::Each(each) = lora
+            && each.len() != prompts.len()
+        {
+            return Err(LmError::Candle(candle_core::Error::Msg(format!(
+                "{} adapters for {} prompts",
+                each.len(),
+                prompts.len()
+            ))));
+        }
+        let path = match path {
+            Pass::Train if !device.is_cpu() => Pass::Composed,
+            p => p,
+        };
+        // An empty prompt reads one padding token.
+        let prompts: Vec<&[u32]> = prompts
+            .iter()
+            .map(|p| match p.as_ref() {
+                [] => std::slice::from_ref(&pad),
+                p => p,
+            })
+            .collect();
+        let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(1).max(1);
+        if longest > self.cfg.max_position_embeddings {
+            return Err(LmError::TooLong {
+                tokens: longest,
+                max: self.cfg.max_position_embeddings,
+            });
+        }
+        match path {
+            Pass::Fast if device.is_cpu() => match self.engine(&prompts, false, lora)? {
+                Some(h) => Ok(h),
+                None => self.last_hidden_packed(&prompts, lora),
+            },
+            Pass::Train => match self.tape(&prompts, lora)? {
+                Some(h) => Ok(h),
+                None => self.last_hidden_train(&prompts, pad, longest, lora),
+            },
+            _ => {
+                let (ids, last) = padded(&prompts, pad, longest, device)?;
+                let hidden = self.hidden_rows(&ids, None, path, lora)?;
+                Ok(hidden.index_select(&last, 0)?)
+            }
+        }
+    }
+
+    /// The fast path's final hidden states from [`engine::packed_hidden`] over non-empty
+    /// prompts (every token's when `every_row`, else each prompt's last token's), with
+    /// `lora`'s adapters; `None` when a weight is not a contiguous f32 tensor on the CPU or
+    /// an adapter's matrix is misshapen (the caller then takes candle's operations).
+    pub(super) fn engine(
+        &self,
+        prompts: &[&[u32]],
+        every_row: bool,
+        lora: Lora<'_>,
+    ) -> Result<Option<Tensor>, LmError> {
+        let Some(packed) = self.packed(prompts, lora)? else {
+            return Ok(None);
+        };
+        let Some(out) = packed.read(|model, adapters, _| {
+            let lora = (adapters, &packed.per_prompt[..]);
+            engine::packed_hidden(model, &self.rope, prompts, every_row, lora)
+        }) else {
+            return Ok(None);
+        };
+        let rows = out.len() / self.cfg.hidden_size.max(1);
+        Ok(Some(Tensor::from_vec(
+            out,
+            (rows, self.cfg.hidden_size),
+            self.embed.device(),
+        )?))
+    }
+
+    /// The training path's final hidden states at each prompt's last token from
+    /// [`tape::forward`] over non-empty prompts, with `lora`'s adapters, wired into candle's
+    /// autograd so that `backward` on anything computed from them runs the hand-written
+    /// backward (`cpu::train::backward`)
+    /// and gives every weight and adapter matrix that tracks a gradient its own; `None`
+    /// where [`Decoder::engine`] would be (the caller then takes candle's operations).
+    fn tape(&self, prompts: &[&[u32]], lora: Lora<'_>) -> Result<Option<Tensor>, LmError> {
+        let Some(packed) = self.packed(prompts, lora)? else {
+            return Ok(None);
+        };
+        let Some((out, saved)) = packed.read(|model, adapters, _| {
+            let lora = (adapters, &packed.per_prompt[..]);
+            tape::forward(model, &self.rope, prompts, lora)
+        }) else {
+            return Ok(None);
+        };
+        let h = Tensor::from_vec(
+            out,
+            (prompts.len(), self.cfg.hidden_size),
+            self.embed.device(),
+        )?;
+        Ok(Some(tape::attach(h, packed, saved, self.rope.clone())?))
+    }
+
+    /// The tensors the packed decoders read, in [`engine::Layout::read`]'s order, with their
+    /// layout and each prompt's adapter among them; an error for a token outside the
+    /// vocabulary, `None` for prompts the rotary tables do not cover, biases the packed
+    /// decoders lack (o, gate) or a misshapen adapter.
+    fn packed(&self, prompts: &[&[u32]], lora: Lora<'_>) -> Result<Option<Packed>, LmError> {
+        let vocab = self.cfg.vocab_size;
+        if let Some(bad) = prompts
+            .iter()
+            .flat_map(|p| p.iter())
+            .find(|&&id| id as usize >= vocab)
+        {
+            return Err(LmError::Candle(candle_core::Error::Msg(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            ))));
+        }
+        if prompts
+            .iter()
+            .any(|p| p.is_empty() || p.len() > self.rope.positions())
+        {
+            return Ok(None);
+        }
+        let mut tensors: Vec<Tensor> = vec![self.embed.clone(), self.norm.clone()];
+        let mut biases = Vec::with_capacity(self.layers.len());
+        for l in &self.layers {
+            tensors.extend(
+                [
+                    l.self_attn.q_proj.weight(),
+                    l.self_attn.k_proj.weight(),
+                    l.self_attn.v_proj.weight(),
+                    l.self_attn.o_proj.weight(),
+                    l.mlp.gate_proj.weight(),
+                    l.mlp.up_proj.weight(),
+                    l.mlp.down_proj.weight(),
+                    &l.input_layernorm,
+                    &l.post_attention_layernorm,
+                ]
+                .map(Tensor::clone),
+            );
+            let b = [
+                l.self_attn.q_proj.bias(),
+                l.self_attn.k_proj.bias(),
+                l.self_attn.v_proj.bias(),
+            ];
+            tensors.extend(b.into_iter().flatten().cloned());
+            biases.push(b.map(|b| b.is_some()));
+            if l.self_attn.o_proj.bias().is_some()
+                || l.mlp.gate_proj.bias().is_some()
+                || l.mlp.up_proj.bias().is_some()
+                || l.mlp.down_proj.bias().is_some()
+            {
+                return Ok(None);
+            }
+        }
+        // The distinct adapters, each prompt's index among them, and their matrices.
+        let mut distinct: Vec<&Adapter> = Vec::new();
+        let per_prompt: Vec<Option<usize>> = (0..prompts.len())
+            .map(|i| {
+                let a = match lora {
+                    Lora::Base => None,
+                    Lora::All(a) => Some(a),
+                    Lora::Each(each) => each.get(i).copied().flatten(),
+                }?;
+                Some(match distinct.iter().position(|&d| std::ptr::eq(d, a)) {
+                    Some(k) => k,
+                    None => {
+                        distinct.push(a);
+                        distinct.len() - 1
+                    }
+                })
+            })
+            .collect();
+        let (h, inter) = (self.cfg.hidden_size, self.cfg.intermediate_size);
+        let kvw = self.cfg.kv_heads() * self.cfg.head_dim();
+        let sizes = [
+            (h, h),
+            (h, kvw),
+            (h, kvw),
+            (h, h),
+            (h, inter),
+            (h, inter),
+            (inter, h),
+        ];
+        let mut adapters = Vec::with_capacity(distinct.len());
+        for a in &distinct {
+            let r = a.config.r;
+            let mut modules = Vec::with_capacity(self.layers.len());
+            for l in &self.layers {
+                let mut adapted = [false; 7];
+                for ((name, &(inp, out)), adapted) in l.names().zip(&sizes).zip(&mut adapted) {
+                    if let Some((wa, wb)) = a.weights.get(name) {
+                        if wa.dims() != [r, inp] || wb.dims() != [out, r] {
+                            return Ok(None);
+                        }
+                        tensors.extend([wa.clone(), wb.clone()]);
+                        *adapted = true;
+                    }
+                }
+                modules.push(adapted);
+            }
+            adapters.push(engine::AdapterLayout {
+                rank: r,
+                scale: a.config.lora_alpha / r.max(1) as f32,
+                modules,
+            });
+        }
+        let (nh, nkv, hd) = self.heads();
+        let layout = engine::Layout {
+            sizes: engine::Sizes {
+                hidden: h,
+                heads: nh,
+                kv_heads: nkv,
+                head_dim: hd,
+                intermediate: inter,
+                eps: self.cfg.rms_norm_eps as f32,
+            },
+            biases,
+            adapters,
+        };
+        Ok(Some(Packed {
+            tensors,
+            layout,
+            per_prompt,
+        }))
+    }
+
+    /// [`Decoder::last_hidden`] on the fast path (CPU): the prompts packed end to end with
+    /// no padding, each attending to itself only ([`kernels::span_attention`]), and
+    /// the last layer computed for each prompt's last token alone (its keys and values still
+    /// cover every token).
+    fn last_hidden_packed(&self, prompts: &[&[u32]], lora: Lora<'_>) -> Result<Tensor, LmError> {
+        let device = self.embed.device();
+        let b = prompts.len();
+        let tokens = Runs::new(lora, b, |i| prompts[i].len());
+        let lasts = Runs::new(lora, b, |_| 1);
+        let lens: Vec<u32> = prompts.iter().map(|p| p.len() as u32).collect();
+        let total: usize = prompts.iter().map(|p| p.len()).sum();
+        let ids: Vec<u32> = prompts.iter().flat_map(|p| p.iter().copied()).collect();
+        let pos: Vec<u32> = lens.iter().flat_map(|&n| 0..n).collect();
+        let last_pos: Vec<u32> = lens.iter().map(|&n| n - 1).collect();
+        let firsts: Vec<u32> = lens
+            .iter()
+            .scan(0u32, |start, &n| {
+                *start += n;
+                Some(*start - n)
+            })
+            .collect();
+        // Every token sees its prompt up to itself; in the last layer only each prompt's
+        // last token is computed, and it sees its whole prompt.
+        let spans_all: Vec<(u32, u32)> = firsts
+            .iter()
+            .zip(&lens)
+            .flat_map(|(&f, &n)| (1..=n).map(move |i| (f, i)))
+            .collect();
+        let spans_last: Vec<(u32, u32)> =
+            firsts.iter().copied().zip(lens.iter().copied()).collect();
+        let last_rows: Vec<u32> = spans_last.iter().map(|&(f, n)| f + n - 1).collect();
+        let last_idx = Tensor::from_vec(last_rows, b, device)?;
+        let (nh, nkv, hd) = self.heads();
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut x = self
+            .embed
+            .index_select(&Tensor::from_vec(ids, total, device)?, 0)?;
+        for (i, l) in self.layers.iter().enumerate() {
+            let n = self.rms(&x, &l.input_layernorm, Pass::Fast)?;
+            let k = proj(&l.self_attn.k_proj, &l.self_attn.names[1], &n, &tokens)?
+                .reshape((total, nkv, hd))?;
+            let k = kernels::rope_at(&k, &self.rope, &pos)?;
+            let v = proj(&l.self_attn.v_proj, &l.self_attn.names[2], &n, &tokens)?
+                .reshape((total, nkv, hd))?;
+            let last = i + 1 == self.layers.len();
+            let (n, q_pos, spans, runs) = if last {
+                x = x.index_select(&last_idx, 0)?;
+                (
+                    n.index_select(&last_idx, 0)?,
+                    &last_pos[..],
+                    &spans_last,
+                    &lasts,
+                )
+            } else {
+                (n, &pos[..], &spans_all, &tokens)
+            };
+            let rows = n.dim(0)?;
+            let q = proj(&l.self_attn.q_proj, &l.self_attn.names[0], &n, runs)?
+                .reshape((rows, nh, hd))?;
+            let q = kernels::rope_at(&q, &self.rope, q_pos)?;
+            let out = kernels::span_attention(&q, &k, &v, spans, scale)?;
+            let a = proj(
+                &l.self_attn.o_proj,
+                &l.self_attn.names[3],
+                &out.reshape((rows, nh * hd))?,
+                runs,
+            )?;
+            x = self.mlp(l, &(x + a)?, Pass::Fast, runs)?;
+        }
+        self.rms(&x, &self.norm, Pass::Fast)
+    }
+
+    /// [`Decoder::last_hidden`] on the training path (CPU): right-padded prompts, the last
+    /// layer's queries at each prompt's last token only, attending to that prompt's tokens.
+    fn last_hidden_train(
+        &self,
+        prompts: &[&[u32]],
+        pad: u32,
+        t: usize,
+        lora: Lora<'_>,
+    ) -> Result<Tensor, LmError> {
+        let device = self.embed.device();
+        let b = prompts.len();
+        let tokens = Runs::new(lora, b, |_| t);
+        let lasts = Runs::new(lora, b, |_| 1);
+        let (ids, last_idx) = padded(prompts, pad, t, device)?;
+        let lens: Vec<u32> = prompts.iter().map(|p| p.len() as u32).collect();
+        let last_pos: Vec<u32> = lens.iter().map(|&n| n - 1).collect();
+        let (nh, _, hd) = self.heads();
+        let mut x = self.embed.index_select(&ids.flatten_all()?, 0)?;
+        let (body, last) = self.layers.split_at(self.layers.len() - 1);
+        for l in body {
+            let n = self.rms(&x, &l.input_layernorm, Pass::Train)?;
+            let a = l
+                .self_attn
+                .attention_train(&n, (b, t), &self.rope, &tokens)?;
+            x = self.mlp(l, &(x + a)?, Pass::Train, &tokens)?;
+        }
+        for l in last {
+            let n = self.rms(&x, &l.input_layernorm, Pass::Train)?;
+            let (k, v) = l
+                .self_attn
+                .keys_values_train(&n, (b, t), &self.rope, &tokens)?;
+            let n = n.index_select(&last_idx, 0)?;
+            let q = proj(&l.self_attn.q_proj, &l.self_attn.names[0], &n, &lasts)?
+                .reshape((b, nh, hd))?;
+            let q = kernels::rope_at(&q, &self.rope, &last_pos)?.reshape((b, nh, 1, hd))?;
+            let scale = 1.0 / (hd as f32).sqrt();
+            let p = kernels::prefix_softmax(&q.matmul(&k.transpose(2, 3)?)?, scale, &lens)?;
+            let out = p.matmul(&v)?.reshape((b, nh * hd))?;
+            let a = proj(&l.self_attn.o_proj, &l.self_attn.names[3], &out, &lasts)?;
+            x = self.mlp(
+                l,
+                &(x.index_select(&last_idx, 0)? + a)?,
+                Pass::Train,
+                &lasts,
+            )?;
+        }
+        self.rms(&x, &self.norm, Pass::Train)
+    }
+
+    /// The final normed hidden states `(b, t, hidden)`.
+    pub fn hidden(
+        &self,
+        ids: &Tensor,
+        bias: Option<&Tensor>,
+        path: Pass,
+    ) -> Result<Tensor, LmError> {
+        self.hidden_with(ids, bias, path, Lora::Base)
+    }
+
+    /// [`Decoder::hidden`] with LoRA adapters over the base weights (per prompt: the rows
+    /// of `ids`).
+    pub fn hidden_with(
+        &self,
+        ids: &Tensor,
+        bias: Option<&Tensor>,
+        path: Pass,
+        lora: Lora<'_>,
+    ) -> Result<Tensor, LmError> {
+        let (b, t) = ids.dims2()?;
+        let h = self.cfg.hidden_size;
+        Ok(self
+            .hidden_rows(ids, bias, path, lora)?
+            .reshape((b, t, h))?)
+    }
+
+    /// The final normed hidden states as rows `(b · t, hidden)`. Activations stay 2-d
+    /// between layers: on the training path every reshape of an activation would cost its
+    /// size twice more in the backward pass (candle accumulates each input's gradient into
+    /// a zeroed buffer).
+    fn hidden_rows(
+        &self,
+        ids: &Tensor,
+        bias: Option<&Tensor>,
+        path: Pass,
+        lora: Lora<'_>,
+    ) -> Result<Tensor, LmError> {
+        let (b, t) = ids.dims2()?;
+        if let Lora::Each(each) = lora
+            && each.len() != b
+        {
+            return Err(LmError::Candle(candle_core::Error::Msg(format!(
+                "{} adapters for {b} prompts",
+                each.len()
+            ))));
+        }
+        let runs = &Runs::new(lora, b, |_| t);
+        if t > self.cfg.max_position_embeddings {
+            return Err(LmError::TooLong {
+                tokens: t,
+                max: self.cfg.max_position_embeddings,
+            });
+        }
+        // The fused kernels run on the CPU, and the training ones attend causally only.
+        let cpu = ids.device().is_cpu();
+        if path == Pass::Fast && cpu && bias.is_none() && t > 0 {
+            let rows = ids.to_vec2::<u32>()?;
+            let prompts: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
+            if let Some(h) = self.engine(&prompts, true, lora)? {
+                return Ok(h);
+            }
+        }
+        let path = match path {
+            Pass::Train if !cpu || bias.is_some() => Pass::Composed,
+            p => p,
+        };
+        let mut x = self.embed.index_select(&ids.flatten_all()?, 0)?;
+        // Causal attention by the fused CPU kernels needs no mask tensor; otherwise the
+        // causal mask is built once for all layers.
+        let causal = bias.is_none();
+        let built = if causal && (path == Pass::Composed || !cpu) {
+            Some(causal_bias(t, x.device())?)
+        } else {
+            None
+        };
+        let bias = bias.or(built.as_ref());
+        let (cos, sin) = (self.cos.narrow(0, 0, t)?, self.sin.narrow(0, 0, t)?);
+        for layer in &self.layers {
+            let n = self.rms(&x, &layer.input_layernorm, path)?;
+            let a = layer.self_attn.forward(
+                &n,
+                (b, t),
+                bias,
+                causal,
+                &cos,
+                &sin,
+                &self.rope,
+                path,
+                runs,
+            )?;
+            x = self.mlp(layer, &(x + a)?, path, runs)?;
+        }
+        self.rms(&x, &self.norm, path)
+    }
+}

@@ -1,0 +1,143 @@
+//! docs/scenes.md is a tested artefact: every `ron` block in it is a whole scene that loads
+//! and runs an episode; its lists of families and policies are the code's; the error
+//! messages that list what the code knows (policies, families, legend things) are produced
+//! here and compared with the page.
+
+use emergence::headless::{RunConfig, run};
+use emergence::load::parse_scene;
+use std::path::Path;
+
+fn page() -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/scenes.md");
+    std::fs::read_to_string(p).expect("docs/scenes.md")
+}
+
+/// The `ron` code blocks of the page, in order.
+fn ron_blocks(md: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur: Option<String> = None;
+    for line in md.lines() {
+        match (&mut cur, line.trim_end()) {
+            (None, "```ron") => cur = Some(String::new()),
+            (Some(_), "```") => out.push(cur.take().unwrap()),
+            (Some(b), l) => {
+                b.push_str(l);
+                b.push('\n');
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The lines of the section that starts with `heading` (up to the next heading of its
+/// level or above).
+fn section<'a>(md: &'a str, heading: &str) -> Vec<&'a str> {
+    let level = heading.chars().take_while(|&c| c == '#').count();
+    let mut lines = md.lines().skip_while(|l| !l.starts_with(heading));
+    let mut out = vec![lines.next().expect("heading")];
+    for l in lines {
+        let h = l.chars().take_while(|&c| c == '#').count();
+        if h > 0 && h <= level && l.chars().nth(h) == Some(' ') {
+            break;
+        }
+        out.push(l);
+    }
+    out
+}
+
+#[test]
+fn every_scene_on_the_page_loads_and_runs_an_episode() {
+    let md = page();
+    let blocks = ron_blocks(&md);
+    assert!(blocks.len() >= 5, "{} ron blocks", blocks.len());
+    let mut families = Vec::new();
+    for (i, text) in blocks.iter().enumerate() {
+        let name = format!("docs-example-{i}.scene.ron");
+        let scene = parse_scene(text, Path::new(&name)).unwrap_or_else(|e| panic!("{e}"));
+        families.push(scene.spec.family.name());
+        let mut cfg = RunConfig::new(scene);
+        cfg.threads = Some(1);
+        let report = run(&cfg, |_| {}).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(report.episodes, 1, "{name}");
+    }
+    for f in emergence::envs::family::names() {
+        assert!(
+            families.contains(&f),
+            "no complete example of {f} on the page"
+        );
+    }
+}
+
+#[test]
+fn the_page_lists_the_families_and_policies_the_code_has() {
+    let md = page();
+    let headings: Vec<String> = section(&md, "## Families")
+        .iter()
+        .filter_map(|l| l.strip_prefix("### `"))
+        .map(|l| l.split('`').next().unwrap().to_string())
+        .collect();
+    assert_eq!(headings, emergence::envs::family::names());
+
+    let rows: Vec<(String, String)> = section(&md, "## Teams and policies")
+        .iter()
+        .filter(|l| l.starts_with("| `"))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            // The policy table's rows: | `name` | families | behaviour |
+            (cells.len() == 5 && !cells[2].contains("string"))
+                .then(|| (cells[1].trim_matches('`').to_string(), cells[2].to_string()))
+        })
+        .collect();
+    let catalogue = emergence::policy::catalogue();
+    let every = emergence::envs::family::names();
+    let expected: Vec<(String, String)> = catalogue
+        .iter()
+        .map(|p| {
+            let fams = if p.families == every.as_slice() {
+                "every family".to_string()
+            } else {
+                p.families.join(", ")
+            };
+            (p.name.to_string(), fams)
+        })
+        .collect();
+    let mut got = rows.clone();
+    got.sort();
+    let mut want = expected.clone();
+    want.sort();
+    assert_eq!(got, want, "the policy table of docs/scenes.md");
+}
+
+/// The page's example of an error: the line that starts with `small.scene.ron:` and holds
+/// `needle`, without its position.
+fn documented(md: &str, needle: &str) -> String {
+    let line = md
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("small.scene.ron:") && l.contains(needle))
+        .unwrap_or_else(|| panic!("no documented error holds {needle:?}"));
+    line.splitn(4, ':').nth(3).unwrap().trim().to_string()
+}
+
+#[test]
+fn the_errors_that_list_what_the_code_knows_are_the_pages() {
+    let md = page();
+    let small = ron_blocks(&md).remove(0);
+    let error = |edited: String| -> String {
+        let e = parse_scene(&edited, Path::new("small.scene.ron")).expect_err("an error");
+        let text = e.to_string();
+        text.splitn(4, ':').nth(3).unwrap().trim().to_string()
+    };
+    let greedy = small.replacen("policy: \"greedy_harvester\"", "policy: \"greedy\"", 1);
+    assert_eq!(error(greedy), documented(&md, "unknown policy \"greedy\""));
+    let tft = small.replacen("policy: \"greedy_harvester\"", "policy: \"tit_for_tat\"", 1);
+    assert_eq!(error(tft), documented(&md, "does not play CommonsHarvest"));
+    let apples = small.replacen("'A': Apple,", "'A': Apples,", 1);
+    assert_eq!(error(apples), documented(&md, "`Apples`"));
+    let family = small.replacen("family: CommonsHarvest(", "family: Commons(", 1);
+    let e = parse_scene(&family, Path::new("small.scene.ron")).expect_err("an error");
+    let text = e.to_string();
+    let said = text.splitn(4, ':').nth(3).unwrap().trim();
+    assert!(md.contains(said), "docs/scenes.md does not say {said:?}");
+}
