@@ -1,13 +1,13 @@
 //! # emergence
 //!
 //! Language-model agents as entities in Bevy ECS multi-agent environments, improved by
-//! multi-agent reinforcement fine-tuning. This crate holds the simulation core
-//! ([`core`]), RON scenes as data ([`scene`]), environment families ([`envs`]), policies
-//! ([`policy`]), loading a scene against them ([`load`]), metrics ([`metrics`]), the frames
-//! the viewer draws and replays store ([`frames`]), the plugin groups ([`sim`]), the
-//! headless runner ([`headless`]), training ([`train`]), experiments ([`experiment`]) and,
-//! with the `gui` feature, the window (`gui`). `tests/layering.rs` holds the order of the
-//! layers: each module imports only those below it.
+//! multi-agent reinforcement fine-tuning. This crate holds the simulation core ([`core`]),
+//! RON scenes as data ([`scene`]), environment families ([`envs`]), observations as text
+//! ([`observe`]), policies ([`policy`]), loading a scene against them ([`load`]), metrics
+//! ([`metrics`]), the frames the viewer draws and replays store ([`frames`]), the plugin
+//! groups ([`sim`]), the headless runner ([`headless`]), training ([`train`]), experiments
+//! ([`experiment`]) and, with the `gui` feature, the window (`gui`). `tests/layering.rs`
+//! holds the order of the layers: each module imports only those below it.
 //!
 //! [`SimPlugins`] is everything a simulation needs, headless or in a window; swap any piece
 //! with Bevy's `PluginGroupBuilder` API.
@@ -21,6 +21,7 @@ pub mod gui;
 pub mod headless;
 pub mod load;
 pub mod metrics;
+pub mod observe;
 pub mod outputs;
 pub mod policy;
 pub mod scene;

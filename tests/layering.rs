@@ -6,6 +6,7 @@
 //! | 0 | `core` | nothing of the crate |
 //! | 1 | `scene`, `metrics`, `outputs` | `core` |
 //! | 2 | `envs` | the above: no policy, train, gui |
+//! | 2.5 | `observe` | the above |
 //! | 3 | `policy` | the above: no train, gui |
 //! | 4 | `load`, `frames` | the above |
 //! | 5 | `sim` | the above |
@@ -27,6 +28,7 @@ const LAYERS: &[&[&str]] = &[
     &["core"],
     &["scene", "metrics", "outputs"],
     &["envs"],
+    &["observe"],
     &["policy"],
     &["load", "frames"],
     &["sim"],

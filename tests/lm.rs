@@ -446,7 +446,7 @@ fn init_writes_a_loadable_folder_and_never_overwrites() {
 #[test]
 fn the_default_tokenizer_covers_every_scene_text() {
     use emergence::envs::action_names;
-    use emergence::policy::text::{Speaker, TextFormat};
+    use emergence::observe::text::{Speaker, TextFormat};
     let paths =
         emergence::scene::find_scenes(&Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes"));
     let scenes: Vec<_> = paths

@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use emergence::core::*;
 use emergence::envs::{ActionNames, ActiveScene};
-use emergence::policy::text::{Speaker, TextFormat};
+use emergence::observe::text::{Speaker, TextFormat};
 
 /// The texts arena 0's agents read on the last step, captured in the Encode step (after
 /// Observe, before Decide: where language-model policies read them).

@@ -4,6 +4,7 @@
 use super::report::{Stat, aggregate, onset};
 use super::runner::{self, Options};
 use super::*;
+use crate::scene::locate::line_col;
 
 /// A small experiment: the `mlp` learner on a 4-round Prisoner's Dilemma written inline
 /// (shared with the integration test that trains it, `tests/experiments.rs`).

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use crate::core::*;
 use crate::envs::{ActionNames, ActiveScene, Vocabulary};
+use crate::observe::text::{Speaker, TextFormat};
 use crate::policy::PolicyRegistry;
-use crate::policy::text::{Speaker, TextFormat};
 
 /// One agent in a [`Frame`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -13,6 +13,10 @@
 //! The map is drawn with Bevy sprites and gizmos ([`draw`]); controls, the agent inspector,
 //! curves and the timeline are egui panels ([`panels`]). `--screenshot FILE --frames N` steps
 //! once per frame for N frames, saves a PNG of the window and exits.
+//!
+//! Over 600 lines: the window's state machine (live arenas, replays, the training tap,
+//! reloads, seeds, pacing) around one `Viewer` resource; drawing, panels, input and the live
+//! simulation are in their own files.
 
 mod draw;
 mod input;

@@ -3,31 +3,23 @@
 //! ALL its agents across all arenas in one call (the batched interface language models
 //! use), and writes the same [`Action`] component whoever it is.
 
+pub mod bots;
 mod check;
-mod grid_bots;
-mod hns_bots;
 pub mod lm;
-mod matrix_bots;
-mod maze_bots;
-mod maze_joint;
-mod maze_planner;
 pub mod mlp;
-mod random;
 pub mod sampling;
-pub mod text;
 
 use bevy::prelude::*;
 use rand_chacha::ChaCha8Rng;
 
 use crate::core::*;
 
+pub use bots::{
+    AlwaysCooperate, AlwaysDefect, Cleaner, FortBuilder, FreeRider, GreedyHarvester, GrimTrigger,
+    Hider, MazeExplorer, MazeFollower, MazePlanner, MazeTalker, RandomPolicy, Seeker,
+    SustainableHarvester, TitForTat,
+};
 pub use check::check_scene;
-pub use grid_bots::{Cleaner, FreeRider, GreedyHarvester, SustainableHarvester};
-pub use hns_bots::{FortBuilder, Hider, Seeker};
-pub use matrix_bots::{AlwaysCooperate, AlwaysDefect, GrimTrigger, TitForTat};
-pub use maze_bots::{MazeExplorer, MazeFollower, MazeTalker};
-pub use maze_planner::MazePlanner;
-pub use random::RandomPolicy;
 
 /// One agent's decision request: what it sees, what it may do, its own random stream, and
 /// the action to fill in.

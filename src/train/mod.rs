@@ -13,6 +13,11 @@
 //! finishes its episode early waits ([`crate::core::Arenas::gate`]) until the update is
 //! done, so every episode of a batch acts with the same weights, and a resumed run
 //! ([`resume_config`]) continues exactly where a checkpoint left off.
+//!
+//! Over 600 lines: [`train`] is the run's one loop (resume, the models, the arenas, the
+//! iteration, evaluation, checkpoints), kept whole so its order of effects, which the exact
+//! resume depends on, reads top to bottom; its types are in `config.rs`, its parts in the
+//! modules below.
 
 pub mod advantage;
 pub mod algo;

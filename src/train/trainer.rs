@@ -2,6 +2,11 @@
 //! on the policy's own variables, so the next decision already uses the new weights: the
 //! language model's training path (the differentiable decoder), or the `mlp`'s network
 //! (candle's autograd). Both read the same rollout buffer and take the same losses.
+//!
+//! Over 600 lines: one `Trainer` for both learners (the language model and the `mlp`), whose
+//! update (samples, advantages, minibatch steps, the losses, clipping, the optimizer, the
+//! statistics) is one sequence the checkpoints and the learning tests pin; the maths is in
+//! `loss.rs`, `advantage.rs`, `algo/` and `optim.rs`.
 
 use candle_core::{Device, Tensor, Var};
 use rand::seq::SliceRandom;

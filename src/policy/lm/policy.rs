@@ -1,5 +1,5 @@
 //! The language-model policy: every agent bound to it, across every arena, is decided in
-//! ONE batched forward per step. Prompts are the observation texts ([`crate::policy::text`])
+//! ONE batched forward per step. Prompts are the observation texts ([`crate::observe::text`])
 //! tokenized and right-padded (with a causal mask, real tokens never see the padding and keep
 //! their positions, so a padded row gives exactly the logits it would alone). Actions are
 //! words: each legal action word is scored by the sum of its tokens' log-probabilities after
@@ -15,6 +15,11 @@
 //! (`adapters/agent_<slot>/`), each agent runs with its adapter, still in one batched
 //! forward: the base projections run once over every prompt, each adapter's low-rank update
 //! over its own prompts.
+//!
+//! Over 600 lines: the policy's preparation (model folder, tokenizer, action and word
+//! tokens, adapters) and its batched decision (prompts, one forward, scores, talk, sampling,
+//! the checks of its numbers) share one `Ready` state; the model and its passes are apart
+//! (`model.rs`, `forward.rs`, `cpu/`).
 
 use candle_core::{D, Device, Tensor, Var};
 use std::path::PathBuf;
@@ -27,8 +32,8 @@ use super::lora::{Adapter, AdapterOwner};
 use super::model::{Decoder, Lora, Pass};
 use super::tokenizer::encode;
 use super::{LmConfig, LmError, Preset};
+use crate::observe::text::{Speaker, TextFormat};
 use crate::policy::sampling::sample;
-use crate::policy::text::{Speaker, TextFormat};
 use crate::policy::{Decision, Policy, PolicyStats};
 use crate::scene::Scene;
 

@@ -16,7 +16,7 @@ use crate::scene::{Scene, Thing};
 /// Padding (id 0), unknown word (id 1), end of text (id 2).
 pub const SPECIAL: [&str; 3] = ["<pad>", "<unk>", "<eos>"];
 
-/// Words the encoders of `policy::text` write, whatever the scene.
+/// Words the encoders of `observe::text` write, whatever the scene.
 const ENCODER_WORDS: &str = "role team round of step phase preparation steps left play you at \
     facing north east south west holding an object view ahead is up legend teammate other wall \
     apple empty cell river dirt outside last reward zapped out ready in zap are your side low box \

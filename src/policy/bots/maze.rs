@@ -6,9 +6,9 @@
 use rand::Rng;
 use std::collections::VecDeque;
 
-use super::{Decision, Policy};
 use crate::core::Observation;
 use crate::envs::maze::{act, talk, view};
+use crate::policy::{Decision, Policy};
 
 /// Goes to the exit along a path it knows; otherwise picks up keys it knows how to reach;
 /// otherwise walks to the nearest edge of the unknown (frontier exploration); otherwise a

@@ -1,6 +1,6 @@
 //! Scripted players of repeated matrix games. Action 0 is the cooperative one.
 
-use super::{Decision, Policy};
+use crate::policy::{Decision, Policy};
 
 const COOPERATE: u8 = 0;
 const DEFECT: u8 = 1;

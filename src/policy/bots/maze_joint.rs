@@ -11,7 +11,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use super::maze_bots::Known;
+use super::maze::Known;
 use crate::envs::maze::{act, view};
 
 /// States a search may open before it gives up (the planner then falls back to its rule for

@@ -25,10 +25,10 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use super::maze_bots::Known;
+use super::maze::Known;
 use super::maze_joint::{Joint, MAX_AGENTS, Maze};
-use super::{Decision, Policy};
 use crate::envs::maze::{act, view};
+use crate::policy::{Decision, Policy};
 
 /// The full-map planner (an oracle bot).
 #[derive(Default)]

@@ -2,7 +2,7 @@
 
 use rand::Rng;
 
-use super::{Decision, Policy};
+use crate::policy::{Decision, Policy};
 
 /// Uniformly random legal action.
 pub struct RandomPolicy;

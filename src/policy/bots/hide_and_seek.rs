@@ -6,9 +6,9 @@ use bevy::math::IVec2;
 use rand::Rng;
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{Decision, Policy};
 use crate::core::Dir4;
 use crate::envs::hide_and_seek::{act, view};
+use crate::policy::{Decision, Policy};
 
 /// Chases the last hider it saw (heading for where it last saw one), explores otherwise.
 #[derive(Default)]

@@ -3,8 +3,8 @@
 
 use rand::Rng;
 
-use super::{Decision, Policy};
 use crate::envs::dilemma::{act, view};
+use crate::policy::{Decision, Policy};
 
 /// Walks to the nearest visible apple and eats it; wanders otherwise.
 pub struct GreedyHarvester;
