@@ -16,10 +16,7 @@ pub fn check_scene(scene: &Scene, src: &str) -> Result<(), SceneError> {
 
 /// Parses and checks a scene from its text; `path` is used in errors.
 pub fn parse_scene(src: &str, path: &Path) -> Result<Scene, SceneError> {
-    let src = scene::without_bom(src);
-    let s = scene::parse_data(src, path)?;
-    check_scene(&s, src)?;
-    Ok(s)
+    checked(src, path, scene::parse_data)
 }
 
 /// Reads, parses and checks a scene file.
@@ -31,9 +28,18 @@ pub fn load_scene(path: &Path) -> Result<Scene, SceneError> {
 /// run's settings are in its `config.json`; a copy saved before a range was checked still
 /// loads).
 pub fn load_run_scene(path: &Path) -> Result<Scene, SceneError> {
-    let text = scene::read_text(path)?;
-    let src = scene::without_bom(&text);
-    let s = scene::parse_run_data(src, path)?;
+    checked(&scene::read_text(path)?, path, scene::parse_run_data)
+}
+
+/// `text` (without a byte-order mark, which the offsets must not count) through the scene
+/// layer's `parse`, then [`check_scene`].
+fn checked(
+    text: &str,
+    path: &Path,
+    parse: fn(&str, &Path) -> Result<Scene, SceneError>,
+) -> Result<Scene, SceneError> {
+    let src = scene::without_bom(text);
+    let s = parse(src, path)?;
     check_scene(&s, src)?;
     Ok(s)
 }

@@ -707,7 +707,7 @@ fn as_variables(
 }
 
 /// The fast path reads weights in place when they are contiguous f32 tensors
-/// (`engine.rs`); strided ones (here transposed views of transposed copies, same values)
+/// (`cpu/infer.rs`); strided ones (here transposed views of transposed copies, same values)
 /// take candle's operations instead. Both give the same hidden states and logits, with and
 /// without adapters.
 #[test]
@@ -852,7 +852,7 @@ fn without_gradient<'a>(
         .collect()
 }
 
-/// The training path's hand-written backward pass (`tape.rs`) against central finite
+/// The training path's hand-written backward pass (`cpu/train/`) against central finite
 /// differences, independently of candle's autograd: the loss is the training step's own
 /// composition (the last hidden state of packed prompts of different lengths, the head's
 /// log-softmax at an action token, the value head, with and without tied embeddings and

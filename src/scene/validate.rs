@@ -106,7 +106,7 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
         10_000_000,
     )?;
 
-    // Teams: unique names, known policies that play this family.
+    // Teams: unique, printable names and counts in range (their policies: `policy::check_scene`).
     if spec.teams.is_empty() {
         return Err(cx.field_at(
             &[Seg::Field("teams")],

@@ -3,10 +3,14 @@
 //! iteration and of the run.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
-use super::*;
+use super::{Algo, Hyper, LearnerKind, Sharing, TrainSettings, UpdateStats, limits};
+use crate::headless::RunError;
+use crate::policy::lm::{LmError, Preset};
+use crate::scene::Scene;
 
 /// What can go wrong in training.
 #[derive(Debug, Error)]

@@ -44,7 +44,7 @@ use std::time::Instant;
 use crate::core::{Arenas, RecordSystems, RunProgress, SimSchedule};
 use crate::envs::ActionNames;
 use crate::headless::{RunConfig, RunError, build_app};
-use crate::policy::lm::{LmError, LmPolicy, ModelSource, Preset, TrainHandle};
+use crate::policy::lm::{LmPolicy, ModelSource, TrainHandle};
 use crate::policy::mlp::{MlpHandle, MlpPolicy};
 use crate::policy::{PolicyFactory, PolicyRegistry};
 use crate::scene::Scene;
