@@ -21,6 +21,8 @@ use candle_core::{DType, Device, Tensor};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use emergence::core::*;
 use emergence::envs::action_names;
+use emergence::envs::dilemma::matrix::MatrixSenses;
+use emergence::envs::senses::Senses;
 use emergence::policy::lm::model::{Pass as Fwd, init_weights};
 use emergence::policy::lm::{Decoder, LmConfig, LmPolicy, ModelSource, Preset};
 use emergence::policy::{Decision, Policy};
@@ -103,16 +105,22 @@ fn decide(c: &mut Criterion) {
     );
     p.setup(&scene, &action_names(&scene)).expect("setup");
     let bit = |i: u8, b: u8| (i >> b) & 1;
-    let obs: Vec<Observation> = (0..64u8)
-        .map(|i| Observation {
-            step: 3,
-            history: vec![
-                [bit(i, 0), bit(i, 1)],
-                [bit(i, 2), bit(i, 3)],
-                [bit(i, 4), bit(i, 5)],
-            ],
-            other_counts: [u32::from(bit(i, 1) + bit(i, 3) + bit(i, 5)), 0],
-            ..Default::default()
+    let obs: Vec<(Observation, MatrixSenses)> = (0..64u8)
+        .map(|i| {
+            (
+                Observation {
+                    step: 3,
+                    ..Default::default()
+                },
+                MatrixSenses {
+                    history: vec![
+                        [bit(i, 0), bit(i, 1)],
+                        [bit(i, 2), bit(i, 3)],
+                        [bit(i, 4), bit(i, 5)],
+                    ],
+                    other_counts: [u32::from(bit(i, 1) + bit(i, 3) + bit(i, 5)), 0],
+                },
+            )
         })
         .collect();
     let run = |p: &mut LmPolicy, chunk: usize| {
@@ -130,7 +138,11 @@ fn decide(c: &mut Criterion) {
                     arena: (i / 2) as u32,
                     slot: (i % 2) as u16,
                 },
-                obs: o,
+                obs: &o.0,
+                senses: Senses {
+                    matrix: Some(&o.1),
+                    ..Default::default()
+                },
                 mask: ActionMask::all(2),
                 rng,
                 action,

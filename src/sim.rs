@@ -22,7 +22,7 @@ impl Plugin for RecordPlugin {
                         .after(crate::core::hash_state),
                     crate::frames::tap_frames
                         .run_if(resource_exists::<crate::frames::TapSink>)
-                        .after(crate::core::hash_state),
+                        .after(crate::frames::record_replay),
                 )
                     .in_set(crate::core::RecordSystems::Write),
             );
@@ -35,7 +35,7 @@ pub struct SimPlugins;
 impl PluginGroup for SimPlugins {
     fn build(self) -> PluginGroupBuilder {
         PluginGroupBuilder::start::<Self>()
-            .add(crate::core::CorePlugin)
+            .add(crate::core::CorePlugin::default())
             .add(crate::policy::PolicyPlugin)
             .add(crate::envs::dilemma::DilemmaPlugin)
             .add(crate::envs::hide_and_seek::HideAndSeekPlugin)

@@ -114,3 +114,40 @@ fn one_and_two_threads_give_identical_replays_and_hashes() {
         );
     }
 }
+
+/// The order of the step's systems is the schedule's, not the executor's: ambiguity
+/// detection is on as an error, every plugin of the simulation builds without one, and a
+/// system added with a conflicting, unordered access is refused (so the check is live).
+#[test]
+fn the_step_schedule_has_no_ambiguous_systems() {
+    use bevy::prelude::*;
+    use emergence::core::{Observation, SimSchedule, SimSystems};
+    let build = |extra: bool| {
+        let mut app = App::new();
+        app.add_plugins(emergence::SimPlugins);
+        if extra {
+            // Writes observations in Observe, beside the families' systems, unordered.
+            app.add_systems(
+                SimSchedule,
+                (|mut q: Query<&mut Observation>| {
+                    for mut o in &mut q {
+                        o.step += 0;
+                    }
+                })
+                .in_set(SimSystems::Observe),
+            );
+        }
+        let world = app.world_mut();
+        world.schedule_scope(SimSchedule, |world, schedule| {
+            schedule
+                .initialize(world)
+                .map(|_| ())
+                .map_err(|e| e.to_string(schedule.graph(), world))
+        })
+    };
+    if let Err(e) = build(false) {
+        panic!("the simulation's systems are ambiguous:\n{e}");
+    }
+    let e = build(true).expect_err("an unordered writer of Observation must be refused");
+    assert!(e.to_lowercase().contains("ambigu"), "{e}");
+}

@@ -251,7 +251,7 @@ fn pushing_is_blocked_by_walls_and_pulling_drags_the_box() {
     play(&mut app, &acts, &[act::NOOP, act::NOOP]);
     assert!(
         !app.world()
-            .get::<Observation>(agents(&app, 0)[0])
+            .get::<emergence::envs::hide_and_seek::HnsSenses>(agents(&app, 0)[0])
             .expect("o")
             .holding
     );

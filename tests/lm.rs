@@ -467,14 +467,16 @@ fn the_default_tokenizer_covers_every_scene_text() {
                 &emergence::core::Role,
                 &emergence::core::Observation,
                 &emergence::core::ActionMask,
+                emergence::envs::senses::SensesQuery,
             )>();
-            for (team, role, obs, mask) in q.iter(w) {
+            for (team, role, obs, mask, senses) in q.iter(w) {
                 let text = fmt.render(
                     Speaker {
                         team: team.0,
                         role: role.0,
                     },
                     obs,
+                    senses.get(),
                     *mask,
                     -0.25,
                 );

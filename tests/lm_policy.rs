@@ -6,6 +6,8 @@ mod common;
 use common::*;
 use emergence::core::*;
 use emergence::envs::action_names;
+use emergence::envs::dilemma::matrix::MatrixSenses;
+use emergence::envs::senses::Senses;
 use emergence::headless::{RunConfig, run};
 use emergence::policy::lm::{LmPolicy, ModelSource, Preset};
 use emergence::policy::{Decision, Policy};
@@ -28,7 +30,11 @@ fn policy(scene: &emergence::scene::Scene) -> LmPolicy {
 }
 
 /// Decides for `obs` (with `masks`) in one batch; returns the traces and actions.
-fn decide(p: &mut LmPolicy, obs: &[Observation], masks: &[ActionMask]) -> Vec<(DecisionTrace, u8)> {
+fn decide(
+    p: &mut LmPolicy,
+    obs: &[(Observation, MatrixSenses)],
+    masks: &[ActionMask],
+) -> Vec<(DecisionTrace, u8)> {
     let mut rngs: Vec<ChaCha8Rng> = (0..obs.len())
         .map(|i| ChaCha8Rng::seed_from_u64(i as u64))
         .collect();
@@ -46,7 +52,11 @@ fn decide(p: &mut LmPolicy, obs: &[Observation], masks: &[ActionMask]) -> Vec<(D
                 arena: i as u32,
                 slot: 0,
             },
-            obs: o,
+            obs: &o.0,
+            senses: Senses {
+                matrix: Some(&o.1),
+                ..Default::default()
+            },
             mask: *m,
             rng,
             action,
@@ -65,16 +75,20 @@ fn decide(p: &mut LmPolicy, obs: &[Observation], masks: &[ActionMask]) -> Vec<(D
         .collect()
 }
 
-fn history(rounds: &[[u8; 2]]) -> Observation {
-    Observation {
-        step: rounds.len() as u32,
-        history: rounds.to_vec(),
-        other_counts: [
-            rounds.iter().filter(|r| r[1] == 0).count() as u32,
-            rounds.iter().filter(|r| r[1] == 1).count() as u32,
-        ],
-        ..Default::default()
-    }
+fn history(rounds: &[[u8; 2]]) -> (Observation, MatrixSenses) {
+    (
+        Observation {
+            step: rounds.len() as u32,
+            ..Default::default()
+        },
+        MatrixSenses {
+            history: rounds.to_vec(),
+            other_counts: [
+                rounds.iter().filter(|r| r[1] == 0).count() as u32,
+                rounds.iter().filter(|r| r[1] == 1).count() as u32,
+            ],
+        },
+    )
 }
 
 #[test]
@@ -105,7 +119,11 @@ fn a_padded_batch_decides_as_each_agent_alone() {
                 arena: i as u32,
                 slot: 0,
             },
-            obs: o,
+            obs: &o.0,
+            senses: Senses {
+                matrix: Some(&o.1),
+                ..Default::default()
+            },
             mask: masks[i],
             rng: &mut rng,
             action: &mut action,

@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use emergence::core::*;
 use emergence::envs::maze::generate::{generate, solvable};
-use emergence::envs::maze::{Layout, MazeArena, act, view};
+use emergence::envs::maze::{Layout, MazeArena, MazeSenses, act, view};
 use emergence::headless::{RunConfig, run};
 use emergence::load::load_scene;
 use emergence::metrics::EpisodeLog;
@@ -153,8 +153,8 @@ fn keys_open_locked_doors_for_good_and_success_ends_the_episode() {
     let me = agents(&app, 0)[0];
     step(&mut app, 1);
     assert_eq!(pos(&app, 0), (2, 1), "locked without the key");
-    let obs = app.world().get::<Observation>(me).expect("obs");
-    assert_eq!(obs.keys, 0);
+    let senses = app.world().get::<MazeSenses>(me).expect("senses");
+    assert_eq!(senses.keys, 0);
     step(&mut app, 1);
     assert_eq!(pos(&app, 0), (1, 1));
     assert_eq!(maze(&app).keys[0], 1, "picked up");
@@ -202,7 +202,7 @@ fn words_reach_teammates_on_the_next_step_only() {
     let mut app = scripted(&maze_scene(&PLATE_MAP, PLATE_LEGEND, 2, ""), script);
     let ag = agents(&app, 0);
     let heard = |app: &bevy::app::App, s: usize| {
-        let o = app.world().get::<Observation>(ag[s]).expect("obs");
+        let o = app.world().get::<MazeSenses>(ag[s]).expect("senses");
         o.heard.iter().map(|h| (h.from, h.word)).collect::<Vec<_>>()
     };
     step(&mut app, 1);

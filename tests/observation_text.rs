@@ -18,7 +18,14 @@ fn capture_texts(
     names: bevy::prelude::Res<ActionNames>,
     arenas: bevy::prelude::Res<Arenas>,
     members: bevy::prelude::Query<&ArenaAgents>,
-    agents: bevy::prelude::Query<(&Team, &Role, &Observation, &ActionMask, &Reward)>,
+    agents: bevy::prelude::Query<(
+        &Team,
+        &Role,
+        &Observation,
+        &ActionMask,
+        &Reward,
+        emergence::envs::senses::SensesQuery,
+    )>,
 ) {
     let fmt = TextFormat::new(&scene.0, &names.0);
     let Ok(m) = members.get(arenas.entities[0]) else {
@@ -28,12 +35,12 @@ fn capture_texts(
         .entities()
         .iter()
         .filter_map(|&e| agents.get(e).ok())
-        .map(|(team, role, obs, mask, reward)| {
+        .map(|(team, role, obs, mask, reward, senses)| {
             let who = Speaker {
                 team: team.0,
                 role: role.0,
             };
-            fmt.render(who, obs, *mask, reward.0)
+            fmt.render(who, obs, senses.get(), *mask, reward.0)
         })
         .collect();
 }

@@ -631,7 +631,7 @@ impl emergence::policy::Policy for ValueIsStep {
 #[test]
 fn a_truncated_trajectory_carries_the_value_after_its_last_step() {
     use bevy::prelude::IntoScheduleConfigs;
-    use emergence::core::{Arenas, RecordSystems, SimSchedule};
+    use emergence::core::{Arenas, RecordSystems, SimSchedule, SimSystems};
     use emergence::headless::{RunConfig, build_app};
     use emergence::policy::PolicyRegistry;
     use emergence::train::Rollouts;
@@ -667,7 +667,9 @@ fn a_truncated_trajectory_carries_the_value_after_its_last_step() {
             SimSchedule,
             (
                 collect_steps.in_set(RecordSystems::Summarize),
-                collect_episodes.after(RecordSystems::Finish),
+                collect_episodes
+                    .in_set(SimSystems::Record)
+                    .after(RecordSystems::Write),
             ),
         );
         while !app.world().resource::<Rollouts>().complete(0, 2) {
@@ -800,21 +802,30 @@ fn each_family_writes_its_true_global_state_for_the_critic() {
             "{path}: written without a critic"
         );
         let world = app.world_mut();
-        let mut q = world.query::<(&Agent, &GlobalView, &Observation)>();
-        let mut rows: Vec<(Agent, GlobalView, Observation)> = q
+        let mut q = world.query::<(
+            &Agent,
+            &GlobalView,
+            &Observation,
+            Option<&emergence::envs::dilemma::matrix::MatrixSenses>,
+        )>();
+        let mut rows: Vec<(Agent, GlobalView, Observation, Option<_>)> = q
             .iter(world)
-            .map(|(a, g, o)| (*a, g.clone(), o.clone()))
+            .map(|(a, g, o, m)| (*a, g.clone(), o.clone(), m.cloned()))
             .collect();
         rows.sort_by_key(|(a, ..)| (a.arena, a.slot));
         let n = sc.agents.len();
         assert_eq!(rows.len(), 2 * n, "{path}");
-        for (agent, g, obs) in &rows {
+        for (agent, g, obs, matrix) in &rows {
             assert!(!g.0.dense.is_empty(), "{path}: no state for {agent:?}");
             if others.is_empty() {
                 // Perfect information: the state is the player's own observation (both
                 // players' rounds, from its side).
                 let mut e = emergence::core::Encoded::default();
-                emergence::core::encode(obs, &mut e);
+                let senses = emergence::envs::senses::Senses {
+                    matrix: matrix.as_ref(),
+                    ..Default::default()
+                };
+                emergence::envs::senses::encode(obs, senses, &mut e);
                 assert_eq!(g.0, e, "{path}");
                 continue;
             }
@@ -833,7 +844,7 @@ fn each_family_writes_its_true_global_state_for_the_critic() {
         if path.contains("split_view") {
             // Each agent knows half the maze; the state holds all of it, exit included.
             let exit = emergence::envs::maze::view::EXIT;
-            for (agent, g, obs) in &rows {
+            for (agent, g, obs, _) in &rows {
                 assert!(g.0.cells.contains(&exit), "{agent:?}");
                 assert!(obs.map.iter().filter(|&&c| c & 0x0f == 0).count() > 0);
             }

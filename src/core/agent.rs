@@ -95,8 +95,11 @@ pub struct AgentStats {
     pub removed_steps: u32,
 }
 
-/// What the agent perceives this step, written by its family in `SimSystems::Observe`.
-/// One struct serves every family; fields a family does not use stay empty.
+/// What the agent perceives this step, written by its family in `SimSystems::Observe`: the
+/// part every family shares (a window, the map it knows, itself, the others it perceives).
+/// What only one family has (a matrix game's rounds, a beam's cooldown, the preparation
+/// phase, keys and words heard) is that family's own component beside it
+/// (`envs::<family>`), gathered for policies by `envs::Senses`.
 #[derive(Component, Debug, Clone, Default, PartialEq)]
 pub struct Observation {
     /// Step of the episode.
@@ -110,12 +113,6 @@ pub struct Observation {
     pub view_height: u8,
     /// Column and row of the agent itself inside `view`.
     pub view_self: (u8, u8),
-    /// Repeated games: (own action, other's action) of the most recent rounds, oldest first.
-    pub history: Vec<[u8; 2]>,
-    /// Repeated games: how often the other player chose each action so far.
-    pub other_counts: [u32; 2],
-    /// Steps left before the agent may fire its beam again (0: ready).
-    pub cooldown: u16,
     /// The agent is removed from play this step (zapped).
     pub removed: bool,
     /// Own map position, for families whose agents know it (hide-and-seek, maze).
@@ -134,14 +131,6 @@ pub struct Observation {
     /// Other agents the agent perceives this step (hide-and-seek: those in its vision
     /// cone; maze: its teammates), in slot order.
     pub others: Vec<Perceived>,
-    /// Words teammates said on the previous step (maze talk), in slot order.
-    pub heard: Vec<Heard>,
-    /// Keys carried (maze), one bit per key colour of the scene.
-    pub keys: u32,
-    /// Steps of the preparation phase left (hide-and-seek; 0 once it is over).
-    pub prep_left: u32,
-    /// The agent holds an object (hide-and-seek grab).
-    pub holding: bool,
 }
 
 /// Another agent as perceived by the observer.
@@ -156,15 +145,6 @@ pub struct Perceived {
     pub ally: bool,
     /// Its map position.
     pub pos: [i32; 2],
-}
-
-/// A word heard from a teammate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Heard {
-    /// The speaker's slot.
-    pub from: u16,
-    /// Index of the word in the scene's vocabulary.
-    pub word: u8,
 }
 
 /// What the agent says this step (families with talk): an index into the scene's

@@ -22,6 +22,12 @@ pub enum RecordSystems {
 #[derive(Component, Debug, Clone, Copy, Default)]
 pub struct Idle;
 
+/// Keeps an arena whose episode ended waiting (`PendingReset`, its last state still
+/// observed) instead of starting the next episode: a controller outside the app decides
+/// when it goes on (the Python vector env's next-step autoreset) by removing it.
+#[derive(Component, Debug, Clone, Copy, Default)]
+pub struct Hold;
+
 /// Family hooks that add an arena's own state to the per-step [`StateHash`].
 #[derive(Resource, Default)]
 pub struct StateHashers(pub Vec<fn(&World, Entity, &mut StateHash)>);
@@ -67,7 +73,7 @@ pub fn reset_arenas(
             &ArenaAgents,
             &mut EpisodeMetrics,
         ),
-        Without<Idle>,
+        (Without<Idle>, Without<Hold>),
     >,
     mut agents: Query<(
         &Agent,
@@ -279,45 +285,50 @@ pub fn hash_state(world: &mut World) {
 
 /// Adds the core's systems and resources to [`SimSchedule`].
 #[derive(Default)]
-pub struct CorePlugin;
+pub struct CorePlugin {
+    /// Where the simulation runs from (see [`SimSchedulePlugin`]).
+    pub schedule: SimSchedulePlugin,
+}
 
 impl Plugin for CorePlugin {
     fn build(&self, app: &mut App) {
-        app.add_plugins(SimSchedulePlugin)
-            .add_message::<EpisodeEnded>()
-            .init_resource::<Arenas>()
-            .init_resource::<RunProgress>()
-            .init_resource::<StateHashers>()
-            .init_resource::<MapDrawers>()
-            .init_resource::<CellMarkers>()
-            .init_resource::<SceneTeams>()
-            .configure_sets(
-                SimSchedule,
-                (
-                    RecordSystems::Clock,
-                    RecordSystems::Summarize,
-                    RecordSystems::Finish,
-                    RecordSystems::Write,
-                )
-                    .chain()
-                    .in_set(SimSystems::Record),
+        app.add_plugins(SimSchedulePlugin {
+            parent: self.schedule.parent,
+        })
+        .add_message::<EpisodeEnded>()
+        .init_resource::<Arenas>()
+        .init_resource::<RunProgress>()
+        .init_resource::<StateHashers>()
+        .init_resource::<MapDrawers>()
+        .init_resource::<CellMarkers>()
+        .init_resource::<SceneTeams>()
+        .configure_sets(
+            SimSchedule,
+            (
+                RecordSystems::Clock,
+                RecordSystems::Summarize,
+                RecordSystems::Finish,
+                RecordSystems::Write,
             )
-            .add_systems(SimSchedule, reset_arenas.in_set(SimSystems::Reset))
-            .add_systems(
-                SimSchedule,
-                clear_rewards
-                    .in_set(SimSystems::Act)
-                    .before(ActSystems::Apply),
-            )
-            .configure_sets(SimSchedule, ActSystems::Apply.in_set(SimSystems::Act))
-            .add_systems(SimSchedule, advance_clocks.in_set(RecordSystems::Clock))
-            .add_systems(SimSchedule, finish_episodes.in_set(RecordSystems::Finish))
-            .add_systems(
-                SimSchedule,
-                hash_state
-                    .in_set(RecordSystems::Write)
-                    .run_if(resource_exists::<StateHash>),
-            );
+                .chain()
+                .in_set(SimSystems::Record),
+        )
+        .add_systems(SimSchedule, reset_arenas.in_set(SimSystems::Reset))
+        .add_systems(
+            SimSchedule,
+            clear_rewards
+                .in_set(SimSystems::Act)
+                .before(ActSystems::Apply),
+        )
+        .configure_sets(SimSchedule, ActSystems::Apply.in_set(SimSystems::Act))
+        .add_systems(SimSchedule, advance_clocks.in_set(RecordSystems::Clock))
+        .add_systems(SimSchedule, finish_episodes.in_set(RecordSystems::Finish))
+        .add_systems(
+            SimSchedule,
+            hash_state
+                .in_set(RecordSystems::Write)
+                .run_if(resource_exists::<StateHash>),
+        );
     }
 }
 

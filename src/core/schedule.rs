@@ -16,13 +16,21 @@
 //! The schedule uses the single-threaded executor: the order of systems is fixed and cheap to
 //! run. Parallelism comes from inside systems, over independent arenas (`par_iter_mut`), so
 //! a seed gives the same trajectory on any number of threads.
+//!
+//! Ambiguity detection is on, as an error: two systems that touch the same data must be
+//! ordered (or declared independent, as the families are of each other: each acts only on
+//! the arenas that carry its components), so a new system cannot quietly depend on the
+//! executor's choice of order. The schedule runs from a parent schedule of the app's choice
+//! (`Update` by default; a game may prefer `FixedUpdate`).
 
 use bevy::app::{App, Plugin, Update};
 use bevy::ecs::schedule::{
-    IntoScheduleConfigs, Schedule, ScheduleLabel, SingleThreadedExecutor, SystemSet,
+    InternedScheduleLabel, IntoScheduleConfigs, LogLevel, Schedule, ScheduleBuildSettings,
+    ScheduleLabel, SingleThreadedExecutor, SystemSet,
 };
+use bevy::ecs::system::ScheduleSystem;
 use bevy::ecs::world::World;
-use bevy::prelude::Resource;
+use bevy::prelude::{Res, Resource};
 
 /// The schedule that advances the simulation by one step.
 #[derive(ScheduleLabel, Debug, Clone, PartialEq, Eq, Hash)]
@@ -49,6 +57,65 @@ pub enum SimSystems {
     Record,
 }
 
+/// The systems of one environment family (by name). A family acts only on the arenas and
+/// agents that carry its components, so two families' systems never touch the same
+/// entities: [`add_family_systems`] declares each family's set independent of the others'.
+#[derive(SystemSet, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FamilySystems(pub &'static str);
+
+/// The families whose sets are declared so far.
+#[derive(Resource, Default)]
+struct FamilySets(Vec<&'static str>);
+
+/// Adds `systems` to [`SimSchedule`] in `family`'s [`FamilySystems`] set, independent of
+/// every other family's set (their relative order is free; within the family and against
+/// the core, ambiguity detection still holds).
+pub fn add_family_systems<M>(
+    app: &mut App,
+    family: &'static str,
+    systems: impl IntoScheduleConfigs<ScheduleSystem, M>,
+) {
+    app.add_systems(SimSchedule, systems.in_set(FamilySystems(family)));
+    let known = app
+        .world_mut()
+        .get_resource_or_init::<FamilySets>()
+        .0
+        .clone();
+    if !known.contains(&family) {
+        for other in known {
+            app.configure_sets(
+                SimSchedule,
+                FamilySystems(family).ambiguous_with(FamilySystems(other)),
+            );
+        }
+        app.world_mut().resource_mut::<FamilySets>().0.push(family);
+    }
+}
+
+/// Which part of a step [`SimSchedule`] runs. A run inside the app runs whole steps; a
+/// controller outside it that must read the observations before it acts (the Python
+/// bindings) runs a step in two calls: the part that applies the actions and ends the step
+/// (`Decide` to `Record`), then the part that starts the next one (`Reset` to `Encode`),
+/// and reads the observations in between. The systems and their order are the same.
+#[derive(Resource, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StepPart {
+    /// Every set (also the meaning when the resource is absent).
+    #[default]
+    Whole,
+    /// `Reset`, `Observe`, `Encode`: up to the observations.
+    Observe,
+    /// `Decide` to `Record`: from the decisions to the end of the step.
+    Act,
+}
+
+fn observe_part(part: Option<Res<StepPart>>) -> bool {
+    part.is_none_or(|p| *p != StepPart::Act)
+}
+
+fn act_part(part: Option<Res<StepPart>>) -> bool {
+    part.is_none_or(|p| *p != StepPart::Observe)
+}
+
 /// How many simulation steps each frame of the [`App`] runs (`Update` drives the schedule).
 #[derive(Resource, Debug, Clone, Copy)]
 pub struct SimSpeed {
@@ -64,14 +131,28 @@ impl Default for SimSpeed {
     }
 }
 
-/// Creates [`SimSchedule`] with its chained sets and runs it from `Update`.
-#[derive(Default)]
-pub struct SimSchedulePlugin;
+/// Creates [`SimSchedule`] with its chained sets and runs it from `parent`.
+pub struct SimSchedulePlugin {
+    /// The schedule that runs [`SimSchedule`] `SimSpeed::steps_per_update` times.
+    pub parent: InternedScheduleLabel,
+}
+
+impl Default for SimSchedulePlugin {
+    fn default() -> Self {
+        Self {
+            parent: Update.intern(),
+        }
+    }
+}
 
 impl Plugin for SimSchedulePlugin {
     fn build(&self, app: &mut App) {
         let mut schedule = Schedule::new(SimSchedule);
         schedule.set_executor(SingleThreadedExecutor::new());
+        schedule.set_build_settings(ScheduleBuildSettings {
+            ambiguity_detection: LogLevel::Error,
+            ..Default::default()
+        });
         schedule.configure_sets(
             (
                 SimSystems::Reset,
@@ -85,9 +166,22 @@ impl Plugin for SimSchedulePlugin {
             )
                 .chain(),
         );
+        schedule.configure_sets(
+            (SimSystems::Reset, SimSystems::Observe, SimSystems::Encode).run_if(observe_part),
+        );
+        schedule.configure_sets(
+            (
+                SimSystems::Decide,
+                SimSystems::Act,
+                SimSystems::Rules,
+                SimSystems::Reward,
+                SimSystems::Record,
+            )
+                .run_if(act_part),
+        );
         app.add_schedule(schedule)
             .init_resource::<SimSpeed>()
-            .add_systems(Update, run_sim_schedule);
+            .add_systems(self.parent, run_sim_schedule);
     }
 }
 

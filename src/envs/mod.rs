@@ -5,6 +5,7 @@ pub mod dilemma;
 pub mod family;
 pub mod hide_and_seek;
 pub mod maze;
+pub mod senses;
 pub mod spawn;
 
 use bevy::prelude::*;

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use crate::core::*;
+use crate::envs::senses::Senses;
 use crate::envs::{ActionNames, ActiveScene, Vocabulary};
 use crate::observe::text::{Speaker, TextFormat};
 use crate::policy::PolicyRegistry;
@@ -164,6 +165,9 @@ impl Frame {
                 (Some(o), Some(&mask)) if clock.step > 0 => ctx.format.render(
                     Speaker { team, role },
                     o,
+                    world
+                        .get_entity(e)
+                        .map_or_else(|_| Senses::default(), Senses::of),
                     mask,
                     trace.map_or(0.0, |t| t.last_reward),
                 ),

@@ -8,9 +8,11 @@
 //! Frames come from a live world ([`Frame::capture`], [`frame`]), from a replay file
 //! ([`Replay::load`], written by [`Recorder`]: [`replay`]) or from a run on another thread
 //! ([`FrameTap`]: [`tap`]); the window draws all three the same way. The colours and the
-//! screen layout are in [`palette`].
+//! screen layout are in [`palette`]; [`image`] draws a frame without the window (an RGB
+//! array, plain text).
 
 pub mod frame;
+pub mod image;
 pub mod palette;
 pub mod replay;
 pub mod tap;

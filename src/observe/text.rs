@@ -14,6 +14,7 @@
 use std::fmt::Write;
 
 use crate::core::{ActionMask, Dir4, Observation};
+use crate::envs::senses::Senses;
 use crate::envs::{dilemma, hide_and_seek, maze};
 use crate::scene::{FamilySpec, Scene, Thing};
 
@@ -66,12 +67,13 @@ impl TextFormat {
         &self.actions
     }
 
-    /// The text of `obs` for `who`, whose legal actions are `mask` and whose reward on the
+    /// The text of `obs` (with its family's `senses`) for `who`, whose legal actions are `mask` and whose reward on the
     /// previous step was `last_reward`.
     pub fn render(
         &self,
         who: Speaker,
         obs: &Observation,
+        senses: Senses<'_>,
         mask: ActionMask,
         last_reward: f32,
     ) -> String {
@@ -92,7 +94,7 @@ impl TextFormat {
                     obs.step + 1,
                     m.rounds
                 );
-                self.matrix_events(&mut s, obs, m);
+                self.matrix_events(&mut s, senses, m);
             }
             FamilySpec::CommonsHarvest(_) | FamilySpec::CleanUp(_) => {
                 let _ = writeln!(
@@ -108,15 +110,15 @@ impl TextFormat {
                 reward_line(&mut s, last_reward);
                 if obs.removed {
                     let _ = writeln!(s, "you are zapped out of play");
-                } else if obs.cooldown > 0 {
-                    let _ = writeln!(s, "zap ready in {} steps", obs.cooldown);
+                } else if senses.cooldown() > 0 {
+                    let _ = writeln!(s, "zap ready in {} steps", senses.cooldown());
                 } else {
                     let _ = writeln!(s, "zap ready");
                 }
             }
             FamilySpec::HideAndSeek(_) => {
-                let phase = if obs.prep_left > 0 {
-                    format!("preparation {} steps left", obs.prep_left)
+                let phase = if senses.prep_left() > 0 {
+                    format!("preparation {} steps left", senses.prep_left())
                 } else {
                     "play".to_string()
                 };
@@ -132,7 +134,7 @@ impl TextFormat {
                     obs.pos[0],
                     obs.pos[1],
                     dir_word(facing),
-                    if obs.holding {
+                    if senses.holding() {
                         " holding an object"
                     } else {
                         ""
@@ -159,7 +161,7 @@ impl TextFormat {
                     obs.step, self.max_steps
                 );
                 let keys: Vec<String> = (0..32)
-                    .filter(|k| obs.keys & (1 << k) != 0)
+                    .filter(|k| senses.keys() & (1 << k) != 0)
                     .map(|k| self.key_name(k))
                     .collect();
                 let _ = writeln!(
@@ -182,7 +184,7 @@ impl TextFormat {
                 for o in &obs.others {
                     let _ = writeln!(s, "teammate {} at {} {}", o.slot, o.pos[0], o.pos[1]);
                 }
-                for h in &obs.heard {
+                for h in senses.heard() {
                     let word = m
                         .vocabulary
                         .get(usize::from(h.word))
@@ -212,12 +214,12 @@ impl TextFormat {
             .unwrap_or_else(|| format!("key{k}"))
     }
 
-    fn matrix_events(&self, s: &mut String, obs: &Observation, m: &crate::scene::MatrixParams) {
+    fn matrix_events(&self, s: &mut String, senses: Senses<'_>, m: &crate::scene::MatrixParams) {
         let word = |a: u8| self.actions.get(usize::from(a)).map_or("?", String::as_str);
-        if obs.history.is_empty() {
+        if senses.history().is_empty() {
             let _ = writeln!(s, "no rounds played yet");
         }
-        for h in &obs.history {
+        for h in senses.history() {
             let (mine, theirs) = (usize::from(h[0].min(1)), usize::from(h[1].min(1)));
             let pay = m.payoffs[mine][theirs];
             let _ = writeln!(s, "you {} other {} you got {pay}", word(h[0]), word(h[1]));
@@ -226,9 +228,9 @@ impl TextFormat {
             s,
             "other so far {} {} {} {}",
             word(0),
-            obs.other_counts[0],
+            senses.other_counts()[0],
             word(1),
-            obs.other_counts[1]
+            senses.other_counts()[1]
         );
     }
 

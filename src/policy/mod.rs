@@ -13,6 +13,7 @@ use bevy::prelude::*;
 use rand_chacha::ChaCha8Rng;
 
 use crate::core::*;
+use crate::envs::senses::{Senses, SensesQuery};
 
 pub use bots::{
     AlwaysCooperate, AlwaysDefect, Cleaner, FortBuilder, FreeRider, GreedyHarvester, GrimTrigger,
@@ -29,6 +30,8 @@ pub struct Decision<'a> {
     pub agent: Agent,
     /// What the agent perceives this step.
     pub obs: &'a Observation,
+    /// Its family's part of the observation.
+    pub senses: Senses<'a>,
     /// Which actions are legal.
     pub mask: ActionMask,
     /// The agent's own random stream (the only source of randomness a policy may use).
@@ -373,6 +376,7 @@ pub fn decide_actions(
             &Agent,
             &PolicyHandle,
             &Observation,
+            SensesQuery,
             &ActionMask,
             &mut AgentRng,
             &mut Action,
@@ -384,7 +388,7 @@ pub fn decide_actions(
 ) {
     let n = registry.entries.len();
     let mut groups: Vec<Vec<Decision<'_>>> = (0..n).map(|_| Vec::new()).collect();
-    for (agent, handle, obs, mask, rng, action, say, (team, role, reward, trace)) in
+    for (agent, handle, obs, senses, mask, rng, action, say, (team, role, reward, trace)) in
         agents.iter_mut()
     {
         if let Some(g) = groups.get_mut(handle.0 as usize) {
@@ -393,6 +397,7 @@ pub fn decide_actions(
             g.push(Decision {
                 agent: *agent,
                 obs,
+                senses: senses.get(),
                 mask: *mask,
                 rng: &mut rng.into_inner().0,
                 action: action.into_inner(),

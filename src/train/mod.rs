@@ -28,6 +28,7 @@ pub mod eval;
 mod hyper;
 pub mod loss;
 mod metrics_files;
+mod models;
 pub mod optim;
 pub mod rollout;
 pub mod run_dir;
@@ -38,15 +39,14 @@ pub mod trainer;
 use bevy::ecs::schedule::IntoScheduleConfigs;
 use rand::SeedableRng;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
-use crate::core::{Arenas, RecordSystems, RunProgress, SimSchedule};
+use crate::core::{Arenas, RecordSystems, RunProgress, SimSchedule, SimSystems};
 use crate::envs::ActionNames;
 use crate::headless::{RunConfig, RunError, build_app};
-use crate::policy::lm::{LmPolicy, ModelSource, TrainHandle};
-use crate::policy::mlp::{MlpHandle, MlpPolicy};
-use crate::policy::{PolicyFactory, PolicyRegistry};
+use crate::policy::lm::ModelSource;
+use crate::policy::PolicyRegistry;
 use crate::scene::Scene;
 pub use crate::scene::limits;
 pub use crate::scene::settings::{Algo, LearnerKind, Sharing};
@@ -63,8 +63,7 @@ pub use hyper::Hyper;
 use metrics_files::MetricsFiles;
 pub use rollout::{Batch, Rollouts, Step, Trajectory};
 pub use settings::TrainSettings;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 pub use trainer::{Trainer, UpdateStats};
 
 /// Runs `cfg`; `on_iteration` sees every iteration's report as it is written.
@@ -183,46 +182,23 @@ pub fn train(
         ModelChoice::Folder(dir) => ModelSource::Folder(dir.clone()),
     };
     let cory = cfg.algo == Algo::Cory;
-    if cory && cfg.hyper.swap_every == 0 {
-        return Err(TrainError::Config("--swap-every must be at least 1".into()));
-    }
-    // One model; CORY's two copies (checkpoint subfolders agent_0 and agent_1); or a model
-    // per learning team (team_NAME).
-    let (model_of_slot, names): (Vec<Option<usize>>, Vec<Option<String>>) = if cory {
-        let of = cory::copies_of_slots(&scene).ok_or_else(|| {
-            TrainError::Config(
-                "cory needs exactly two agents on `lm` in the scene (pioneer and observer)".into(),
-            )
-        })?;
-        (of, (0..2).map(|m| Some(format!("agent_{m}"))).collect())
-    } else if cfg.sharing == Sharing::Separate {
-        let (of, n) = sharing::models_of_slots(&scene, learner);
-        let team_names = scene.team_names();
-        let mut names = vec![None; n];
-        for (slot, m) in of.iter().enumerate() {
-            if let Some(m) = *m {
-                let team = usize::from(scene.agents[slot].team);
-                names[m] = Some(format!(
-                    "team_{}",
-                    team_names.get(team).copied().unwrap_or("")
-                ));
-            }
-        }
-        (of, names)
-    } else {
-        (Vec::new(), vec![None])
-    };
-    let routed = names.len() > 1 || cory;
-    let handles: Vec<TrainHandle> = names.iter().map(|_| TrainHandle::default()).collect();
-    let mlp_handles: Vec<MlpHandle> = names.iter().map(|_| MlpHandle::default()).collect();
-    let sources: Vec<ModelSource> = names
-        .iter()
-        .map(|n| match (&resumed, n) {
-            (Some((_, dir)), Some(n)) => ModelSource::Folder(dir.join(n)),
-            (Some((_, dir)), None) => ModelSource::Folder(dir.to_path_buf()),
-            (None, _) => initial.clone(),
-        })
-        .collect();
+    let models::Models {
+        names,
+        model_of_slot,
+        routed,
+        handles,
+        mlp_handles,
+        pioneer,
+        policy,
+    } = models::wire(
+        cfg,
+        &scene,
+        learner,
+        mlp,
+        resumed.as_ref().map(|(_, dir)| *dir),
+        &initial,
+        start,
+    )?;
     let mut run = RunConfig::new(scene.clone());
     run.arenas = cfg.arenas;
     // One episode more than the updates: after the last one the arenas wait (gated) rather
@@ -233,99 +209,7 @@ pub fn train(
     run.threads = cfg.threads;
     run.group_size = g;
     run.first_episode = start;
-    let pioneer = Arc::new(AtomicUsize::new(
-        (start / cfg.hyper.swap_every.max(1)) as usize % 2,
-    ));
-    if mlp {
-        // A fresh run builds each network from the run seed at its first decision; a resumed
-        // one reads it from the checkpoint.
-        let folders: Vec<Option<PathBuf>> = names
-            .iter()
-            .map(|n| {
-                resumed.as_ref().map(|(_, dir)| match n {
-                    Some(n) => dir.join(n),
-                    None => dir.to_path_buf(),
-                })
-            })
-            .collect();
-        let (h, of, seed) = (mlp_handles.clone(), model_of_slot.clone(), cfg.seed);
-        run.policies.push((
-            "mlp".into(),
-            PolicyFactory(Arc::new(move || {
-                let make = |m: usize| -> Box<dyn crate::policy::Policy> {
-                    let dev = candle_core::Device::Cpu;
-                    Box::new(match &folders[m] {
-                        Some(dir) => MlpPolicy::from_folder(dir.clone(), dev, h[m].clone()),
-                        None => MlpPolicy::with_handle(seed, dev, h[m].clone()),
-                    })
-                };
-                if routed {
-                    Box::new(sharing::RoutedPolicy::new(
-                        (0..h.len()).map(make).collect(),
-                        of.clone(),
-                    ))
-                } else {
-                    make(0)
-                }
-            })),
-        ));
-    } else if cory {
-        let (s, h, p) = (sources.clone(), handles.clone(), pioneer.clone());
-        run.policies.push((
-            "lm".into(),
-            PolicyFactory(Arc::new(move || {
-                let copy = |m: usize| {
-                    LmPolicy::with_handle(s[m].clone(), candle_core::Device::Cpu, h[m].clone())
-                };
-                Box::new(cory::CoryPolicy::new([copy(0), copy(1)], p.clone()))
-            })),
-        ));
-    } else if routed {
-        let (s, h, of) = (sources.clone(), handles.clone(), model_of_slot.clone());
-        run.policies.push((
-            "lm".into(),
-            PolicyFactory(Arc::new(move || {
-                let models = (0..s.len())
-                    .map(|m| -> Box<dyn crate::policy::Policy> {
-                        Box::new(LmPolicy::with_handle(
-                            s[m].clone(),
-                            candle_core::Device::Cpu,
-                            h[m].clone(),
-                        ))
-                    })
-                    .collect();
-                Box::new(sharing::RoutedPolicy::new(models, of.clone()))
-            })),
-        ));
-    } else if matches!(cfg.sharing, Sharing::RoleLora | Sharing::AgentLora) {
-        if cfg.hyper.lora_rank == 0 {
-            return Err(TrainError::Config("--lora-rank must be at least 1".into()));
-        }
-        let (s, h) = (sources[0].clone(), handles[0].clone());
-        let lora = crate::policy::lm::LoraConfig::all(cfg.hyper.lora_rank);
-        let owner = match cfg.sharing {
-            Sharing::AgentLora => crate::policy::lm::AdapterOwner::Agent,
-            _ => crate::policy::lm::AdapterOwner::Role,
-        };
-        run.policies.push((
-            "lm".into(),
-            PolicyFactory(Arc::new(move || {
-                Box::new(
-                    LmPolicy::with_handle(s.clone(), candle_core::Device::Cpu, h.clone())
-                        .with_lora(lora.clone(), owner),
-                )
-            })),
-        ));
-    } else {
-        run.policies.push((
-            "lm".into(),
-            LmPolicy::factory(
-                sources[0].clone(),
-                candle_core::Device::Cpu,
-                Some(handles[0].clone()),
-            ),
-        ));
-    }
+    run.policies.push(policy);
     let mut app = build_app(&run)?;
     if let Some(tap) = &cfg.tap {
         app.insert_resource(crate::frames::TapSink::new(tap.clone()));
@@ -350,7 +234,9 @@ pub fn train(
         SimSchedule,
         (
             rollout::collect_steps.in_set(RecordSystems::Summarize),
-            rollout::collect_episodes.after(RecordSystems::Finish),
+            rollout::collect_episodes
+                .in_set(SimSystems::Record)
+                .after(RecordSystems::Write),
         ),
     );
     let device = candle_core::Device::Cpu;

@@ -11,6 +11,7 @@ use crate::core::{
     ActionMask, Agent, ArenaAgents, ArenaPhase, DecisionTrace, Done, EpisodeClock, EpisodeEnded,
     Idle, PolicyHandle, Reward, Role, Team,
 };
+use crate::envs::senses::{SensesQuery, encode};
 
 /// One decision.
 #[derive(Debug, Clone, PartialEq)]
@@ -178,6 +179,7 @@ pub fn collect_steps(
         &Observation,
         &Role,
         &GlobalView,
+        SensesQuery,
     )>,
 ) {
     let Some(policy) = rollouts.policy else {
@@ -192,7 +194,8 @@ pub fn collect_steps(
             // that value (a terminated one from 0).
             let episode = clock.episode - 1;
             for &e in members.entities() {
-                let Ok((agent, _, handle, trace, _, _, _, _, obs, _, view)) = agents.get(e) else {
+                let Ok((agent, _, handle, trace, _, _, _, _, obs, _, view, senses)) = agents.get(e)
+                else {
                     continue;
                 };
                 if *handle != policy {
@@ -205,7 +208,7 @@ pub fn collect_steps(
                     t.bootstrap = Some(trace.value.unwrap_or(0.0));
                     if global {
                         let mut own = Encoded::default();
-                        crate::core::encode(obs, &mut own);
+                        encode(obs, senses.get(), &mut own);
                         t.final_global = Some(agent_state(view, &own));
                     }
                 }
@@ -218,8 +221,20 @@ pub fn collect_steps(
         rollouts.slots = members.entities().len();
         let keep_features = rollouts.features;
         for &e in members.entities() {
-            let Ok((agent, team, handle, trace, action, mask, reward, done, obs, role, view)) =
-                agents.get(e)
+            let Ok((
+                agent,
+                team,
+                handle,
+                trace,
+                action,
+                mask,
+                reward,
+                done,
+                obs,
+                role,
+                view,
+                senses,
+            )) = agents.get(e)
             else {
                 continue;
             };
@@ -229,7 +244,7 @@ pub fn collect_steps(
             // The observation as a network reads it, once for the mlp and the critic.
             let mut encoded = Encoded::default();
             if keep_features || global {
-                crate::core::encode(obs, &mut encoded);
+                encode(obs, senses.get(), &mut encoded);
             }
             let global_row = if global {
                 agent_state(view, &encoded)
@@ -284,7 +299,7 @@ fn agent_state(view: &GlobalView, own: &Encoded) -> Encoded {
     out
 }
 
-/// Notes every finished episode (after `RecordSystems::Finish`).
+/// Notes every finished episode (after `RecordSystems::Write`, the end of the step).
 pub fn collect_episodes(mut rollouts: ResMut<Rollouts>, mut ended: MessageReader<EpisodeEnded>) {
     for e in ended.read() {
         rollouts.ended.insert((e.episode, e.arena), e.clone());

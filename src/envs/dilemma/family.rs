@@ -38,6 +38,7 @@ fn grid_agent(agent: &mut EntityWorldMut<'_>) {
         GridPos::default(),
         Facing::default(),
         gridworld::Beams::default(),
+        gridworld::GridSenses::default(),
     ));
 }
 
@@ -68,7 +69,9 @@ impl Spawner for MatrixSpawner {
     fn arena(&self, arena: &mut EntityWorldMut<'_>) {
         arena.insert(self.0.clone());
     }
-    fn agent(&self, _agent: &mut EntityWorldMut<'_>) {}
+    fn agent(&self, agent: &mut EntityWorldMut<'_>) {
+        agent.insert(matrix::MatrixSenses::default());
+    }
 }
 
 impl Family for CommonsHarvest {

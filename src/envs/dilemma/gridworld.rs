@@ -82,6 +82,14 @@ pub struct DilemmaRules {
     pub shuffle_spawns: bool,
 }
 
+/// A grid-dilemma agent's part of its observation, written beside its [`Observation`] in
+/// `SimSystems::Observe`.
+#[derive(Component, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GridSenses {
+    /// Steps left before the agent may fire its beam again (0: ready).
+    pub cooldown: u16,
+}
+
 /// An agent's beam state.
 #[derive(Component, Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Beams {
@@ -242,14 +250,14 @@ pub fn observe_grid_dilemmas(
             &Facing,
             &Beams,
             &mut Observation,
+            &mut GridSenses,
             &mut ActionMask,
         ),
         Without<Idle>,
     >,
 ) {
-    agents
-        .par_iter_mut()
-        .for_each(|(in_arena, agent, pos, facing, beams, mut obs, mut mask)| {
+    agents.par_iter_mut().for_each(
+        |(in_arena, agent, pos, facing, beams, mut obs, mut senses, mut mask)| {
             let Ok((clock, map, rules)) = arenas.get(in_arena.0) else {
                 return;
             };
@@ -263,7 +271,7 @@ pub fn observe_grid_dilemmas(
             obs.view_width = w as u8;
             obs.view_height = h as u8;
             obs.view_self = (v.side, v.ahead);
-            obs.cooldown = beams.cooldown;
+            senses.cooldown = beams.cooldown;
             obs.removed = beams.removed_until.is_some();
             obs.view.resize(w * h, view::OUTSIDE);
             let my_team = map.spawn.slot_team[agent.slot as usize];
@@ -301,7 +309,8 @@ pub fn observe_grid_dilemmas(
                 }
                 m
             };
-        });
+        },
+    );
 }
 
 /// MAPPO's global state of a grid dilemma, for each agent: every map cell (apples, river

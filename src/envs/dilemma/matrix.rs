@@ -12,6 +12,7 @@
 use bevy::prelude::*;
 
 use crate::core::*;
+use crate::envs::senses::{SensesQuery, encode};
 use crate::metrics::social_outcomes;
 use crate::scene::MatrixParams;
 
@@ -53,6 +54,16 @@ impl MatrixGame {
         let (a0, a1) = (usize::from(a0.min(1)), usize::from(a1.min(1)));
         (self.payoffs[a0][a1], self.payoffs[a1][a0])
     }
+}
+
+/// A matrix-game player's part of its observation, written beside its
+/// [`Observation`] in `SimSystems::Observe`.
+#[derive(Component, Debug, Clone, Default, PartialEq)]
+pub struct MatrixSenses {
+    /// The most recent rounds as (own action, other's action), oldest first.
+    pub history: Vec<[u8; 2]>,
+    /// How often the other player chose each action so far this episode.
+    pub other_counts: [u32; 2],
 }
 
 /// How one player answered the other over an episode: the counts behind the strategy
@@ -146,20 +157,21 @@ pub fn reset_matrix_games(mut arenas: Query<(&EpisodeClock, &mut MatrixGame)>) {
 /// Writes each player's view of the recent rounds.
 pub fn observe_matrix_games(
     arenas: Query<(&EpisodeClock, &MatrixGame, &ArenaAgents), Without<Idle>>,
-    mut agents: Query<&mut Observation>,
+    mut agents: Query<(&mut Observation, &mut MatrixSenses)>,
 ) {
     for (clock, game, members) in &arenas {
         let Some(pair) = pair(members) else { continue };
         let start = game.history.len().saturating_sub(game.history_len);
         for (me, e) in pair.into_iter().enumerate() {
-            let Ok(mut obs) = agents.get_mut(e) else {
+            let Ok((mut obs, mut senses)) = agents.get_mut(e) else {
                 continue;
             };
             obs.step = clock.step;
-            obs.history.clear();
-            obs.history
+            senses.history.clear();
+            senses
+                .history
                 .extend(game.history[start..].iter().map(|h| [h[me], h[1 - me]]));
-            obs.other_counts = game.counts[1 - me];
+            senses.other_counts = game.counts[1 - me];
         }
     }
 }
@@ -169,11 +181,11 @@ pub fn observe_matrix_games(
 /// from its side.
 pub fn state_matrix_games(
     arenas: Query<(), With<MatrixGame>>,
-    mut agents: Query<(&InArena, &Observation, &mut GlobalView), Without<Idle>>,
+    mut agents: Query<(&InArena, &Observation, SensesQuery, &mut GlobalView), Without<Idle>>,
 ) {
-    for (in_arena, obs, mut g) in &mut agents {
+    for (in_arena, obs, senses, mut g) in &mut agents {
         if arenas.contains(in_arena.0) {
-            encode(obs, &mut g.0);
+            encode(obs, senses.get(), &mut g.0);
         }
     }
 }

@@ -23,29 +23,46 @@ pub struct DilemmaPlugin;
 
 impl Plugin for DilemmaPlugin {
     fn build(&self, app: &mut App) {
-        app.add_systems(
-            SimSchedule,
+        add_family_systems(
+            app,
+            "matrix",
             (
-                (matrix::reset_matrix_games, gridworld::reset_grid_dilemmas)
+                matrix::reset_matrix_games
                     .in_set(SimSystems::Reset)
                     .after(reset_arenas),
-                (
-                    matrix::observe_matrix_games,
-                    gridworld::observe_grid_dilemmas,
-                )
-                    .in_set(SimSystems::Observe),
-                (matrix::state_matrix_games, gridworld::state_grid_dilemmas)
+                matrix::observe_matrix_games.in_set(SimSystems::Observe),
+                matrix::state_matrix_games
                     .in_set(SimSystems::Encode)
                     .run_if(resource_exists::<CentralState>),
-                (matrix::play_matrix_rounds, gridworld::apply_grid_actions)
-                    .in_set(ActSystems::Apply),
-                (commons::regrow_apples, cleanup::pollute_and_grow).in_set(SimSystems::Rules),
-                (
-                    matrix::summarize_matrix_games,
-                    gridworld::summarize_grid_dilemmas,
-                )
-                    .in_set(RecordSystems::Summarize),
+                matrix::play_matrix_rounds.in_set(ActSystems::Apply),
+                matrix::summarize_matrix_games.in_set(RecordSystems::Summarize),
             ),
+        );
+        // Commons Harvest and Clean Up share the grid's systems and differ in their rules.
+        add_family_systems(
+            app,
+            "grid_dilemma",
+            (
+                gridworld::reset_grid_dilemmas
+                    .in_set(SimSystems::Reset)
+                    .after(reset_arenas),
+                gridworld::observe_grid_dilemmas.in_set(SimSystems::Observe),
+                gridworld::state_grid_dilemmas
+                    .in_set(SimSystems::Encode)
+                    .run_if(resource_exists::<CentralState>),
+                gridworld::apply_grid_actions.in_set(ActSystems::Apply),
+                gridworld::summarize_grid_dilemmas.in_set(RecordSystems::Summarize),
+            ),
+        );
+        add_family_systems(
+            app,
+            "commons_harvest",
+            commons::regrow_apples.in_set(SimSystems::Rules),
+        );
+        add_family_systems(
+            app,
+            "clean_up",
+            cleanup::pollute_and_grow.in_set(SimSystems::Rules),
         );
         let mut hashers = app.world_mut().get_resource_or_init::<StateHashers>();
         hashers.0.push(matrix::hash_matrix_game);

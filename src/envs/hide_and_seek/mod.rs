@@ -33,7 +33,22 @@ use crate::core::*;
 
 /// The components every hide-and-seek agent carries besides the core ones.
 pub fn agent_components() -> impl Bundle {
-    (GridPos::default(), Facing::default(), Grip::default())
+    (
+        GridPos::default(),
+        Facing::default(),
+        Grip::default(),
+        HnsSenses::default(),
+    )
+}
+
+/// A hide-and-seek agent's part of its observation, written beside its [`Observation`] in
+/// `SimSystems::Observe`.
+#[derive(Component, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HnsSenses {
+    /// Steps of the preparation phase left (0 once it is over).
+    pub prep_left: u32,
+    /// The agent holds an object (grab).
+    pub holding: bool,
 }
 
 /// The hide-and-seek family.
@@ -42,8 +57,9 @@ pub struct HideAndSeekPlugin;
 
 impl Plugin for HideAndSeekPlugin {
     fn build(&self, app: &mut App) {
-        app.add_systems(
-            SimSchedule,
+        add_family_systems(
+            app,
+            "hide_and_seek",
             (
                 map::reset_hide_and_seek
                     .in_set(SimSystems::Reset)

@@ -4,6 +4,7 @@
 use bevy::math::IVec2;
 use bevy::prelude::*;
 
+use super::HnsSenses;
 use super::actions::{held, legal_actions};
 use super::codes::view;
 use super::map::{Grip, HnsArena, ObjectKind};
@@ -22,6 +23,7 @@ pub fn observe_hide_and_seek(
             &Grip,
             Has<Oracle>,
             &mut Observation,
+            &mut HnsSenses,
             &mut ActionMask,
         ),
         Without<Idle>,
@@ -29,7 +31,7 @@ pub fn observe_hide_and_seek(
 ) {
     agents.par_iter_mut().for_each_init(
         Vec::new,
-        |clear, (in_arena, agent, pos, facing, grip, oracle, mut obs, mut mask)| {
+        |clear, (in_arena, agent, pos, facing, grip, oracle, mut obs, mut senses, mut mask)| {
             let Ok((clock, arena)) = arenas.get(in_arena.0) else {
                 return;
             };
@@ -45,9 +47,9 @@ pub fn observe_hide_and_seek(
             obs.view_width = w as u8;
             obs.view_height = h as u8;
             obs.view_self = (sc, sr);
-            obs.prep_left = arena.prep_steps.saturating_sub(clock.step);
+            senses.prep_left = arena.prep_steps.saturating_sub(clock.step);
             let holding = held(arena, slot, grip, p, f.delta());
-            obs.holding = holding.is_some();
+            senses.holding = holding.is_some();
             obs.others.clear();
             obs.view.clear();
             obs.view.resize(w * h, view::UNSEEN);

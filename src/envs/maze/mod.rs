@@ -37,9 +37,32 @@ use bevy::prelude::*;
 
 use crate::core::*;
 
+/// A maze agent's part of its observation, written beside its [`Observation`] in
+/// `SimSystems::Observe`.
+#[derive(Component, Debug, Clone, Default, PartialEq)]
+pub struct MazeSenses {
+    /// Keys carried, one bit per key colour of the scene.
+    pub keys: u32,
+    /// Words teammates said on the previous step, in slot order.
+    pub heard: Vec<Heard>,
+}
+
+/// A word heard from a teammate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heard {
+    /// The speaker's slot.
+    pub from: u16,
+    /// Index of the word in the scene's vocabulary.
+    pub word: u8,
+}
+
 /// The components every maze agent carries besides the core ones.
 pub fn agent_components() -> impl Bundle {
-    (GridPos::default(), Utterance::default())
+    (
+        GridPos::default(),
+        Utterance::default(),
+        MazeSenses::default(),
+    )
 }
 
 /// The maze family.
@@ -48,8 +71,9 @@ pub struct MazePlugin;
 
 impl Plugin for MazePlugin {
     fn build(&self, app: &mut App) {
-        app.add_systems(
-            SimSchedule,
+        add_family_systems(
+            app,
+            "maze",
             (
                 reset_mazes.in_set(SimSystems::Reset).after(reset_arenas),
                 observe_mazes.in_set(SimSystems::Observe),

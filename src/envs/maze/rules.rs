@@ -7,6 +7,7 @@ use rand::seq::SliceRandom;
 
 use super::codes::{act, view};
 use super::map::MazeArena;
+use super::{Heard, MazeSenses};
 use crate::core::*;
 
 /// MAPPO's global state of a maze, for each agent: every cell as it is (doors open or
@@ -61,6 +62,7 @@ pub fn observe_mazes(
             &InArena,
             &Agent,
             &mut Observation,
+            &mut MazeSenses,
             &mut ActionMask,
             &mut Utterance,
             Has<Oracle>,
@@ -68,9 +70,8 @@ pub fn observe_mazes(
         Without<Idle>,
     >,
 ) {
-    agents
-        .par_iter_mut()
-        .for_each(|(in_arena, agent, mut obs, mut mask, mut say, oracle)| {
+    agents.par_iter_mut().for_each(
+        |(in_arena, agent, mut obs, mut senses, mut mask, mut say, oracle)| {
             let Ok((clock, maze)) = arenas.get(in_arena.0) else {
                 return;
             };
@@ -83,7 +84,7 @@ pub fn observe_mazes(
             let obs = &mut *obs;
             obs.step = clock.step;
             obs.pos = [me.x, me.y];
-            obs.keys = keys;
+            senses.keys = keys;
             // Known map: everything for oracles and full knowledge, else the agent's share.
             let (w, h) = (maze.layout.width, maze.layout.height);
             obs.map_width = w as u16;
@@ -120,7 +121,7 @@ pub fn observe_mazes(
                 }
             }
             obs.others.clear();
-            obs.heard.clear();
+            senses.heard.clear();
             for (s, &p) in maze.pos.iter().enumerate() {
                 if s == slot {
                     continue;
@@ -136,7 +137,7 @@ pub fn observe_mazes(
                     obs.view[((dy + r) * (2 * r + 1) + dx + r) as usize] = view::TEAMMATE;
                 }
                 if let Some(Some(word)) = maze.said.get(s) {
-                    obs.heard.push(Heard {
+                    senses.heard.push(Heard {
                         from: s as u16,
                         word: *word,
                     });
@@ -152,7 +153,8 @@ pub fn observe_mazes(
                 }
             }
             *mask = m;
-        });
+        },
+    );
 }
 
 /// Applies every agent's move, in an order drawn from the arena's stream each step. Doors

@@ -107,7 +107,7 @@ fn flee(d: &mut Decision<'_>) -> u8 {
     if let Some(&o) = opponents(d).first() {
         return go_towards(d, pos(d) * 2 - o);
     }
-    if d.obs.prep_left > 0 {
+    if d.senses.prep_left() > 0 {
         wander(d)
     } else {
         act::NOOP
@@ -259,7 +259,7 @@ fn build_fort(d: &mut Decision<'_>, rooms: &mut BTreeMap<(u32, u16), Room>) -> O
     if d.obs.step == 0 {
         rooms.remove(&key);
     }
-    if d.obs.map.is_empty() || d.obs.prep_left == 0 {
+    if d.obs.map.is_empty() || d.senses.prep_left() == 0 {
         return None;
     }
     let m = MapView {

@@ -29,7 +29,11 @@ impl Policy for AlwaysDefect {
 impl Policy for TitForTat {
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
         for d in batch {
-            d.action.0 = d.obs.history.last().map_or(COOPERATE, |&[_, other]| other);
+            d.action.0 = d
+                .senses
+                .history()
+                .last()
+                .map_or(COOPERATE, |&[_, other]| other);
         }
     }
 }
@@ -37,7 +41,7 @@ impl Policy for TitForTat {
 impl Policy for GrimTrigger {
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
         for d in batch {
-            d.action.0 = if d.obs.other_counts[1] > 0 {
+            d.action.0 = if d.senses.other_counts()[1] > 0 {
                 DEFECT
             } else {
                 COOPERATE

@@ -210,7 +210,7 @@ fn explore(d: &mut Decision<'_>) -> u8 {
     let Some(me) = m.index(d.obs.pos) else {
         return act::NOOP;
     };
-    let keys = d.obs.keys;
+    let keys = d.senses.keys();
     let pass = |i: usize| view::walkable(m.cells[i], keys);
     let kind = |i: usize| view::kind(m.cells[i]);
     let chosen = m
@@ -271,7 +271,7 @@ impl Policy for MazeTalker {
 fn fetch_key(d: &Decision<'_>) -> Option<u8> {
     let m = Known::of(d.obs)?;
     let me = m.index(d.obs.pos)?;
-    if d.obs.keys != 0 {
+    if d.senses.keys() != 0 {
         return None;
     }
     let pass = |i: usize| view::walkable(m.cells[i], 0);
@@ -285,7 +285,7 @@ fn fetch_key(d: &Decision<'_>) -> Option<u8> {
 impl Policy for MazeFollower {
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
         for d in batch {
-            let heard = d.obs.heard.first().map(|h| h.word);
+            let heard = d.senses.heard().first().map(|h| h.word);
             if let Some(a) = fetch_key(d) {
                 d.action.0 = a;
                 continue;

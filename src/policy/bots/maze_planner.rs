@@ -147,7 +147,7 @@ fn plan(d: &Decision<'_>, memo: &mut Memo) -> u8 {
         memo: RefCell::new(memo),
     };
     let m = &s.m;
-    let keys = d.obs.keys;
+    let keys = d.senses.keys();
     let mine = |i: usize| view::walkable(m.cells[i], keys);
 
     // 1. Hold a plate while its door is needed.
@@ -231,7 +231,7 @@ fn joint_of(group: &[&Decision<'_>], maze: &Maze<'_>, m: &Known<'_>) -> Option<J
     for d in group {
         let slot = usize::from(d.agent.slot);
         *at.get_mut(slot)? = m.index(d.obs.pos)? as u32;
-        keys[slot] = d.obs.keys;
+        keys[slot] = d.senses.keys();
     }
     if at.contains(&u32::MAX) {
         return None;

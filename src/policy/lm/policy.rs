@@ -578,7 +578,7 @@ impl LmPolicy {
                     team: d.team,
                     role: d.role,
                 };
-                let mut text = r.format.render(who, d.obs, d.mask, d.last_reward);
+                let mut text = r.format.render(who, d.obs, d.senses, d.mask, d.last_reward);
                 if let Some(Some(extra)) = suffix.get(i) {
                     text.push_str(extra);
                 }

@@ -20,7 +20,8 @@ use std::time::Instant;
 
 use super::sampling::sample;
 use super::{Decision, Policy, PolicyStats};
-pub use crate::core::{CODES, Encoded, encode};
+pub use crate::core::{CODES, Encoded};
+pub use crate::envs::senses::encode;
 
 /// The network shared by an [`MlpPolicy`] and its trainer: empty until the policy meets its
 /// first observation (the feature count depends on the scene), or filled from a folder.
@@ -155,7 +156,7 @@ impl Policy for MlpPolicy {
             .iter()
             .map(|d| {
                 let mut e = Encoded::default();
-                encode(d.obs, &mut e);
+                encode(d.obs, d.senses, &mut e);
                 e
             })
             .collect();
@@ -256,7 +257,7 @@ mod tests {
                 ..Default::default()
             };
             let mut e = Encoded::default();
-            encode(&obs, &mut e);
+            encode(&obs, Default::default(), &mut e);
             out.push(e);
         }
         out
@@ -317,6 +318,7 @@ mod tests {
                 team: 1,
                 ..Default::default()
             },
+            Default::default(),
             &mut f,
         );
         assert_eq!(f.len(), net.inputs());

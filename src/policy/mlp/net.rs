@@ -9,16 +9,17 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::core::Observation;
-use crate::core::{CODES, Encoded, encode};
+use crate::core::{CODES, Encoded};
+use crate::envs::senses::{Senses, encode};
 
 /// Hidden width of both layers.
 const HIDDEN: usize = 64;
 
 /// The feature row of an observation, written out: one-hot view cells, then one-hot
 /// known-map cells, then header fields ([`Encoded`]). Its length depends only on the scene.
-pub fn features(obs: &Observation, out: &mut Vec<f32>) {
+pub fn features(obs: &Observation, senses: Senses<'_>, out: &mut Vec<f32>) {
     let mut e = Encoded::default();
-    encode(obs, &mut e);
+    encode(obs, senses, &mut e);
     out.clear();
     for &c in &e.cells {
         out.extend((0..CODES).map(|i| f32::from(u8::from(i == usize::from(c)))));

@@ -1,0 +1,133 @@
+//! Every family's part of an agent's observation, gathered for the layers above.
+//!
+//! The core's [`Observation`] holds what every family shares (a window, the map the agent
+//! knows, its own place, the others it perceives). What only one family has is that
+//! family's own component, written beside the observation in `SimSystems::Observe`:
+//! [`MatrixSenses`] (the rounds played), [`GridSenses`] (the beam's cooldown),
+//! [`HnsSenses`] (the preparation phase, holding) and [`MazeSenses`] (keys, words heard).
+//! [`Senses`] borrows whichever of them an agent carries, [`SensesQuery`] fetches them in
+//! a system, and [`encode`] turns the lot into a network's input. A new family with senses
+//! of its own adds its component here (one field in each of the two structs) and its
+//! features to [`encode`].
+
+use bevy::ecs::query::QueryData;
+use bevy::ecs::world::EntityRef;
+
+use super::dilemma::gridworld::GridSenses;
+use super::dilemma::matrix::MatrixSenses;
+use super::hide_and_seek::HnsSenses;
+use super::maze::{Heard, MazeSenses};
+use crate::core::{Encoded, MAX_WORDS, Observation, push_one_hot};
+
+/// The family parts of one agent's observation (`None` for the families it is not in).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Senses<'a> {
+    /// Repeated matrix games.
+    pub matrix: Option<&'a MatrixSenses>,
+    /// Commons Harvest and Clean Up.
+    pub grid: Option<&'a GridSenses>,
+    /// Hide-and-seek.
+    pub hide_and_seek: Option<&'a HnsSenses>,
+    /// The maze.
+    pub maze: Option<&'a MazeSenses>,
+}
+
+impl<'a> Senses<'a> {
+    /// The senses `entity` carries.
+    pub fn of(entity: EntityRef<'a>) -> Self {
+        Self {
+            matrix: entity.get(),
+            grid: entity.get(),
+            hide_and_seek: entity.get(),
+            maze: entity.get(),
+        }
+    }
+    /// The rounds seen, oldest first (empty outside matrix games).
+    pub fn history(&self) -> &'a [[u8; 2]] {
+        self.matrix.map_or(&[], |m| m.history.as_slice())
+    }
+    /// How often the other player chose each action (zeros outside matrix games).
+    pub fn other_counts(&self) -> [u32; 2] {
+        self.matrix.map_or([0; 2], |m| m.other_counts)
+    }
+    /// Steps before the beam may fire again (0 outside the grid dilemmas).
+    pub fn cooldown(&self) -> u16 {
+        self.grid.map_or(0, |g| g.cooldown)
+    }
+    /// Steps of hide-and-seek's preparation phase left (0 elsewhere).
+    pub fn prep_left(&self) -> u32 {
+        self.hide_and_seek.map_or(0, |h| h.prep_left)
+    }
+    /// Whether the agent holds an object (hide-and-seek).
+    pub fn holding(&self) -> bool {
+        self.hide_and_seek.is_some_and(|h| h.holding)
+    }
+    /// Keys carried, one bit per colour (maze).
+    pub fn keys(&self) -> u32 {
+        self.maze.map_or(0, |m| m.keys)
+    }
+    /// Words heard from teammates (maze).
+    pub fn heard(&self) -> &'a [Heard] {
+        self.maze.map_or(&[], |m| m.heard.as_slice())
+    }
+}
+
+/// Fetches an agent's [`Senses`] in a system's query.
+#[derive(QueryData)]
+pub struct SensesQuery {
+    matrix: Option<&'static MatrixSenses>,
+    grid: Option<&'static GridSenses>,
+    hide_and_seek: Option<&'static HnsSenses>,
+    maze: Option<&'static MazeSenses>,
+}
+
+impl<'w> SensesQueryItem<'w, '_> {
+    /// The senses fetched.
+    pub fn get(&self) -> Senses<'w> {
+        Senses {
+            matrix: self.matrix,
+            grid: self.grid,
+            hide_and_seek: self.hide_and_seek,
+            maze: self.maze,
+        }
+    }
+}
+
+/// Fills `out` with the cells of `obs` and the header fields of `obs` and `senses`. The
+/// lengths depend only on the scene.
+pub fn encode(obs: &Observation, senses: Senses<'_>, out: &mut Encoded) {
+    out.cells.clear();
+    out.cells
+        .extend(obs.view.iter().chain(&obs.map).map(|&c| c & 0x0f));
+    let d = &mut out.dense;
+    d.clear();
+    d.push(obs.step as f32 / 1000.0);
+    d.push(f32::from(senses.cooldown()) / 10.0);
+    d.push(f32::from(u8::from(obs.removed)));
+    d.push(senses.prep_left() as f32 / 100.0);
+    d.push(f32::from(u8::from(senses.holding())));
+    push_one_hot(d, usize::from(obs.facing), 4);
+    let keys = senses.keys();
+    d.extend((0..8).map(|k| ((keys >> k) & 1) as f32));
+    push_one_hot(d, usize::from(obs.team).min(3), 4);
+    d.push(obs.others.len() as f32 / 4.0);
+    let heard = senses.heard();
+    d.push(heard.len() as f32 / 4.0);
+    // Talk: which vocabulary words were heard this step (a scene has at most 32).
+    d.extend(
+        (0..MAX_WORDS).map(|k| f32::from(u8::from(heard.iter().any(|h| usize::from(h.word) == k)))),
+    );
+    // Repeated games: the last three rounds, one-hot, newest first, and the other's counts.
+    let history = senses.history();
+    for k in 0..3 {
+        match history.iter().rev().nth(k) {
+            Some(h) => d.extend(
+                [h[0] == 0, h[0] == 1, h[1] == 0, h[1] == 1].map(|b| f32::from(u8::from(b))),
+            ),
+            None => d.extend([0.0; 4]),
+        }
+    }
+    let counts = senses.other_counts();
+    let total = (counts[0] + counts[1]).max(1) as f32;
+    d.extend(counts.map(|c| c as f32 / total));
+}
