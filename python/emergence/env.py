@@ -1,0 +1,323 @@
+"""The Python environments over emergence's native simulation (``emergence._native.Sim``)."""
+
+import os
+import string
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+from ._native import Sim, shipped_scenes
+
+#: Characters an observation text may hold (plain ASCII, one fact per line).
+TEXT_CHARSET = frozenset(string.printable)
+#: The longest observation text the ``text`` space admits.
+TEXT_MAX = 1 << 16
+
+
+def _scene_arg(scene):
+    """A path that exists, a shipped scene's name or ``scenes/...`` path, or RON text."""
+    scene = os.fspath(scene)
+    if "\n" in scene or scene.lstrip().startswith("("):
+        return scene
+    if os.path.exists(scene):
+        return scene
+    for _title, _family, path, text in shipped_scenes():
+        stem = path.rsplit("/", 1)[-1].removesuffix(".scene.ron")
+        if scene in (stem, path, path.removeprefix("scenes/")):
+            return text
+    return scene
+
+
+def one_hot(cells, codes=16):
+    """Cell codes ``uint8 [..., cells]`` as one-hot ``float32 [..., cells * codes]``."""
+    cells = np.asarray(cells)
+    out = np.zeros(cells.shape + (codes,), dtype=np.float32)
+    np.put_along_axis(out, cells[..., None].astype(np.int64), 1.0, axis=-1)
+    return out.reshape(cells.shape[:-1] + (cells.shape[-1] * codes,))
+
+
+def features(cells, dense, codes=16):
+    """The ``mlp`` policy's feature rows: one-hot cells, then the header numbers."""
+    return np.concatenate([one_hot(cells, codes), np.asarray(dense, np.float32)], axis=-1)
+
+
+def _build(scene, num_arenas, seed, python_teams, partners, threads, central_state, illegal_action):
+    if illegal_action not in ("raise", "first_legal"):
+        raise ValueError(
+            f"illegal_action must be 'raise' or 'first_legal', not {illegal_action!r}"
+        )
+    partners = dict(partners or {})
+    src = _scene_arg(scene)
+    if python_teams is None and partners:
+        probe = Sim(src, 1, 0, None, None, False, list(partners.items()), False)
+        teams = sorted({a.rsplit("_", 1)[0] for a in probe.agent_ids} - set(partners))
+        python_teams = teams
+    both = set(python_teams or ()) & set(partners)
+    if both:
+        raise ValueError(f"teams both driven by Python and given a partner: {sorted(both)}")
+    if python_teams is not None and len(python_teams) == 0:
+        raise ValueError("python_teams is empty: Python would drive no agent")
+    return Sim(
+        src,
+        num_arenas,
+        seed,
+        None if python_teams is None else list(python_teams),
+        threads,
+        central_state,
+        list(partners.items()),
+        illegal_action == "first_legal",
+    )
+
+
+class EmergenceParallelEnv(ParallelEnv):
+    """One arena of a scene, with PettingZoo's parallel API.
+
+    Agents are named ``TEAM_K`` (the K-th agent of team TEAM). An observation is a dict of
+    ``features`` (the ``mlp`` policy's feature row), ``text`` (exactly what a language-model
+    agent reads) and ``action_mask``; ``infos[agent]["action_mask"]`` holds the mask too.
+    All agents of an arena end together (the episode's end), so ``agents`` empties at once.
+    ``state()`` is the family's global state from the first agent's side (what MAPPO's
+    critic reads), one-hot like ``features``.
+    """
+
+    metadata = {"render_modes": ["rgb_array", "ansi"], "name": "emergence_v0", "is_parallelizable": True}
+
+    def __init__(
+        self,
+        scene,
+        seed=0,
+        render_mode=None,
+        python_teams=None,
+        partners=None,
+        illegal_action="raise",
+        threads=None,
+    ):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']}, not {render_mode!r}"
+            )
+        self.render_mode = render_mode
+        self._args = (scene, python_teams, partners, threads, illegal_action)
+        self._seed = seed
+        self._resets = 0
+        self._sim = _build(scene, 1, seed, python_teams, partners, threads, True, illegal_action)
+        self.possible_agents = list(self._sim.agent_ids)
+        self.agents = []
+        self._names = list(self._sim.action_names)
+        cells, dense = self._sim.observations()
+        self._cells, self._dense = cells.shape[2], dense.shape[2]
+        n_features = self._cells * self._sim.codes + self._dense
+        state_cells, state_dense = self._sim.global_state(0, 0)
+        self._state_len = len(state_cells) * self._sim.codes + len(state_dense)
+        self.state_space = spaces.Box(-np.inf, np.inf, (self._state_len,), np.float32)
+        self._obs_space = {
+            a: spaces.Dict(
+                {
+                    "features": spaces.Box(-np.inf, np.inf, (n_features,), np.float32),
+                    "text": spaces.Text(TEXT_MAX, min_length=0, charset=TEXT_CHARSET),
+                    "action_mask": spaces.Box(0, 1, (len(self._names),), np.int8),
+                }
+            )
+            for a in self.possible_agents
+        }
+        self._act_space = {a: spaces.Discrete(len(self._names)) for a in self.possible_agents}
+        self._done = True
+
+    def observation_space(self, agent):
+        return self._obs_space[agent]
+
+    def action_space(self, agent):
+        return self._act_space[agent]
+
+    @property
+    def action_names(self):
+        """The action words, by index."""
+        return list(self._names)
+
+    @property
+    def family(self):
+        return self._sim.family
+
+    def _observe(self):
+        cells, dense = self._sim.observations()
+        feats = features(cells[0], dense[0], self._sim.codes)
+        masks = self._sim.action_masks()[0]
+        texts = self._sim.texts(0)
+        obs, infos = {}, {}
+        for i, a in enumerate(self.possible_agents):
+            obs[a] = {"features": feats[i], "text": texts[i], "action_mask": masks[i].copy()}
+            infos[a] = {"action_mask": masks[i].copy()}
+        return obs, infos
+
+    def reset(self, seed=None, options=None):
+        """Starts an episode. With a seed: a fresh world from it (the same seed, the same
+        episode). Without: the next episode of this world once the last one has ended; the
+        first reset uses the constructor's seed."""
+        if seed is not None:
+            self._seed = seed
+            self._sim.reset(seed)
+        elif self._resets == 0:
+            self._sim.reset(self._seed)
+        elif self._done:
+            self._sim.next_episode()
+        else:
+            # Stopped mid-episode: start over with a seed of its own.
+            self._sim.reset(self._seed + 1_000_003 * self._resets)
+        self._resets += 1
+        self._done = False
+        self.agents = list(self.possible_agents)
+        return self._observe()
+
+    def step(self, actions):
+        if not self.agents:
+            raise RuntimeError("step() after the episode ended: call reset() first")
+        unknown = [a for a in actions if a not in self.possible_agents]
+        if unknown:
+            raise KeyError(f"unknown agent id(s) {unknown}; the agents are {self.agents}")
+        missing = [a for a in self.agents if a not in actions]
+        if missing:
+            raise ValueError(f"no action for {missing}")
+        row = np.empty((1, len(self.possible_agents)), dtype=np.int64)
+        for i, a in enumerate(self.possible_agents):
+            act = actions[a]
+            if isinstance(act, (bool, np.bool_)) or not isinstance(act, (int, np.integer)):
+                try:
+                    ok = np.ndim(act) == 0 and float(act) == int(act)
+                except (TypeError, ValueError):
+                    ok = False
+                if not ok or isinstance(act, (bool, np.bool_)):
+                    raise TypeError(f"{a}: an action is an int index, not {act!r}")
+            row[0, i] = int(act)
+        self._sim.step(row)
+        obs, infos = self._observe()
+        rew = self._sim.rewards()[0]
+        term = self._sim.terminated()[0]
+        trunc = self._sim.truncated()[0]
+        rewards = {a: float(rew[i]) for i, a in enumerate(self.possible_agents)}
+        terminations = {a: bool(term[i]) for i, a in enumerate(self.possible_agents)}
+        truncations = {a: bool(trunc[i]) for i, a in enumerate(self.possible_agents)}
+        if any(terminations.values()) or any(truncations.values()):
+            self._done = True
+            self.agents = []
+        return obs, rewards, terminations, truncations, infos
+
+    def render(self):
+        if self.render_mode == "rgb_array":
+            return self._sim.render_rgb(0)
+        if self.render_mode == "ansi":
+            return self._sim.render_ansi(0)
+        return None
+
+    def state(self):
+        cells, dense = self._sim.global_state(0, 0)
+        cells = np.frombuffer(bytes(cells), dtype=np.uint8)
+        return features(cells[None], np.asarray(dense, np.float32)[None], self._sim.codes)[0]
+
+    def step_hashes(self):
+        """The state hash after every step of this world (``emergence run --hash-log``)."""
+        return self._sim.step_hashes()
+
+    def close(self):
+        pass
+
+
+class VectorEnv:
+    """``num_arenas`` arenas of a scene stepped together, numpy arrays in and out.
+
+    ``reset()`` returns ``(obs, info)`` and ``step(actions)`` returns ``(obs, rewards,
+    terminations, truncations, info)``; ``actions`` is an int array ``[arenas, agents]``
+    (``agents``: the agents Python drives, in ``agent_ids`` order). ``obs`` is a dict of
+    ``cells`` (``uint8 [arenas, agents, cells]``, codes below 16: ``features`` one-hots
+    them), ``dense`` (``float32 [arenas, agents, dense]``) and ``action_mask`` (``int8
+    [arenas, agents, actions]``).
+
+    Autoreset is Gymnasium's next-step mode (``autoreset_mode = "NextStep"``): the step on
+    which an arena's episode ends returns its last observation and the ends; the next step
+    ignores that arena's actions, starts its next episode, and returns its first
+    observation with zero rewards (``info["reset"]`` marks those arenas; ``info["ended"]``
+    the arenas whose episode ended on this step). The stepping runs with the GIL released.
+    """
+
+    autoreset_mode = "NextStep"
+
+    def __init__(
+        self,
+        scene,
+        num_arenas,
+        seed=0,
+        python_teams=None,
+        partners=None,
+        illegal_action="raise",
+        threads=None,
+        central_state=False,
+    ):
+        if int(num_arenas) < 1:
+            raise ValueError(f"num_arenas must be at least 1, not {num_arenas}")
+        self._sim = _build(
+            scene, int(num_arenas), seed, python_teams, partners, threads, central_state,
+            illegal_action,
+        )
+        self.num_arenas = int(num_arenas)
+        self.agent_ids = list(self._sim.agent_ids)
+        self.num_agents = len(self.agent_ids)
+        self.action_names = list(self._sim.action_names)
+        self.single_action_space = spaces.Discrete(len(self.action_names))
+        self._seed = seed
+        self._started = False
+
+    @property
+    def family(self):
+        return self._sim.family
+
+    def _obs(self):
+        cells, dense = self._sim.observations()
+        return {"cells": cells, "dense": dense, "action_mask": self._sim.action_masks()}
+
+    def reset(self, seed=None):
+        """A fresh world from ``seed`` (the constructor's when ``None``): every arena at the
+        start of its first episode."""
+        if seed is not None:
+            self._seed = seed
+        self._sim.reset(self._seed)
+        self._started = True
+        return self._obs(), {"reset": np.ones(self.num_arenas, dtype=bool)}
+
+    def step(self, actions):
+        if not self._started:
+            raise RuntimeError("step() before reset()")
+        actions = np.asarray(actions)
+        if actions.dtype.kind not in "iu":
+            raise TypeError(f"actions must be an integer array, not {actions.dtype}")
+        want = (self.num_arenas, self.num_agents)
+        if actions.shape != want:
+            raise ValueError(f"actions has shape {actions.shape}; expected {want} (arenas, agents)")
+        resetting = np.asarray(self._sim.resetting(), dtype=bool)
+        self._sim.step(np.ascontiguousarray(actions, dtype=np.int64))
+        return (
+            self._obs(),
+            self._sim.rewards(),
+            self._sim.terminated(),
+            self._sim.truncated(),
+            {"reset": resetting, "ended": np.asarray(self._sim.resetting(), dtype=bool)},
+        )
+
+    def sample_actions(self, rng, obs):
+        """A uniformly random legal action per arena and agent (numpy ``Generator``)."""
+        mask = obs["action_mask"].astype(np.float64)
+        u = rng.random(mask.shape) * mask
+        return u.argmax(axis=-1)
+
+    def render(self, arena=0, mode="rgb_array"):
+        return self._sim.render_rgb(arena) if mode == "rgb_array" else self._sim.render_ansi(arena)
+
+    def texts(self, arena):
+        """The observation texts of ``arena``'s agents."""
+        return self._sim.texts(arena)
+
+    def step_hashes(self):
+        return self._sim.step_hashes()
+
+    def close(self):
+        pass
+

@@ -1,0 +1,722 @@
+//! emergence's environments for Python: the native half of the `emergence` package.
+//!
+//! [`Sim`] holds one simulation world (the scene's arenas, built by the same
+//! `headless::build_app` as `emergence run`, stepped by the same `SimSchedule`) and steps it
+//! the way a controller outside the app must: a step runs in two parts (`StepPart`): the
+//! part that applies the actions and ends the step (`Decide` to `Record`), then the part
+//! that starts the next one (`Reset` to `Encode`), with the observations read in between.
+//! Concatenated, the parts are exactly the CLI's steps, so a seed gives the same hashes.
+//!
+//! The seats Python drives are registered as the `python` policy, which decides nothing: the
+//! actions are written into the agents' `Action` before the step (checked against the mask
+//! first). Every other seat keeps its scene policy (bots, `mlp`, `lm`), so Python can train
+//! against emergence's own partners.
+//!
+//! Finished arenas wait (`Hold`) with their last state observed until the next step, which
+//! resets them and ignores their actions (Gymnasium's next-step autoreset). The stepping
+//! runs with the GIL released. The Python classes (`emergence.parallel_env`,
+//! `emergence.vector_env`) are in `emergence/`.
+
+use std::sync::Arc;
+
+use bevy::app::Main;
+use bevy::prelude::{Entity, World};
+use numpy::ndarray::{Array2, Array3};
+use numpy::{IntoPyArray, PyArray2, PyArray3, PyReadonlyArray2};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+use emergence::core::{
+    Action, ActionMask, ArenaAgents, ArenaPhase, Arenas, CentralState, Done, Encoded,
+    EpisodeClock, EpisodeReturn, GlobalView, Hold, Observation, Reward, StateHash, StepPart,
+    Team, CODES,
+};
+use emergence::envs::senses::{Senses, encode};
+use emergence::frames::{Frame, FrameContext};
+use emergence::headless::{RunConfig, build_app};
+use emergence::observe::text::{Speaker, TextFormat};
+use emergence::policy::{Decision, Policy, PolicyFactory};
+use emergence::scene::Scene;
+
+/// The policy name of the seats Python drives.
+const PYTHON: &str = "python";
+
+/// The seats Python drives: their actions are already in place when the step runs.
+struct External;
+
+impl Policy for External {
+    fn decide(&mut self, _batch: &mut [Decision<'_>]) {}
+}
+
+/// Every cause of `e`, joined, as the CLI prints errors.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+/// Reads a scene: a path to a `.scene.ron` file, or the RON text itself.
+fn read_scene(scene: &str) -> PyResult<Scene> {
+    let trimmed = scene.trim_start();
+    let text = trimmed.starts_with('(') || trimmed.starts_with("//") || scene.contains('\n');
+    let result = if text {
+        emergence::load::parse_scene(scene, std::path::Path::new("<string>"))
+    } else {
+        emergence::load::load_scene(std::path::Path::new(scene))
+    };
+    result.map_err(|e| PyValueError::new_err(chain(&e)))
+}
+
+/// One simulation world of `num_arenas` arenas of a scene.
+#[pyclass(module = "emergence._native")]
+pub struct Sim {
+    world: World,
+    scene: Scene,
+    arenas: Vec<Entity>,
+    /// Agents by arena, in slot order.
+    agents: Vec<Vec<Entity>>,
+    /// The slots Python drives, in slot order.
+    seats: Vec<usize>,
+    actions: Vec<String>,
+    format: TextFormat,
+    frames: FrameContext,
+    /// Arenas that finished last step and reset in this one.
+    resetting: Vec<bool>,
+    /// Rewards and ends of the last step, by arena and seat.
+    rewards: Vec<f32>,
+    terminated: Vec<bool>,
+    truncated: Vec<bool>,
+    hashes: Vec<u64>,
+    central: bool,
+    /// An illegal action becomes the first legal one (emergence's own rule for policies)
+    /// instead of an error.
+    first_legal: bool,
+    threads: Option<usize>,
+}
+
+impl Sim {
+    fn build(
+        scene: Scene,
+        num_arenas: u32,
+        seed: u64,
+        seats: Option<Vec<String>>,
+        threads: Option<usize>,
+        central: bool,
+    ) -> PyResult<Self> {
+        let teams: Vec<String> = scene.team_names().iter().map(|s| s.to_string()).collect();
+        let driven: Vec<usize> = match &seats {
+            None => (0..teams.len()).collect(),
+            Some(names) => names
+                .iter()
+                .map(|n| {
+                    teams.iter().position(|t| t == n).ok_or_else(|| {
+                        PyValueError::new_err(format!(
+                            "python_teams: the scene has no team {n:?} (its teams: {})",
+                            teams.join(", ")
+                        ))
+                    })
+                })
+                .collect::<PyResult<_>>()?,
+        };
+        let mut run_scene = scene.clone();
+        let mut slots = Vec::new();
+        for (slot, a) in run_scene.agents.iter_mut().enumerate() {
+            if driven.contains(&usize::from(a.team)) {
+                a.policy = PYTHON.into();
+                slots.push(slot);
+            }
+        }
+        let mut cfg = RunConfig::new(run_scene);
+        cfg.arenas = num_arenas;
+        cfg.episodes = u32::MAX;
+        cfg.seed = seed;
+        cfg.threads = threads;
+        cfg.hash_steps = true;
+        cfg.policies.push((
+            PYTHON.into(),
+            PolicyFactory(Arc::new(|| Box::new(External) as Box<dyn Policy>)),
+        ));
+        let mut app = build_app(&cfg).map_err(|e| PyValueError::new_err(chain(&e)))?;
+        if central {
+            app.insert_resource(CentralState);
+        }
+        let mut world = std::mem::take(app.world_mut());
+        let arenas = world.resource::<Arenas>().entities.clone();
+        let agents: Vec<Vec<Entity>> = arenas
+            .iter()
+            .map(|&a| {
+                world
+                    .get::<ArenaAgents>(a)
+                    .map(|m| m.entities().to_vec())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let actions = world
+            .resource::<emergence::envs::ActionNames>()
+            .0
+            .clone();
+        let format = TextFormat::new(&scene, &actions);
+        let frames = FrameContext::new(&world)
+            .ok_or_else(|| PyRuntimeError::new_err("the world has no scene"))?;
+        world.insert_resource(StepPart::Observe);
+        let n = arenas.len() * slots.len();
+        let mut sim = Self {
+            world,
+            scene,
+            arenas,
+            agents,
+            seats: slots,
+            actions,
+            format,
+            frames,
+            resetting: vec![false; num_arenas as usize],
+            rewards: vec![0.0; n],
+            terminated: vec![false; n],
+            truncated: vec![false; n],
+            hashes: Vec::new(),
+            central,
+            first_legal: false,
+            threads,
+        };
+        sim.run_part(StepPart::Observe);
+        Ok(sim)
+    }
+
+    fn run_part(&mut self, part: StepPart) {
+        *self.world.resource_mut::<StepPart>() = part;
+        self.world.run_schedule(Main);
+        self.world.clear_trackers();
+    }
+
+    fn agent(&self, arena: usize, seat: usize) -> Entity {
+        self.agents[arena][self.seats[seat]]
+    }
+
+    /// Writes `actions` (arena-major, one per seat) after checking them; arenas that reset
+    /// this step ignore theirs.
+    fn write_actions(&mut self, actions: &[i64]) -> Result<(), String> {
+        let seats = self.seats.len();
+        for (a, chunk) in actions.chunks(seats.max(1)).enumerate() {
+            if self.resetting[a] {
+                continue;
+            }
+            for (s, &act) in chunk.iter().enumerate() {
+                let e = self.agent(a, s);
+                let mask = self
+                    .world
+                    .get::<ActionMask>(e)
+                    .copied()
+                    .unwrap_or(ActionMask(0));
+                let legal = act >= 0 && act < self.actions.len() as i64 && mask.allows(act as u8);
+                if !legal && !self.first_legal {
+                    let legal: Vec<&str> = (0..self.actions.len())
+                        .filter(|&i| mask.allows(i as u8))
+                        .map(|i| self.actions[i].as_str())
+                        .collect();
+                    return Err(format!(
+                        "arena {a}, agent {}: action {act} is not legal now (legal: {})",
+                        self.seat_name(s),
+                        legal.join(", ")
+                    ));
+                }
+            }
+        }
+        for (a, chunk) in actions.chunks(seats.max(1)).enumerate() {
+            if self.resetting[a] {
+                continue;
+            }
+            for (s, &act) in chunk.iter().enumerate() {
+                let e = self.agent(a, s);
+                let mask = self
+                    .world
+                    .get::<ActionMask>(e)
+                    .copied()
+                    .unwrap_or(ActionMask(0));
+                let act = if act >= 0 && act < 32 && mask.allows(act as u8) {
+                    act as u8
+                } else {
+                    mask.nth(0).unwrap_or(0)
+                };
+                if let Some(mut slot) = self.world.get_mut::<Action>(e) {
+                    slot.0 = act;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The step after the actions are written, with the GIL released by the caller.
+    fn advance(&mut self) {
+        // Arenas held after their last episode now reset (next-step autoreset).
+        for (a, &e) in self.arenas.iter().enumerate() {
+            if self.resetting[a] {
+                self.world.entity_mut(e).remove::<Hold>();
+            }
+        }
+        self.run_part(StepPart::Act);
+        let seats = self.seats.len();
+        for a in 0..self.arenas.len() {
+            for s in 0..seats {
+                let e = self.agent(a, s);
+                let (r, d) = if self.resetting[a] {
+                    (0.0, Done::default())
+                } else {
+                    (
+                        self.world.get::<Reward>(e).map_or(0.0, |r| r.0),
+                        self.world.get::<Done>(e).copied().unwrap_or_default(),
+                    )
+                };
+                self.rewards[a * seats + s] = r;
+                self.terminated[a * seats + s] = d.terminated;
+                self.truncated[a * seats + s] = d.truncated;
+            }
+        }
+        if let Some(h) = self.world.get_resource::<StateHash>() {
+            self.hashes.push(h.last);
+        }
+        for (a, &e) in self.arenas.iter().enumerate() {
+            let ended = self
+                .world
+                .get::<EpisodeClock>(e)
+                .is_some_and(|c| c.phase == ArenaPhase::PendingReset);
+            self.resetting[a] = ended;
+            if ended {
+                self.world.entity_mut(e).insert(Hold);
+            }
+        }
+        self.run_part(StepPart::Observe);
+    }
+
+    fn seat_name(&self, seat: usize) -> String {
+        agent_name(&self.scene, self.seats[seat])
+    }
+
+    fn encoded(&self, e: Entity) -> Encoded {
+        let mut out = Encoded::default();
+        if let (Some(obs), Ok(entity)) = (self.world.get::<Observation>(e), self.world.get_entity(e))
+        {
+            encode(obs, Senses::of(entity), &mut out);
+        }
+        out
+    }
+}
+
+/// Lets `policy` (a catalogue policy of the scene's family) decide for `team`'s agents.
+fn set_partner(scene: &mut Scene, team: &str, policy: &str) -> PyResult<()> {
+    let family = scene.spec.family.name();
+    let info = emergence::policy::catalogue()
+        .iter()
+        .find(|p| p.name == policy)
+        .ok_or_else(|| {
+            let names: Vec<&str> = emergence::policy::catalogue()
+                .iter()
+                .filter(|p| p.families.contains(&family))
+                .map(|p| p.name)
+                .collect();
+            PyValueError::new_err(format!(
+                "partners: no policy {policy:?} (for {family}: {})",
+                names.join(", ")
+            ))
+        })?;
+    if !info.families.contains(&family) {
+        return Err(PyValueError::new_err(format!(
+            "partners: {policy} plays {}, not {family}",
+            info.families.join(", ")
+        )));
+    }
+    let t = scene
+        .team_names()
+        .iter()
+        .position(|n| *n == team)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "partners: the scene has no team {team:?} (its teams: {})",
+                scene.team_names().join(", ")
+            ))
+        })?;
+    for a in &mut scene.agents {
+        if usize::from(a.team) == t {
+            a.policy = policy.into();
+        }
+    }
+    Ok(())
+}
+
+/// The agent id of `slot`: its team's name and its index within the team.
+fn agent_name(scene: &Scene, slot: usize) -> String {
+    let teams = scene.team_names();
+    let team = scene.agents[slot].team;
+    let k = scene.agents[..slot]
+        .iter()
+        .filter(|a| a.team == team)
+        .count();
+    format!("{}_{k}", teams.get(usize::from(team)).copied().unwrap_or("team"))
+}
+
+#[pymethods]
+impl Sim {
+    /// `scene`: a `.scene.ron` path or the RON text. `python_teams`: the teams Python drives
+    /// (default: every team); the others keep their scene policies. `central_state`: let the
+    /// families write the global state (`state()`).
+    #[new]
+    #[pyo3(signature = (scene, num_arenas=1, seed=0, python_teams=None, threads=None, central_state=false, partners=None, first_legal=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        scene: &str,
+        num_arenas: u32,
+        seed: u64,
+        python_teams: Option<Vec<String>>,
+        threads: Option<usize>,
+        central_state: bool,
+        partners: Option<Vec<(String, String)>>,
+        first_legal: bool,
+    ) -> PyResult<Self> {
+        let mut scene = read_scene(scene)?;
+        for (team, policy) in partners.unwrap_or_default() {
+            set_partner(&mut scene, &team, &policy)?;
+        }
+        if num_arenas == 0 {
+            return Err(PyValueError::new_err("num_arenas must be at least 1"));
+        }
+        if threads == Some(0) {
+            return Err(PyValueError::new_err("threads must be at least 1"));
+        }
+        let mut sim = py.detach(|| {
+            Sim::build(scene, num_arenas, seed, python_teams, threads, central_state)
+        })?;
+        sim.first_legal = first_legal;
+        sim.threads = threads;
+        Ok(sim)
+    }
+
+    /// Starts over from `seed`: a new world, exactly as a new `Sim` with that seed.
+    fn reset(&mut self, py: Python<'_>, seed: u64) -> PyResult<()> {
+        let seats: Vec<String> = {
+            let teams = self.scene.team_names();
+            let mut t: Vec<String> = self
+                .seats
+                .iter()
+                .map(|&s| teams[usize::from(self.scene.agents[s].team)].to_string())
+                .collect();
+            t.dedup();
+            t
+        };
+        let (scene, n, central) = (self.scene.clone(), self.arenas.len() as u32, self.central);
+        let (threads, first_legal) = (self.threads, self.first_legal);
+        *self = py.detach(|| Sim::build(scene, n, seed, Some(seats), threads, central))?;
+        self.first_legal = first_legal;
+        self.threads = threads;
+        Ok(())
+    }
+
+    /// Starts the next episode of every arena whose episode has ended, without a step (the
+    /// others go on).
+    fn next_episode(&mut self, py: Python<'_>) {
+        py.detach(|| {
+            for (a, &e) in self.arenas.iter().enumerate() {
+                if self.resetting[a] {
+                    self.world.entity_mut(e).remove::<Hold>();
+                    self.resetting[a] = false;
+                }
+            }
+            self.run_part(StepPart::Observe);
+        });
+    }
+
+    /// One step: `actions` is an int array `[arenas, seats]` of action indices.
+    fn step(&mut self, py: Python<'_>, actions: PyReadonlyArray2<'_, i64>) -> PyResult<()> {
+        let shape = actions.as_array().shape().to_vec();
+        let want = [self.arenas.len(), self.seats.len()];
+        if shape != want {
+            return Err(PyValueError::new_err(format!(
+                "actions has shape {shape:?}; expected {want:?} (arenas, agents Python drives)"
+            )));
+        }
+        let flat: Vec<i64> = actions.as_array().iter().copied().collect();
+        self.write_actions(&flat).map_err(PyValueError::new_err)?;
+        py.detach(|| self.advance());
+        if let Some(e) = self
+            .world
+            .get_resource::<emergence::policy::PolicyRegistry>()
+            .and_then(|r| r.failure())
+        {
+            return Err(PyRuntimeError::new_err(e));
+        }
+        Ok(())
+    }
+
+    /// The agent ids of the seats Python drives (team name and index within the team).
+    #[getter]
+    fn agent_ids(&self) -> Vec<String> {
+        (0..self.seats.len()).map(|s| self.seat_name(s)).collect()
+    }
+
+    /// The action words, by index.
+    #[getter]
+    fn action_names(&self) -> Vec<String> {
+        self.actions.clone()
+    }
+
+    #[getter]
+    fn num_arenas(&self) -> usize {
+        self.arenas.len()
+    }
+
+    /// The scene's family (`Matrix`, `CommonsHarvest`, `CleanUp`, `HideAndSeek`, `Maze`).
+    #[getter]
+    fn family(&self) -> String {
+        self.scene.spec.family.name().to_string()
+    }
+
+    /// The scene's name.
+    #[getter]
+    fn name(&self) -> String {
+        self.scene.spec.name.clone()
+    }
+
+    /// Steps after which an episode is truncated.
+    #[getter]
+    fn max_steps(&self) -> u32 {
+        self.scene.spec.episode.max_steps
+    }
+
+    /// Values a cell code takes (cells are one-hot over this many codes).
+    #[getter]
+    fn codes(&self) -> usize {
+        CODES
+    }
+
+    /// The observations as the network reads them: cell codes `uint8 [arenas, seats, cells]`
+    /// and header numbers `float32 [arenas, seats, dense]`.
+    fn observations<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyArray3<u8>>, Bound<'py, PyArray3<f32>>)> {
+        let (na, ns) = (self.arenas.len(), self.seats.len());
+        let rows: Vec<Encoded> = (0..na)
+            .flat_map(|a| (0..ns).map(move |s| (a, s)))
+            .map(|(a, s)| self.encoded(self.agent(a, s)))
+            .collect();
+        let (c, d) = rows
+            .first()
+            .map_or((0, 0), |r| (r.cells.len(), r.dense.len()));
+        if let Some(bad) = rows.iter().position(|r| r.cells.len() != c || r.dense.len() != d) {
+            return Err(PyRuntimeError::new_err(format!(
+                "agent {} observes {} cells where agent {} observes {c}: the seats Python \
+                 drives must observe alike",
+                self.seat_name(bad % ns.max(1)),
+                rows[bad].cells.len(),
+                self.seat_name(0)
+            )));
+        }
+        let cells: Vec<u8> = rows.iter().flat_map(|r| r.cells.iter().copied()).collect();
+        let dense: Vec<f32> = rows.iter().flat_map(|r| r.dense.iter().copied()).collect();
+        let cells = Array3::from_shape_vec((na, ns, c), cells)
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        let dense = Array3::from_shape_vec((na, ns, d), dense)
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        Ok((cells.into_pyarray(py), dense.into_pyarray(py)))
+    }
+
+    /// Legal actions, `int8 [arenas, seats, actions]` (1: legal).
+    fn action_masks<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray3<i8>> {
+        let (na, ns, k) = (self.arenas.len(), self.seats.len(), self.actions.len());
+        let mut out = Array3::<i8>::zeros((na, ns, k));
+        for a in 0..na {
+            for s in 0..ns {
+                let m = self
+                    .world
+                    .get::<ActionMask>(self.agent(a, s))
+                    .copied()
+                    .unwrap_or(ActionMask(0));
+                for i in 0..k {
+                    out[[a, s, i]] = i8::from(m.allows(i as u8));
+                }
+            }
+        }
+        out.into_pyarray(py)
+    }
+
+    /// Rewards of the last step, `float32 [arenas, seats]`.
+    fn rewards<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray2<f32>> {
+        self.grid(self.rewards.clone()).into_pyarray(py)
+    }
+
+    /// Whether the rules ended each seat's episode at the last step, `bool [arenas, seats]`.
+    fn terminated<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray2<bool>> {
+        self.grid(self.terminated.clone()).into_pyarray(py)
+    }
+
+    /// Whether the time limit ended it, `bool [arenas, seats]`.
+    fn truncated<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray2<bool>> {
+        self.grid(self.truncated.clone()).into_pyarray(py)
+    }
+
+    /// Returns so far this episode, `float32 [arenas, seats]`.
+    fn returns<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray2<f32>> {
+        let v: Vec<f32> = (0..self.arenas.len())
+            .flat_map(|a| (0..self.seats.len()).map(move |s| (a, s)))
+            .map(|(a, s)| {
+                self.world
+                    .get::<EpisodeReturn>(self.agent(a, s))
+                    .map_or(0.0, |r| r.0)
+            })
+            .collect();
+        self.grid(v).into_pyarray(py)
+    }
+
+    /// Arenas that ended their episode at the last step and reset at the next one.
+    fn resetting(&self) -> Vec<bool> {
+        self.resetting.clone()
+    }
+
+    /// The step of each arena's episode.
+    fn steps(&self) -> Vec<u32> {
+        self.arenas
+            .iter()
+            .map(|&e| self.world.get::<EpisodeClock>(e).map_or(0, |c| c.step))
+            .collect()
+    }
+
+    /// The observation texts of `arena`'s seats, exactly as a language-model agent reads them.
+    fn texts(&self, arena: usize) -> PyResult<Vec<String>> {
+        self.check_arena(arena)?;
+        Ok((0..self.seats.len())
+            .map(|s| {
+                let e = self.agent(arena, s);
+                let w = &self.world;
+                match (w.get::<Observation>(e), w.get::<ActionMask>(e), w.get_entity(e)) {
+                    (Some(obs), Some(&mask), Ok(entity)) => self.format.render(
+                        Speaker {
+                            team: w.get::<Team>(e).map_or(0, |t| t.0),
+                            role: w.get::<emergence::core::Role>(e).map_or(0, |r| r.0),
+                        },
+                        obs,
+                        Senses::of(entity),
+                        mask,
+                        w.get::<Reward>(e).map_or(0.0, |r| r.0),
+                    ),
+                    _ => String::new(),
+                }
+            })
+            .collect())
+    }
+
+    /// The family's global state of `arena` from seat `seat`'s side (the centralised
+    /// critic's input: cell codes and numbers); needs `central_state=True`.
+    fn global_state(&self, arena: usize, seat: usize) -> PyResult<(Vec<u8>, Vec<f32>)> {
+        self.check_arena(arena)?;
+        if !self.central {
+            return Err(PyRuntimeError::new_err(
+                "the global state is written only when the Sim is built with central_state=True",
+            ));
+        }
+        if seat >= self.seats.len() {
+            return Err(PyValueError::new_err(format!("no seat {seat}")));
+        }
+        let g = self
+            .world
+            .get::<GlobalView>(self.agent(arena, seat))
+            .map(|g| g.0.clone())
+            .unwrap_or_default();
+        Ok((g.cells, g.dense))
+    }
+
+    /// `arena` drawn in the viewer's colours: `uint8 [height, width, 3]`.
+    #[pyo3(signature = (arena=0, cell=16))]
+    fn render_rgb<'py>(
+        &self,
+        py: Python<'py>,
+        arena: usize,
+        cell: usize,
+    ) -> PyResult<Bound<'py, PyArray3<u8>>> {
+        let frame = self.frame(arena)?;
+        let family = self.scene.spec.family.name();
+        let ((w, h), px) = emergence::frames::image::rgb(&frame, family, cell);
+        Array3::from_shape_vec((h, w, 3), px)
+            .map(|a| a.into_pyarray(py))
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// `arena` as text.
+    #[pyo3(signature = (arena=0))]
+    fn render_ansi(&self, arena: usize) -> PyResult<String> {
+        let frame = self.frame(arena)?;
+        let teams: Vec<String> = self.scene.team_names().iter().map(|s| s.to_string()).collect();
+        Ok(emergence::frames::image::ansi(&frame, &teams))
+    }
+
+    /// The state hash after every step so far (the CLI's `--hash-log`, one per step).
+    fn step_hashes(&self) -> Vec<u64> {
+        self.hashes.clone()
+    }
+}
+
+impl Sim {
+    fn grid<T: Clone>(&self, v: Vec<T>) -> Array2<T> {
+        Array2::from_shape_vec((self.arenas.len(), self.seats.len()), v)
+            .expect("one value per arena and seat")
+    }
+
+    fn check_arena(&self, arena: usize) -> PyResult<()> {
+        if arena >= self.arenas.len() {
+            return Err(PyValueError::new_err(format!(
+                "no arena {arena}: there are {}",
+                self.arenas.len()
+            )));
+        }
+        Ok(())
+    }
+
+    fn frame(&self, arena: usize) -> PyResult<Frame> {
+        self.check_arena(arena)?;
+        Frame::capture(&self.world, &self.frames, arena as u32)
+            .ok_or_else(|| PyRuntimeError::new_err(format!("arena {arena} has no frame")))
+    }
+}
+
+/// The scenes shipped with emergence (embedded in the module), by name: name, family, path
+/// under `scenes/`, and the RON text.
+#[pyfunction]
+fn shipped_scenes() -> Vec<(String, String, String, String)> {
+    emergence::scene::shipped()
+        .into_iter()
+        .filter_map(|(path, text)| {
+            let scene = emergence::load::parse_scene(text, &path).ok()?;
+            Some((
+                scene.spec.name.clone(),
+                scene.spec.family.name().to_string(),
+                path.to_string_lossy().into_owned(),
+                text.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// The policies a scene may name (bots, `random`, `mlp`, `lm`), with their families.
+#[pyfunction]
+fn policies() -> Vec<(String, Vec<String>)> {
+    emergence::policy::catalogue()
+        .iter()
+        .map(|p| {
+            (
+                p.name.to_string(),
+                p.families.iter().map(|f| f.to_string()).collect(),
+            )
+        })
+        .collect()
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Sim>()?;
+    m.add_function(wrap_pyfunction!(shipped_scenes, m)?)?;
+    m.add_function(wrap_pyfunction!(policies, m)?)?;
+    Ok(())
+}
