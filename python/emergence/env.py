@@ -56,8 +56,6 @@ def _build(scene, num_arenas, seed, python_teams, partners, threads, central_sta
     both = set(python_teams or ()) & set(partners)
     if both:
         raise ValueError(f"teams both driven by Python and given a partner: {sorted(both)}")
-    if python_teams is not None and len(python_teams) == 0:
-        raise ValueError("python_teams is empty: Python would drive no agent")
     return Sim(
         src,
         num_arenas,
@@ -77,6 +75,9 @@ class EmergenceParallelEnv(ParallelEnv):
     ``features`` (the ``mlp`` policy's feature row), ``text`` (exactly what a language-model
     agent reads) and ``action_mask``; ``infos[agent]["action_mask"]`` holds the mask too.
     All agents of an arena end together (the episode's end), so ``agents`` empties at once.
+    In families with talk (the maze) an action is a move and a word together: index
+    ``move * (len(vocabulary) + 1) + word``, word 0 being silence and ``k + 1`` the k-th
+    word (``action_names`` lists them all; the mask allows every word with a legal move).
     ``state()`` is the family's global state from the first agent's side (what MAPPO's
     critic reads), one-hot like ``features``.
     """
@@ -104,7 +105,13 @@ class EmergenceParallelEnv(ParallelEnv):
         self._sim = _build(scene, 1, seed, python_teams, partners, threads, True, illegal_action)
         self.possible_agents = list(self._sim.agent_ids)
         self.agents = []
-        self._names = list(self._sim.action_names)
+        self._moves = list(self._sim.action_names)
+        self._words = len(self._sim.vocabulary) + 1 if self._sim.vocabulary else 1
+        if self._words > 1:
+            said = ["silent"] + [f"say {w}" for w in self._sim.vocabulary]
+            self._names = [f"{m} {w}" for m in self._moves for w in said]
+        else:
+            self._names = list(self._moves)
         cells, dense = self._sim.observations()
         self._cells, self._dense = cells.shape[2], dense.shape[2]
         n_features = self._cells * self._sim.codes + self._dense
@@ -142,7 +149,7 @@ class EmergenceParallelEnv(ParallelEnv):
     def _observe(self):
         cells, dense = self._sim.observations()
         feats = features(cells[0], dense[0], self._sim.codes)
-        masks = self._sim.action_masks()[0]
+        masks = np.repeat(self._sim.action_masks()[0], self._words, axis=-1)
         texts = self._sim.texts(0)
         obs, infos = {}, {}
         for i, a in enumerate(self.possible_agents):
@@ -189,7 +196,14 @@ class EmergenceParallelEnv(ParallelEnv):
                 if not ok or isinstance(act, (bool, np.bool_)):
                     raise TypeError(f"{a}: an action is an int index, not {act!r}")
             row[0, i] = int(act)
-        self._sim.step(row)
+        if self._words > 1:
+            if (row < 0).any() or (row >= len(self._names)).any():
+                bad = self.possible_agents[int(np.flatnonzero((row < 0) | (row >= len(self._names)))[0])]
+                raise ValueError(f"{bad}: action {row[0, self.possible_agents.index(bad)]} is not legal now "
+                                 f"(there are {len(self._names)} move-and-word actions)")
+            self._sim.step(row // self._words, row % self._words)
+        else:
+            self._sim.step(row)
         obs, infos = self._observe()
         rew = self._sim.rewards()[0]
         term = self._sim.terminated()[0]
@@ -283,7 +297,13 @@ class VectorEnv:
         self._started = True
         return self._obs(), {"reset": np.ones(self.num_arenas, dtype=bool)}
 
-    def step(self, actions):
+    @property
+    def vocabulary(self):
+        """The words agents may say (families with talk); ``step``'s ``words``: 0 is silence,
+        ``k + 1`` word ``k``."""
+        return list(self._sim.vocabulary)
+
+    def step(self, actions, words=None):
         if not self._started:
             raise RuntimeError("step() before reset()")
         actions = np.asarray(actions)
@@ -292,8 +312,13 @@ class VectorEnv:
         want = (self.num_arenas, self.num_agents)
         if actions.shape != want:
             raise ValueError(f"actions has shape {actions.shape}; expected {want} (arenas, agents)")
+        if words is not None:
+            words = np.asarray(words)
+            if words.dtype.kind not in "iu" or words.shape != want:
+                raise ValueError(f"words must be an integer array of shape {want}, not {words.dtype} {words.shape}")
+            words = np.ascontiguousarray(words, dtype=np.int64)
         resetting = np.asarray(self._sim.resetting(), dtype=bool)
-        self._sim.step(np.ascontiguousarray(actions, dtype=np.int64))
+        self._sim.step(np.ascontiguousarray(actions, dtype=np.int64), words)
         return (
             self._obs(),
             self._sim.rewards(),

@@ -29,7 +29,7 @@ use pyo3::prelude::*;
 use emergence::core::{
     Action, ActionMask, ArenaAgents, ArenaPhase, Arenas, CentralState, Done, Encoded,
     EpisodeClock, EpisodeReturn, GlobalView, Hold, Observation, Reward, StateHash, StepPart,
-    Team, CODES,
+    Team, Utterance, CODES,
 };
 use emergence::envs::senses::{Senses, encode};
 use emergence::frames::{Frame, FrameContext};
@@ -83,6 +83,7 @@ pub struct Sim {
     /// The slots Python drives, in slot order.
     seats: Vec<usize>,
     actions: Vec<String>,
+    vocabulary: Vec<String>,
     format: TextFormat,
     frames: FrameContext,
     /// Arenas that finished last step and reset in this one.
@@ -160,6 +161,10 @@ impl Sim {
             .resource::<emergence::envs::ActionNames>()
             .0
             .clone();
+        let vocabulary = world
+            .get_resource::<emergence::envs::Vocabulary>()
+            .map(|v| v.0.clone())
+            .unwrap_or_default();
         let format = TextFormat::new(&scene, &actions);
         let frames = FrameContext::new(&world)
             .ok_or_else(|| PyRuntimeError::new_err("the world has no scene"))?;
@@ -172,6 +177,7 @@ impl Sim {
             agents,
             seats: slots,
             actions,
+            vocabulary,
             format,
             frames,
             resetting: vec![false; num_arenas as usize],
@@ -199,8 +205,22 @@ impl Sim {
 
     /// Writes `actions` (arena-major, one per seat) after checking them; arenas that reset
     /// this step ignore theirs.
-    fn write_actions(&mut self, actions: &[i64]) -> Result<(), String> {
+    fn write_actions(&mut self, actions: &[i64], words: Option<&[i64]>) -> Result<(), String> {
         let seats = self.seats.len();
+        let vocabulary = self.vocabulary.len() as i64;
+        if let Some(words) = words {
+            if vocabulary == 0 && words.iter().any(|&w| w != 0) {
+                return Err(format!("{} has no talk: every word must be 0 (silence)", self.scene.spec.family.name()));
+            }
+            if let Some((i, &w)) = words.iter().enumerate().find(|&(_, &w)| w < 0 || w > vocabulary) {
+                return Err(format!(
+                    "arena {}, agent {}: word {w} is not 0 (silence) or 1 to {vocabulary} (the vocabulary: {})",
+                    i / seats.max(1),
+                    self.seat_name(i % seats.max(1)),
+                    self.vocabulary.join(", ")
+                ));
+            }
+        }
         for (a, chunk) in actions.chunks(seats.max(1)).enumerate() {
             if self.resetting[a] {
                 continue;
@@ -245,6 +265,12 @@ impl Sim {
                 if let Some(mut slot) = self.world.get_mut::<Action>(e) {
                     slot.0 = act;
                 }
+                if let Some(words) = words
+                    && let Some(mut say) = self.world.get_mut::<Utterance>(e)
+                {
+                    let w = words[a * seats + s];
+                    say.0 = (w > 0).then(|| (w - 1) as u8);
+                }
             }
         }
         Ok(())
@@ -280,10 +306,13 @@ impl Sim {
             self.hashes.push(h.last);
         }
         for (a, &e) in self.arenas.iter().enumerate() {
-            let ended = self
-                .world
-                .get::<EpisodeClock>(e)
-                .is_some_and(|c| c.phase == ArenaPhase::PendingReset);
+            // An arena that resets in this step is still waiting (it starts in the part that
+            // follows); one that ended now waits for the next step.
+            let ended = !self.resetting[a]
+                && self
+                    .world
+                    .get::<EpisodeClock>(e)
+                    .is_some_and(|c| c.phase == ArenaPhase::PendingReset);
             self.resetting[a] = ended;
             if ended {
                 self.world.entity_mut(e).insert(Hold);
@@ -430,7 +459,13 @@ impl Sim {
     }
 
     /// One step: `actions` is an int array `[arenas, seats]` of action indices.
-    fn step(&mut self, py: Python<'_>, actions: PyReadonlyArray2<'_, i64>) -> PyResult<()> {
+    #[pyo3(signature = (actions, words=None))]
+    fn step(
+        &mut self,
+        py: Python<'_>,
+        actions: PyReadonlyArray2<'_, i64>,
+        words: Option<PyReadonlyArray2<'_, i64>>,
+    ) -> PyResult<()> {
         let shape = actions.as_array().shape().to_vec();
         let want = [self.arenas.len(), self.seats.len()];
         if shape != want {
@@ -439,7 +474,20 @@ impl Sim {
             )));
         }
         let flat: Vec<i64> = actions.as_array().iter().copied().collect();
-        self.write_actions(&flat).map_err(PyValueError::new_err)?;
+        let words: Option<Vec<i64>> = match words {
+            None => None,
+            Some(w) => {
+                let shape = w.as_array().shape().to_vec();
+                if shape != want {
+                    return Err(PyValueError::new_err(format!(
+                        "words has shape {shape:?}; expected {want:?} (arenas, agents Python drives)"
+                    )));
+                }
+                Some(w.as_array().iter().copied().collect())
+            }
+        };
+        self.write_actions(&flat, words.as_deref())
+            .map_err(PyValueError::new_err)?;
         py.detach(|| self.advance());
         if let Some(e) = self
             .world
@@ -455,6 +503,13 @@ impl Sim {
     #[getter]
     fn agent_ids(&self) -> Vec<String> {
         (0..self.seats.len()).map(|s| self.seat_name(s)).collect()
+    }
+
+    /// The words agents may say (families with talk; empty elsewhere). In `step`'s
+    /// `words`, 0 is silence and `k + 1` is word `k`.
+    #[getter]
+    fn vocabulary(&self) -> Vec<String> {
+        self.vocabulary.clone()
     }
 
     /// The action words, by index.

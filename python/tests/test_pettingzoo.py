@@ -1,0 +1,61 @@
+"""PettingZoo's own API and seeding tests, on every shipped scene."""
+
+import numpy as np
+import pytest
+from pettingzoo.test import parallel_api_test, parallel_seed_test
+
+import emergence
+from conftest import SCENES
+
+
+def test_every_shipped_scene_is_listed():
+    assert len(SCENES) >= 13
+    families = {family for family, _title in emergence.list_scenes().values()}
+    assert families == {"Matrix", "CommonsHarvest", "CleanUp", "HideAndSeek", "Maze"}
+
+
+@pytest.mark.parametrize("scene", SCENES)
+def test_parallel_api(scene):
+    env = emergence.parallel_env(scene, seed=3)
+    parallel_api_test(env, num_cycles=300)
+
+
+@pytest.mark.parametrize("scene", SCENES)
+def test_parallel_seed(scene):
+    # PettingZoo's seed test samples actions without the mask: an illegal one becomes the
+    # first legal action (emergence's own rule for policies) instead of an error.
+    parallel_seed_test(
+        lambda: emergence.parallel_env(scene, illegal_action="first_legal"), num_cycles=100
+    )
+
+
+@pytest.mark.parametrize("scene", ["prisoners_dilemma", "commons_harvest_open", "quadrant", "split_view"])
+def test_observations_are_in_their_spaces_and_masks_agree(scene):
+    env = emergence.parallel_env(scene, seed=5)
+    obs, infos = env.reset(seed=5)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        if not env.agents:
+            break
+        for a in env.agents:
+            assert env.observation_space(a).contains(obs[a]), a
+            assert (obs[a]["action_mask"] == infos[a]["action_mask"]).all()
+            assert obs[a]["action_mask"].any(), "some action is always legal"
+            assert obs[a]["text"].splitlines()[-1].startswith(("actions", "say"))
+        acts = {a: env.action_space(a).sample(infos[a]["action_mask"]) for a in env.agents}
+        obs, rew, term, trunc, infos = env.step(acts)
+    state = env.state()
+    assert env.state_space.contains(state.astype(np.float32))
+
+
+def test_render_modes():
+    env = emergence.parallel_env("commons_harvest_open", render_mode="rgb_array")
+    env.reset(seed=1)
+    img = env.render()
+    assert img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3
+    # Team colours appear: the first team's red.
+    assert ((img == np.array([230, 57, 70], np.uint8)).all(axis=2)).any()
+    env = emergence.parallel_env("prisoners_dilemma", render_mode="ansi")
+    env.reset(seed=1)
+    text = env.render()
+    assert "step 0" in text and "agent 1" in text

@@ -1,0 +1,106 @@
+"""Same seed, same trajectory as the command line; the vector env's arenas are independent
+and its arena 0 is the parallel env's arena."""
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+import emergence
+
+SCENES = ["prisoners_dilemma", "commons_harvest_open", "clean_up", "quadrant", "split_view", "generated"]
+
+
+def cli_run(cli, tmp_path, scene, seed, *extra):
+    scene_file = tmp_path / f"{scene}.scene.ron"
+    scene_file.write_text(emergence.scene_text(scene))
+    hashes = tmp_path / "hashes.txt"
+    replay = tmp_path / "run.replay"
+    subprocess.run(
+        [cli, "run", str(scene_file), "--arenas", "1", "--episodes", "2", "--seed", str(seed),
+         "--threads", "1", "--quiet", "--hash-log", str(hashes), "--record", str(replay), *extra],
+        check=True, capture_output=True,
+    )
+    lines = replay.read_text().splitlines()
+    frames = [json.loads(line) for line in lines[1:]]
+    # The first episode (a run of two: after its last step the arena waits for the next
+    # episode, as Python's does, rather than go idle).
+    first = [f for f in frames if f["episode"] == 0]
+    hashes = [int(h, 16) for h in hashes.read_text().split()]
+    assert [int(f["hash"], 16) for f in first] == hashes[: len(first)]
+    return hashes[: len(first)], first
+
+
+@pytest.mark.parametrize("scene", SCENES)
+def test_bots_alone_give_the_clis_hashes(cli, tmp_path, scene):
+    want, _ = cli_run(cli, tmp_path, scene, 11)
+    env = emergence.vector_env(scene, num_arenas=1, seed=11, python_teams=[])
+    env.reset()
+    while True:
+        _, _, term, trunc, info = env.step(np.zeros((1, 0), np.int64))
+        if info["ended"].all():
+            break
+    assert env.step_hashes() == want
+
+
+@pytest.mark.parametrize("scene", SCENES)
+def test_python_actions_replayed_give_the_clis_hashes(cli, tmp_path, scene):
+    """The CLI's run recorded; Python drives the first team with the recorded actions while
+    the other teams keep their scene policies: every step's state hash is the CLI's."""
+    want, frames = cli_run(cli, tmp_path, scene, 4)
+    first_team = emergence.parallel_env(scene).possible_agents[0].rsplit("_", 1)[0]
+    env = emergence.vector_env(scene, num_arenas=1, seed=4, python_teams=[first_team])
+    env.reset()
+    team_index = frames[0]["agents"][0]["team"]
+    vocabulary = env.vocabulary
+    for frame in frames:
+        mine = [a for a in frame["agents"] if a["team"] == team_index]
+        acts = [a["action_index"] for a in mine]
+        words = [vocabulary.index(a["say"]) + 1 if a.get("say") else 0 for a in mine]
+        env.step(np.array([acts], np.int64), np.array([words], np.int64) if vocabulary else None)
+    assert env.step_hashes() == want
+
+
+def test_the_text_is_what_the_language_model_read(cli, tmp_path):
+    _, frames = cli_run(cli, tmp_path, "prisoners_dilemma", 3, "--policy", "lm")
+    env = emergence.vector_env("prisoners_dilemma", num_arenas=1, seed=3)
+    env.reset()
+    for frame in frames:
+        assert env.texts(0) == [a["text"] for a in frame["agents"]]
+        env.step(np.array([[a["action_index"] for a in frame["agents"]]], np.int64))
+
+
+@pytest.mark.parametrize("scene", ["stag_hunt", "clean_up", "two_rooms", "corridor_pair"])
+def test_vector_arenas_are_independent_and_arena_0_is_the_parallel_env(scene):
+    n, steps = 4, 60
+    rng = np.random.default_rng(1)
+    a = emergence.vector_env(scene, num_arenas=n, seed=9)
+    b = emergence.vector_env(scene, num_arenas=n, seed=9)
+    p = emergence.parallel_env(scene, seed=9)
+    oa, _ = a.reset()
+    ob, _ = b.reset()
+    op, infos = p.reset(seed=9)
+    # With talk, the parallel env's actions are a move and a word (0: silent) together.
+    per_move = len(p.action_names) // len(a.action_names)
+    for _ in range(steps):
+        acts_a = a.sample_actions(rng, oa)
+        # b: the same actions in arena 0, others' actions in the other arenas.
+        acts_b = acts_a.copy()
+        acts_b[1:] = b.sample_actions(rng, ob)[1:]
+        for k, name in enumerate(p.possible_agents):
+            moves = op[name]["action_mask"].reshape(-1, per_move)[:, 0]
+            assert (moves == oa["action_mask"][0, k]).all()
+            assert np.array_equal(op[name]["features"], emergence.features(oa["cells"], oa["dense"])[0, k])
+        oa, ra, ta, ua, ia = a.step(acts_a)
+        ob, rb, tb, ub, ib = b.step(acts_b)
+        if p.agents:
+            op, rp, tp, up, infos = p.step(
+                {name: int(acts_a[0, k]) * per_move for k, name in enumerate(p.possible_agents)}
+            )
+            assert [rp[x] for x in p.possible_agents] == list(ra[0])
+        else:
+            op, infos = p.reset()
+        for key in ("cells", "dense", "action_mask"):
+            assert np.array_equal(oa[key][0], ob[key][0]), key
+        assert np.array_equal(ra[0], rb[0]) and np.array_equal(ta[0], tb[0])
