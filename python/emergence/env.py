@@ -147,14 +147,13 @@ class EmergenceParallelEnv(ParallelEnv):
         return self._sim.family
 
     def _observe(self):
-        cells, dense = self._sim.observations()
-        feats = features(cells[0], dense[0], self._sim.codes)
-        masks = np.repeat(self._sim.action_masks()[0], self._words, axis=-1)
-        texts = self._sim.texts(0)
+        feats, masks, texts = self._sim.arena_observations(0, True)
+        if self._words > 1:
+            masks = np.repeat(masks, self._words, axis=-1)
         obs, infos = {}, {}
         for i, a in enumerate(self.possible_agents):
-            obs[a] = {"features": feats[i], "text": texts[i], "action_mask": masks[i].copy()}
-            infos[a] = {"action_mask": masks[i].copy()}
+            obs[a] = {"features": feats[i], "text": texts[i], "action_mask": masks[i]}
+            infos[a] = {"action_mask": masks[i]}
         return obs, infos
 
     def reset(self, seed=None, options=None):

@@ -257,7 +257,7 @@ impl Sim {
                     .get::<ActionMask>(e)
                     .copied()
                     .unwrap_or(ActionMask(0));
-                let act = if act >= 0 && act < 32 && mask.allows(act as u8) {
+                let act = if (0..32).contains(&act) && mask.allows(act as u8) {
                     act as u8
                 } else {
                     mask.nth(0).unwrap_or(0)
@@ -549,6 +549,7 @@ impl Sim {
 
     /// The observations as the network reads them: cell codes `uint8 [arenas, seats, cells]`
     /// and header numbers `float32 [arenas, seats, dense]`.
+    #[allow(clippy::type_complexity)]
     fn observations<'py>(
         &self,
         py: Python<'py>,
@@ -577,6 +578,55 @@ impl Sim {
         let dense = Array3::from_shape_vec((na, ns, d), dense)
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
         Ok((cells.into_pyarray(py), dense.into_pyarray(py)))
+    }
+
+    /// Arena `arena`'s seats as the parallel env gives them, in one call: the feature rows
+    /// (`float32 [seats, 16 * cells + dense]`: cells one-hot, then the numbers), the masks
+    /// (`int8 [seats, actions]`) and, when `texts`, the observation texts.
+    #[pyo3(signature = (arena, texts=true))]
+    #[allow(clippy::type_complexity)]
+    fn arena_observations<'py>(
+        &self,
+        py: Python<'py>,
+        arena: usize,
+        texts: bool,
+    ) -> PyResult<(Bound<'py, PyArray2<f32>>, Bound<'py, PyArray2<i8>>, Option<Vec<String>>)> {
+        self.check_arena(arena)?;
+        let ns = self.seats.len();
+        let rows: Vec<Encoded> = (0..ns).map(|s| self.encoded(self.agent(arena, s))).collect();
+        let width = rows.first().map_or(0, |r| r.cells.len() * CODES + r.dense.len());
+        let mut feats = Array2::<f32>::zeros((ns, width));
+        for (s, r) in rows.iter().enumerate() {
+            if r.cells.len() * CODES + r.dense.len() != width {
+                return Err(PyRuntimeError::new_err(
+                    "the seats Python drives must observe alike",
+                ));
+            }
+            for (i, &c) in r.cells.iter().enumerate() {
+                feats[[s, i * CODES + usize::from(c)]] = 1.0;
+            }
+            for (i, &d) in r.dense.iter().enumerate() {
+                feats[[s, r.cells.len() * CODES + i]] = d;
+            }
+        }
+        let k = self.actions.len();
+        let mut masks = Array2::<i8>::zeros((ns, k));
+        for s in 0..ns {
+            let m = self
+                .world
+                .get::<ActionMask>(self.agent(arena, s))
+                .copied()
+                .unwrap_or(ActionMask(0));
+            for i in 0..k {
+                masks[[s, i]] = i8::from(m.allows(i as u8));
+            }
+        }
+        let texts = if texts {
+            Some(self.texts(arena)?)
+        } else {
+            None
+        };
+        Ok((feats.into_pyarray(py), masks.into_pyarray(py), texts))
     }
 
     /// Legal actions, `int8 [arenas, seats, actions]` (1: legal).
