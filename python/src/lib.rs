@@ -27,9 +27,9 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use emergence::core::{
-    Action, ActionMask, ArenaAgents, ArenaPhase, Arenas, CentralState, Done, Encoded,
-    EpisodeClock, EpisodeReturn, GlobalView, Hold, Observation, Reward, StateHash, StepPart,
-    Team, Utterance, CODES,
+    Action, ActionMask, ArenaAgents, ArenaPhase, Arenas, CODES, CentralState, Done, Encoded,
+    EpisodeClock, EpisodeReturn, GlobalView, Hold, Observation, Reward, SimSchedule, StateHash,
+    StepPart, Team, Utterance,
 };
 use emergence::envs::senses::{Senses, encode};
 use emergence::frames::{Frame, FrameContext};
@@ -157,10 +157,7 @@ impl Sim {
                     .unwrap_or_default()
             })
             .collect();
-        let actions = world
-            .resource::<emergence::envs::ActionNames>()
-            .0
-            .clone();
+        let actions = world.resource::<emergence::envs::ActionNames>().0.clone();
         let vocabulary = world
             .get_resource::<emergence::envs::Vocabulary>()
             .map(|v| v.0.clone())
@@ -193,9 +190,15 @@ impl Sim {
         Ok(sim)
     }
 
+    /// Runs one part of a step. The part that ends the step runs the app's whole frame
+    /// (`Main`: messages are updated once per step, as in a run); the part that starts the
+    /// next step is the simulation schedule alone.
     fn run_part(&mut self, part: StepPart) {
         *self.world.resource_mut::<StepPart>() = part;
-        self.world.run_schedule(Main);
+        match part {
+            StepPart::Observe => self.world.run_schedule(SimSchedule),
+            _ => self.world.run_schedule(Main),
+        }
         self.world.clear_trackers();
     }
 
@@ -210,9 +213,16 @@ impl Sim {
         let vocabulary = self.vocabulary.len() as i64;
         if let Some(words) = words {
             if vocabulary == 0 && words.iter().any(|&w| w != 0) {
-                return Err(format!("{} has no talk: every word must be 0 (silence)", self.scene.spec.family.name()));
+                return Err(format!(
+                    "{} has no talk: every word must be 0 (silence)",
+                    self.scene.spec.family.name()
+                ));
             }
-            if let Some((i, &w)) = words.iter().enumerate().find(|&(_, &w)| w < 0 || w > vocabulary) {
+            if let Some((i, &w)) = words
+                .iter()
+                .enumerate()
+                .find(|&(_, &w)| w < 0 || w > vocabulary)
+            {
                 return Err(format!(
                     "arena {}, agent {}: word {w} is not 0 (silence) or 1 to {vocabulary} (the vocabulary: {})",
                     i / seats.max(1),
@@ -327,7 +337,8 @@ impl Sim {
 
     fn encoded(&self, e: Entity) -> Encoded {
         let mut out = Encoded::default();
-        if let (Some(obs), Ok(entity)) = (self.world.get::<Observation>(e), self.world.get_entity(e))
+        if let (Some(obs), Ok(entity)) =
+            (self.world.get::<Observation>(e), self.world.get_entity(e))
         {
             encode(obs, Senses::of(entity), &mut out);
         }
@@ -384,7 +395,10 @@ fn agent_name(scene: &Scene, slot: usize) -> String {
         .iter()
         .filter(|a| a.team == team)
         .count();
-    format!("{}_{k}", teams.get(usize::from(team)).copied().unwrap_or("team"))
+    format!(
+        "{}_{k}",
+        teams.get(usize::from(team)).copied().unwrap_or("team")
+    )
 }
 
 #[pymethods]
@@ -417,7 +431,14 @@ impl Sim {
             return Err(PyValueError::new_err("threads must be at least 1"));
         }
         let mut sim = py.detach(|| {
-            Sim::build(scene, num_arenas, seed, python_teams, threads, central_state)
+            Sim::build(
+                scene,
+                num_arenas,
+                seed,
+                python_teams,
+                threads,
+                central_state,
+            )
         })?;
         sim.first_legal = first_legal;
         sim.threads = threads;
@@ -562,7 +583,10 @@ impl Sim {
         let (c, d) = rows
             .first()
             .map_or((0, 0), |r| (r.cells.len(), r.dense.len()));
-        if let Some(bad) = rows.iter().position(|r| r.cells.len() != c || r.dense.len() != d) {
+        if let Some(bad) = rows
+            .iter()
+            .position(|r| r.cells.len() != c || r.dense.len() != d)
+        {
             return Err(PyRuntimeError::new_err(format!(
                 "agent {} observes {} cells where agent {} observes {c}: the seats Python \
                  drives must observe alike",
@@ -590,11 +614,19 @@ impl Sim {
         py: Python<'py>,
         arena: usize,
         texts: bool,
-    ) -> PyResult<(Bound<'py, PyArray2<f32>>, Bound<'py, PyArray2<i8>>, Option<Vec<String>>)> {
+    ) -> PyResult<(
+        Bound<'py, PyArray2<f32>>,
+        Bound<'py, PyArray2<i8>>,
+        Option<Vec<String>>,
+    )> {
         self.check_arena(arena)?;
         let ns = self.seats.len();
-        let rows: Vec<Encoded> = (0..ns).map(|s| self.encoded(self.agent(arena, s))).collect();
-        let width = rows.first().map_or(0, |r| r.cells.len() * CODES + r.dense.len());
+        let rows: Vec<Encoded> = (0..ns)
+            .map(|s| self.encoded(self.agent(arena, s)))
+            .collect();
+        let width = rows
+            .first()
+            .map_or(0, |r| r.cells.len() * CODES + r.dense.len());
         let mut feats = Array2::<f32>::zeros((ns, width));
         for (s, r) in rows.iter().enumerate() {
             if r.cells.len() * CODES + r.dense.len() != width {
@@ -696,7 +728,11 @@ impl Sim {
             .map(|s| {
                 let e = self.agent(arena, s);
                 let w = &self.world;
-                match (w.get::<Observation>(e), w.get::<ActionMask>(e), w.get_entity(e)) {
+                match (
+                    w.get::<Observation>(e),
+                    w.get::<ActionMask>(e),
+                    w.get_entity(e),
+                ) {
                     (Some(obs), Some(&mask), Ok(entity)) => self.format.render(
                         Speaker {
                             team: w.get::<Team>(e).map_or(0, |t| t.0),
@@ -753,7 +789,12 @@ impl Sim {
     #[pyo3(signature = (arena=0))]
     fn render_ansi(&self, arena: usize) -> PyResult<String> {
         let frame = self.frame(arena)?;
-        let teams: Vec<String> = self.scene.team_names().iter().map(|s| s.to_string()).collect();
+        let teams: Vec<String> = self
+            .scene
+            .team_names()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         Ok(emergence::frames::image::ansi(&frame, &teams))
     }
 

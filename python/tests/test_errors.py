@@ -91,3 +91,15 @@ def test_partners_decide_for_their_team():
     # Cooperating against always_defect: the other defected in all three rounds.
     assert "other so far cooperate 0 defect 3" in obs["row_0"]["text"]
     assert rew["row_0"] == 0.0
+
+
+def test_a_language_model_and_an_mlp_can_be_partners():
+    for policy in ("lm", "mlp"):
+        env = emergence.parallel_env("stag_hunt", partners={"hunter_b": policy}, seed=1)
+        assert env.possible_agents == ["hunter_a_0"]
+        obs, infos = env.reset(seed=1)
+        steps = 0
+        while env.agents:
+            obs, rew, term, trunc, infos = env.step({"hunter_a_0": 0})
+            steps += 1
+        assert steps >= 2

@@ -54,7 +54,13 @@ pub fn rgb(frame: &Frame, family: &str, cell: usize) -> ((usize, usize), Vec<u8>
             } else {
                 [200, 50, 50]
             };
-            fill(x + inset, y + cell / 2, x + cell - inset, y + cell - inset, act);
+            fill(
+                x + inset,
+                y + cell / 2,
+                x + cell - inset,
+                y + cell - inset,
+                act,
+            );
         }
     }
     ((pw, ph), px)
