@@ -42,7 +42,8 @@ def features(cells, dense, codes=16):
     return np.concatenate([one_hot(cells, codes), np.asarray(dense, np.float32)], axis=-1)
 
 
-def _build(scene, num_arenas, seed, python_teams, partners, threads, central_state, illegal_action):
+def _build(scene, num_arenas, seed, python_teams, partners, threads, central_state, illegal_action,
+           first_arena=0):
     if illegal_action not in ("raise", "first_legal"):
         raise ValueError(
             f"illegal_action must be 'raise' or 'first_legal', not {illegal_action!r}"
@@ -65,6 +66,7 @@ def _build(scene, num_arenas, seed, python_teams, partners, threads, central_sta
         central_state,
         list(partners.items()),
         illegal_action == "first_legal",
+        int(first_arena),
     )
 
 
@@ -79,7 +81,8 @@ class EmergenceParallelEnv(ParallelEnv):
     ``move * (len(vocabulary) + 1) + word``, word 0 being silence and ``k + 1`` the k-th
     word (``action_names`` lists them all; the mask allows every word with a legal move).
     ``state()`` is the family's global state from the first agent's side (what MAPPO's
-    critic reads), one-hot like ``features``.
+    critic reads), one-hot like ``features``. ``arena=i`` makes this env arena ``i`` of
+    ``vector_env`` (or of ``emergence run``) with the same seed: the same random streams.
     """
 
     metadata = {"render_modes": ["rgb_array", "ansi"], "name": "emergence_v0", "is_parallelizable": True}
@@ -93,7 +96,10 @@ class EmergenceParallelEnv(ParallelEnv):
         partners=None,
         illegal_action="raise",
         threads=None,
+        arena=0,
     ):
+        if int(arena) < 0:
+            raise ValueError(f"arena must be 0 or more, not {arena}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode must be one of {self.metadata['render_modes']}, not {render_mode!r}"
@@ -102,7 +108,7 @@ class EmergenceParallelEnv(ParallelEnv):
         self._args = (scene, python_teams, partners, threads, illegal_action)
         self._seed = seed
         self._resets = 0
-        self._sim = _build(scene, 1, seed, python_teams, partners, threads, True, illegal_action)
+        self._sim = _build(scene, 1, seed, python_teams, partners, threads, True, illegal_action, arena)
         self.possible_agents = list(self._sim.agent_ids)
         self.agents = []
         self._moves = list(self._sim.action_names)

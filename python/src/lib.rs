@@ -98,6 +98,7 @@ pub struct Sim {
     /// instead of an error.
     first_legal: bool,
     threads: Option<usize>,
+    first_arena: u32,
 }
 
 impl Sim {
@@ -108,6 +109,7 @@ impl Sim {
         seats: Option<Vec<String>>,
         threads: Option<usize>,
         central: bool,
+        first_arena: u32,
     ) -> PyResult<Self> {
         let teams: Vec<String> = scene.team_names().iter().map(|s| s.to_string()).collect();
         let driven: Vec<usize> = match &seats {
@@ -148,6 +150,25 @@ impl Sim {
         }
         let mut world = std::mem::take(app.world_mut());
         let arenas = world.resource::<Arenas>().entities.clone();
+        if first_arena > 0 {
+            // Arena `p` of this world is arena `first_arena + p` of a run: its random streams
+            // (derived from the index at every reset) are that arena's.
+            for (p, &e) in arenas.iter().enumerate() {
+                let index = first_arena + p as u32;
+                if let Some(mut a) = world.get_mut::<emergence::core::Arena>(e) {
+                    a.index = index;
+                }
+                let members = world
+                    .get::<ArenaAgents>(e)
+                    .map(|m| m.entities().to_vec())
+                    .unwrap_or_default();
+                for m in members {
+                    if let Some(mut agent) = world.get_mut::<emergence::core::Agent>(m) {
+                        agent.arena = index;
+                    }
+                }
+            }
+        }
         let agents: Vec<Vec<Entity>> = arenas
             .iter()
             .map(|&a| {
@@ -185,6 +206,7 @@ impl Sim {
             central,
             first_legal: false,
             threads,
+            first_arena,
         };
         sim.run_part(StepPart::Observe);
         Ok(sim)
@@ -405,9 +427,11 @@ fn agent_name(scene: &Scene, slot: usize) -> String {
 impl Sim {
     /// `scene`: a `.scene.ron` path or the RON text. `python_teams`: the teams Python drives
     /// (default: every team); the others keep their scene policies. `central_state`: let the
-    /// families write the global state (`state()`).
+    /// families write the global state (`state()`). `partners`: `(team, policy)` pairs.
+    /// `first_legal`: an illegal action becomes the first legal one. `first_arena`: this
+    /// world's arenas are arenas `first_arena..` of a run with the same seed.
     #[new]
-    #[pyo3(signature = (scene, num_arenas=1, seed=0, python_teams=None, threads=None, central_state=false, partners=None, first_legal=false))]
+    #[pyo3(signature = (scene, num_arenas=1, seed=0, python_teams=None, threads=None, central_state=false, partners=None, first_legal=false, first_arena=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -419,6 +443,7 @@ impl Sim {
         central_state: bool,
         partners: Option<Vec<(String, String)>>,
         first_legal: bool,
+        first_arena: u32,
     ) -> PyResult<Self> {
         let mut scene = read_scene(scene)?;
         for (team, policy) in partners.unwrap_or_default() {
@@ -438,6 +463,7 @@ impl Sim {
                 python_teams,
                 threads,
                 central_state,
+                first_arena,
             )
         })?;
         sim.first_legal = first_legal;
@@ -458,8 +484,8 @@ impl Sim {
             t
         };
         let (scene, n, central) = (self.scene.clone(), self.arenas.len() as u32, self.central);
-        let (threads, first_legal) = (self.threads, self.first_legal);
-        *self = py.detach(|| Sim::build(scene, n, seed, Some(seats), threads, central))?;
+        let (threads, first_legal, first) = (self.threads, self.first_legal, self.first_arena);
+        *self = py.detach(|| Sim::build(scene, n, seed, Some(seats), threads, central, first))?;
         self.first_legal = first_legal;
         self.threads = threads;
         Ok(())

@@ -104,3 +104,32 @@ def test_vector_arenas_are_independent_and_arena_0_is_the_parallel_env(scene):
         for key in ("cells", "dense", "action_mask"):
             assert np.array_equal(oa[key][0], ob[key][0]), key
         assert np.array_equal(ra[0], rb[0]) and np.array_equal(ta[0], tb[0])
+
+
+@pytest.mark.parametrize("scene", ["chicken", "commons_harvest_open", "open_field", "generated"])
+def test_the_vector_env_equals_n_single_envs_stepped_with_the_same_actions(scene):
+    n, steps = 3, 40
+    rng = np.random.default_rng(2)
+    venv = emergence.vector_env(scene, num_arenas=n, seed=5)
+    singles = [emergence.parallel_env(scene, seed=5, arena=i) for i in range(n)]
+    obs, _ = venv.reset()
+    single_obs = [env.reset(seed=5)[0] for env in singles]
+    per_move = len(singles[0].action_names) // len(venv.action_names)
+    for _ in range(steps):
+        feats = emergence.features(obs["cells"], obs["dense"])
+        for i, env in enumerate(singles):
+            for k, name in enumerate(env.possible_agents):
+                assert np.array_equal(single_obs[i][name]["features"], feats[i, k]), (i, name)
+                assert single_obs[i][name]["text"] == venv.texts(i)[k]
+        actions = venv.sample_actions(rng, obs)
+        obs, rew, term, trunc, info = venv.step(actions)
+        for i, env in enumerate(singles):
+            if env.agents:
+                single_obs[i], r, t, u, _ = env.step(
+                    {name: int(actions[i, k]) * per_move for k, name in enumerate(env.possible_agents)}
+                )
+                assert [r[x] for x in env.possible_agents] == list(rew[i]), i
+                assert [t[x] for x in env.possible_agents] == list(term[i]), i
+                assert [u[x] for x in env.possible_agents] == list(trunc[i]), i
+            else:
+                single_obs[i], _ = env.reset()
