@@ -153,13 +153,7 @@ class EmergenceParallelEnv(ParallelEnv):
         return self._sim.family
 
     def _observe(self):
-        feats, masks, texts = self._sim.arena_observations(0, True)
-        if self._words > 1:
-            masks = np.repeat(masks, self._words, axis=-1)
-        obs, infos = {}, {}
-        for i, a in enumerate(self.possible_agents):
-            obs[a] = {"features": feats[i], "text": texts[i], "action_mask": masks[i]}
-            infos[a] = {"action_mask": masks[i]}
+        obs, _rew, _term, _trunc, infos = self._sim.parallel_results(self.possible_agents, self._words)
         return obs, infos
 
     def reset(self, seed=None, options=None):
@@ -209,13 +203,9 @@ class EmergenceParallelEnv(ParallelEnv):
             self._sim.step(row // self._words, row % self._words)
         else:
             self._sim.step(row)
-        obs, infos = self._observe()
-        rew = self._sim.rewards()[0]
-        term = self._sim.terminated()[0]
-        trunc = self._sim.truncated()[0]
-        rewards = {a: float(rew[i]) for i, a in enumerate(self.possible_agents)}
-        terminations = {a: bool(term[i]) for i, a in enumerate(self.possible_agents)}
-        truncations = {a: bool(trunc[i]) for i, a in enumerate(self.possible_agents)}
+        obs, rewards, terminations, truncations, infos = self._sim.parallel_results(
+            self.possible_agents, self._words
+        )
         if any(terminations.values()) or any(truncations.values()):
             self._done = True
             self.agents = []

@@ -22,9 +22,10 @@ use std::sync::Arc;
 use bevy::app::Main;
 use bevy::prelude::{Entity, World};
 use numpy::ndarray::{Array2, Array3};
-use numpy::{IntoPyArray, PyArray2, PyArray3, PyReadonlyArray2};
+use numpy::{IntoPyArray, PyArray2, PyArray3, PyArrayMethods, PyReadonlyArray2};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use emergence::core::{
     Action, ActionMask, ArenaAgents, ArenaPhase, Arenas, CODES, CentralState, Done, Encoded,
@@ -685,6 +686,55 @@ impl Sim {
             None
         };
         Ok((feats.into_pyarray(py), masks.into_pyarray(py), texts))
+    }
+
+    /// The parallel env's step results for arena 0, built here rather than in Python:
+    /// `(obs, rewards, terminations, truncations, infos)` as PettingZoo's dicts keyed by
+    /// `agents` (one per seat), each mask repeated `per_move` times (a move and a word).
+    #[allow(clippy::type_complexity)]
+    fn parallel_results<'py>(
+        &self,
+        py: Python<'py>,
+        agents: Vec<Bound<'py, PyAny>>,
+        per_move: usize,
+    ) -> PyResult<(
+        Bound<'py, PyDict>,
+        Bound<'py, PyDict>,
+        Bound<'py, PyDict>,
+        Bound<'py, PyDict>,
+        Bound<'py, PyDict>,
+    )> {
+        let (feats, masks, texts) = self.arena_observations(py, 0, true)?;
+        let texts = texts.unwrap_or_default();
+        let (obs, rew, term, trunc, infos) = (
+            PyDict::new(py),
+            PyDict::new(py),
+            PyDict::new(py),
+            PyDict::new(py),
+            PyDict::new(py),
+        );
+        let masks = masks.readonly();
+        let masks = masks.as_array();
+        for (s, agent) in agents.iter().enumerate().take(self.seats.len()) {
+            let row: Vec<i8> = masks
+                .row(s)
+                .iter()
+                .flat_map(|&m| std::iter::repeat_n(m, per_move.max(1)))
+                .collect();
+            let mask = row.into_pyarray(py);
+            let o = PyDict::new(py);
+            o.set_item("features", feats.get_item(s)?)?;
+            o.set_item("text", &texts[s])?;
+            o.set_item("action_mask", &mask)?;
+            obs.set_item(agent, o)?;
+            let info = PyDict::new(py);
+            info.set_item("action_mask", mask)?;
+            infos.set_item(agent, info)?;
+            rew.set_item(agent, f64::from(self.rewards[s]))?;
+            term.set_item(agent, self.terminated[s])?;
+            trunc.set_item(agent, self.truncated[s])?;
+        }
+        Ok((obs, rew, term, trunc, infos))
     }
 
     /// Legal actions, `int8 [arenas, seats, actions]` (1: legal).
