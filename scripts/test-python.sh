@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check maturin numpy gymnasium pettingzoo pytest
 rm -f target/wheels/emergence-*.whl
-maturin build --locked --quiet -m python/Cargo.toml
+python3 -m maturin build --locked --quiet -m python/Cargo.toml
 python3 -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/emergence-*.whl
 cargo build --locked --quiet --bin emergence
 EMERGENCE_BIN="$PWD/target/debug/emergence" python3 -m pytest -q python/tests
