@@ -476,12 +476,13 @@ impl Sim {
     fn reset(&mut self, py: Python<'_>, seed: u64) -> PyResult<()> {
         let seats: Vec<String> = {
             let teams = self.scene.team_names();
-            let mut t: Vec<String> = self
-                .seats
-                .iter()
-                .map(|&s| teams[usize::from(self.scene.agents[s].team)].to_string())
-                .collect();
-            t.dedup();
+            let mut t: Vec<String> = Vec::new();
+            for &s in &self.seats {
+                let name = teams[usize::from(self.scene.agents[s].team)].to_string();
+                if !t.contains(&name) {
+                    t.push(name);
+                }
+            }
             t
         };
         let (scene, n, central) = (self.scene.clone(), self.arenas.len() as u32, self.central);
