@@ -385,9 +385,18 @@ pub fn decide_actions(
         ),
         Without<Idle>,
     >,
+    handles: Query<&PolicyHandle, Without<Idle>>,
 ) {
     let n = registry.entries.len();
-    let mut groups: Vec<Vec<Decision<'_>>> = (0..n).map(|_| Vec::new()).collect();
+    // Each group sized first: a decision is a few hundred bytes, and growing the vectors
+    // would copy them over and over.
+    let mut sizes = vec![0usize; n];
+    for handle in &handles {
+        if let Some(k) = sizes.get_mut(handle.0 as usize) {
+            *k += 1;
+        }
+    }
+    let mut groups: Vec<Vec<Decision<'_>>> = sizes.iter().map(|&k| Vec::with_capacity(k)).collect();
     for (agent, handle, obs, senses, mask, rng, action, say, (team, role, reward, trace)) in
         agents.iter_mut()
     {

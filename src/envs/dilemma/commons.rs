@@ -67,6 +67,7 @@ impl HarvestRegrowth {
     }
 
     /// Live apples near the `k`-th apple site (capped at 3).
+    #[inline]
     fn nearby_site_apples(&self, tiles: &[u8], k: usize) -> usize {
         let (starts, list) = &*self.neighbours;
         let mut n = 0;
