@@ -169,6 +169,9 @@ def main():
         "vector_env (256 arenas, numpy)": bench_vector(args.seconds, args.threads),
         "parallel_env (1 arena, PettingZoo API)": bench_parallel(
             emergence.parallel_env("commons_harvest_open", threads=args.threads), args.seconds, True),
+        "parallel_env, text=False": bench_parallel(
+            emergence.parallel_env("commons_harvest_open", threads=args.threads, text=False),
+            args.seconds, True),
         "pure-Python PettingZoo grid env (same size)": bench_parallel(PyGridHarvest(), args.seconds, False),
     }
     native = bench_native(args.threads)
@@ -179,7 +182,8 @@ def main():
         print(f"{name:<{width}}  {rate / 1e6:8.3f}M agent-steps/s")
     py = results["pure-Python PettingZoo grid env (same size)"]
     vec = results["vector_env (256 arenas, numpy)"]
-    print(f"parallel_env / pure Python: {results['parallel_env (1 arena, PettingZoo API)'] / py:.1f}x")
+    print(f"parallel_env / pure Python: {results['parallel_env (1 arena, PettingZoo API)'] / py:.1f}x"
+          f" ({results['parallel_env, text=False'] / py:.1f}x without text)")
     print(f"vector_env / pure Python:   {vec / py:.0f}x")
     if native is not None:
         print(f"vector_env / native:        {vec / native:.0%} of the native speed kept")

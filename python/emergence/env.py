@@ -83,6 +83,8 @@ class EmergenceParallelEnv(ParallelEnv):
     ``state()`` is the family's global state from the first agent's side (what MAPPO's
     critic reads), one-hot like ``features``. ``arena=i`` makes this env arena ``i`` of
     ``vector_env`` (or of ``emergence run``) with the same seed: the same random streams.
+    ``text=False`` leaves the text out of the observations (and their space): faster when
+    no language model reads them.
     """
 
     metadata = {"render_modes": ["rgb_array", "ansi"], "name": "emergence_v0", "is_parallelizable": True}
@@ -97,7 +99,9 @@ class EmergenceParallelEnv(ParallelEnv):
         illegal_action="raise",
         threads=None,
         arena=0,
+        text=True,
     ):
+        self._text = bool(text)
         if int(arena) < 0:
             raise ValueError(f"arena must be 0 or more, not {arena}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -124,16 +128,11 @@ class EmergenceParallelEnv(ParallelEnv):
         state_cells, state_dense = self._sim.global_state(0, 0)
         self._state_len = len(state_cells) * self._sim.codes + len(state_dense)
         self.state_space = spaces.Box(-np.inf, np.inf, (self._state_len,), np.float32)
-        self._obs_space = {
-            a: spaces.Dict(
-                {
-                    "features": spaces.Box(-np.inf, np.inf, (n_features,), np.float32),
-                    "text": spaces.Text(TEXT_MAX, min_length=0, charset=TEXT_CHARSET),
-                    "action_mask": spaces.Box(0, 1, (len(self._names),), np.int8),
-                }
-            )
-            for a in self.possible_agents
-        }
+        parts = {"features": spaces.Box(-np.inf, np.inf, (n_features,), np.float32)}
+        if self._text:
+            parts["text"] = spaces.Text(TEXT_MAX, min_length=0, charset=TEXT_CHARSET)
+        parts["action_mask"] = spaces.Box(0, 1, (len(self._names),), np.int8)
+        self._obs_space = {a: spaces.Dict(dict(parts)) for a in self.possible_agents}
         self._act_space = {a: spaces.Discrete(len(self._names)) for a in self.possible_agents}
         self._done = True
 
@@ -153,7 +152,9 @@ class EmergenceParallelEnv(ParallelEnv):
         return self._sim.family
 
     def _observe(self):
-        obs, _rew, _term, _trunc, infos = self._sim.parallel_results(self.possible_agents, self._words)
+        obs, _rew, _term, _trunc, infos = self._sim.parallel_results(
+            self.possible_agents, self._words, self._text
+        )
         return obs, infos
 
     def reset(self, seed=None, options=None):
@@ -204,7 +205,7 @@ class EmergenceParallelEnv(ParallelEnv):
         else:
             self._sim.step(row)
         obs, rewards, terminations, truncations, infos = self._sim.parallel_results(
-            self.possible_agents, self._words
+            self.possible_agents, self._words, self._text
         )
         if any(terminations.values()) or any(truncations.values()):
             self._done = True

@@ -691,13 +691,16 @@ impl Sim {
 
     /// The parallel env's step results for arena 0, built here rather than in Python:
     /// `(obs, rewards, terminations, truncations, infos)` as PettingZoo's dicts keyed by
-    /// `agents` (one per seat), each mask repeated `per_move` times (a move and a word).
+    /// `agents` (one per seat), each mask repeated `per_move` times (a move and a word);
+    /// without `text`, the observations hold no text.
     #[allow(clippy::type_complexity)]
+    #[pyo3(signature = (agents, per_move, text=true))]
     fn parallel_results<'py>(
         &self,
         py: Python<'py>,
         agents: Vec<Bound<'py, PyAny>>,
         per_move: usize,
+        text: bool,
     ) -> PyResult<(
         Bound<'py, PyDict>,
         Bound<'py, PyDict>,
@@ -705,8 +708,7 @@ impl Sim {
         Bound<'py, PyDict>,
         Bound<'py, PyDict>,
     )> {
-        let (feats, masks, texts) = self.arena_observations(py, 0, true)?;
-        let texts = texts.unwrap_or_default();
+        let (feats, masks, texts) = self.arena_observations(py, 0, text)?;
         let (obs, rew, term, trunc, infos) = (
             PyDict::new(py),
             PyDict::new(py),
@@ -725,7 +727,9 @@ impl Sim {
             let mask = row.into_pyarray(py);
             let o = PyDict::new(py);
             o.set_item("features", feats.get_item(s)?)?;
-            o.set_item("text", &texts[s])?;
+            if let Some(texts) = &texts {
+                o.set_item("text", &texts[s])?;
+            }
             o.set_item("action_mask", &mask)?;
             obs.set_item(agent, o)?;
             let info = PyDict::new(py);

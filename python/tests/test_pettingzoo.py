@@ -59,3 +59,14 @@ def test_render_modes():
     env.reset(seed=1)
     text = env.render()
     assert "step 0" in text and "agent 1" in text
+
+
+def test_without_text_the_observations_hold_features_and_masks_only():
+    env = emergence.parallel_env("clean_up", text=False)
+    parallel_api_test(env, num_cycles=50)
+    obs, infos = env.reset(seed=1)
+    a = env.possible_agents[0]
+    assert set(obs[a]) == {"features", "action_mask"}
+    full = emergence.parallel_env("clean_up")
+    obs_full, _ = full.reset(seed=1)
+    assert np.array_equal(obs[a]["features"], obs_full[a]["features"])
