@@ -125,7 +125,8 @@ def bench_vector(seconds, threads):
 
 def bench_parallel(env, seconds, masked):
     """Both envs draw their actions the same cheap way (numpy), so the env is what is timed:
-    a legal action uniformly (masked), or any of the actions."""
+    a legal action uniformly (masked), any of the actions (False), or action 0, always
+    legal, for every agent (None: the env's own cost alone)."""
     state = {"infos": env.reset(seed=0)[1]}
     rng = np.random.default_rng(0)
 
@@ -133,7 +134,9 @@ def bench_parallel(env, seconds, masked):
         if not env.agents:
             state["infos"] = env.reset()[1]
         n = len(env.agents)
-        if masked:
+        if masked is None:
+            acts = {a: 0 for a in env.agents}
+        elif masked:
             acts = {}
             for a in env.agents:
                 legal = np.flatnonzero(state["infos"][a]["action_mask"])
@@ -174,6 +177,11 @@ def main():
             args.seconds, True),
         "pure-Python PettingZoo grid env (same size)": bench_parallel(PyGridHarvest(), args.seconds, False),
     }
+    step_only = {
+        "parallel_env": bench_parallel(emergence.parallel_env("commons_harvest_open", threads=args.threads),
+                                       args.seconds, None),
+        "pure-Python env": bench_parallel(PyGridHarvest(), args.seconds, None),
+    }
     native = bench_native(args.threads)
     if native is not None:
         results["native runner (emergence run, 256 arenas)"] = native
@@ -185,6 +193,10 @@ def main():
     print(f"parallel_env / pure Python: {results['parallel_env (1 arena, PettingZoo API)'] / py:.1f}x"
           f" ({results['parallel_env, text=False'] / py:.1f}x without text)")
     print(f"vector_env / pure Python:   {vec / py:.0f}x")
+    print(f"the step alone (every agent plays action 0): parallel_env {step_only['parallel_env'] / 1e6:.3f}M, "
+          f"pure Python {step_only['pure-Python env'] / 1e6:.3f}M agent-steps/s: "
+          f"{step_only['parallel_env'] / step_only['pure-Python env']:.1f}x")
+    results.update({f"{k}, step alone": v for k, v in step_only.items()})
     if native is not None:
         print(f"vector_env / native:        {vec / native:.0%} of the native speed kept")
     if args.json:

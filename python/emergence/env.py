@@ -179,33 +179,10 @@ class EmergenceParallelEnv(ParallelEnv):
     def step(self, actions):
         if not self.agents:
             raise RuntimeError("step() after the episode ended: call reset() first")
-        unknown = [a for a in actions if a not in self.possible_agents]
-        if unknown:
-            raise KeyError(f"unknown agent id(s) {unknown}; the agents are {self.agents}")
-        missing = [a for a in self.agents if a not in actions]
-        if missing:
-            raise ValueError(f"no action for {missing}")
-        row = np.empty((1, len(self.possible_agents)), dtype=np.int64)
-        for i, a in enumerate(self.possible_agents):
-            act = actions[a]
-            if isinstance(act, (bool, np.bool_)) or not isinstance(act, (int, np.integer)):
-                try:
-                    ok = np.ndim(act) == 0 and float(act) == int(act)
-                except (TypeError, ValueError):
-                    ok = False
-                if not ok or isinstance(act, (bool, np.bool_)):
-                    raise TypeError(f"{a}: an action is an int index, not {act!r}")
-            row[0, i] = int(act)
-        if self._words > 1:
-            if (row < 0).any() or (row >= len(self._names)).any():
-                bad = self.possible_agents[int(np.flatnonzero((row < 0) | (row >= len(self._names)))[0])]
-                raise ValueError(f"{bad}: action {row[0, self.possible_agents.index(bad)]} is not legal now "
-                                 f"(there are {len(self._names)} move-and-word actions)")
-            self._sim.step(row // self._words, row % self._words)
-        else:
-            self._sim.step(row)
-        obs, rewards, terminations, truncations, infos = self._sim.parallel_results(
-            self.possible_agents, self._words, self._text
+        if not isinstance(actions, dict):
+            actions = dict(actions)
+        obs, rewards, terminations, truncations, infos = self._sim.parallel_step(
+            actions, self.possible_agents, self._words, self._text
         )
         if any(terminations.values()) or any(truncations.values()):
             self._done = True

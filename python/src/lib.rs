@@ -23,9 +23,9 @@ use bevy::app::Main;
 use bevy::prelude::{Entity, World};
 use numpy::ndarray::{Array2, Array3};
 use numpy::{IntoPyArray, PyArray2, PyArray3, PyArrayMethods, PyReadonlyArray2};
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBool, PyDict};
 
 use emergence::core::{
     Action, ActionMask, ArenaAgents, ArenaPhase, Arenas, CODES, CentralState, Done, Encoded,
@@ -687,6 +687,87 @@ impl Sim {
             None
         };
         Ok((feats.into_pyarray(py), masks.into_pyarray(py), texts))
+    }
+
+    /// One step of the parallel env (arena 0): `actions` is PettingZoo's dict (agent id to
+    /// action index, a move and a word together when `per_move > 1`), checked here (unknown
+    /// and missing agents, non-integer and illegal actions raise); returns
+    /// [`Sim::parallel_results`].
+    #[allow(clippy::type_complexity)]
+    fn parallel_step<'py>(
+        &mut self,
+        py: Python<'py>,
+        actions: &Bound<'py, PyDict>,
+        agents: Vec<Bound<'py, PyAny>>,
+        per_move: usize,
+        text: bool,
+    ) -> PyResult<(
+        Bound<'py, PyDict>,
+        Bound<'py, PyDict>,
+        Bound<'py, PyDict>,
+        Bound<'py, PyDict>,
+        Bound<'py, PyDict>,
+    )> {
+        let names: Vec<String> = agents
+            .iter()
+            .map(|a| a.extract::<String>())
+            .collect::<PyResult<_>>()?;
+        let mut unknown = Vec::new();
+        for key in actions.keys() {
+            match key.extract::<String>() {
+                Ok(k) if names.contains(&k) => {}
+                _ => unknown.push(key.repr()?.to_string()),
+            }
+        }
+        if !unknown.is_empty() {
+            return Err(PyKeyError::new_err(format!(
+                "unknown agent id(s) [{}]; the agents are {names:?}",
+                unknown.join(", ")
+            )));
+        }
+        let per_move = per_move.max(1) as i64;
+        let n = self.actions.len() as i64 * per_move;
+        let (mut acts, mut words, mut missing) = (Vec::new(), Vec::new(), Vec::new());
+        for (name, agent) in names.iter().zip(&agents) {
+            let Some(v) = actions.get_item(agent)? else {
+                missing.push(name.clone());
+                continue;
+            };
+            if v.is_instance_of::<PyBool>() {
+                return Err(PyTypeError::new_err(format!(
+                    "{name}: an action is an int index, not {}",
+                    v.repr()?
+                )));
+            }
+            let a: i64 = v.extract().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "{name}: an action is an int index, not {}",
+                    v.repr().map(|r| r.to_string()).unwrap_or_default()
+                ))
+            })?;
+            if per_move > 1 && !(0..n).contains(&a) {
+                return Err(PyValueError::new_err(format!(
+                    "{name}: action {a} is not legal now (there are {n} move-and-word actions)"
+                )));
+            }
+            acts.push(a.div_euclid(per_move));
+            words.push(a.rem_euclid(per_move));
+        }
+        if !missing.is_empty() {
+            return Err(PyValueError::new_err(format!("no action for {missing:?}")));
+        }
+        let words = (per_move > 1).then_some(words);
+        self.write_actions(&acts, words.as_deref())
+            .map_err(PyValueError::new_err)?;
+        py.detach(|| self.advance());
+        if let Some(e) = self
+            .world
+            .get_resource::<emergence::policy::PolicyRegistry>()
+            .and_then(|r| r.failure())
+        {
+            return Err(PyRuntimeError::new_err(e));
+        }
+        self.parallel_results(py, agents, per_move as usize, text)
     }
 
     /// The parallel env's step results for arena 0, built here rather than in Python:
