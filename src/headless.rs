@@ -92,6 +92,19 @@ pub enum RunError {
     },
 }
 
+/// `e` and every cause under it, joined by `: ` (what a user is shown of an error whose
+/// `Display` leaves its causes out).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(cause) = src {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        src = cause.source();
+    }
+    s
+}
+
 /// The outcome of a run.
 #[derive(Debug, Clone)]
 pub struct RunReport {

@@ -9,8 +9,8 @@ A scene is a shipped scene's name (``"commons_harvest_open"``), a path to a ``.s
 file, or the RON text itself. See ``docs/python.md``.
 """
 
-from ._native import Sim, policies as _policies, shipped_scenes as _shipped
-from .env import EmergenceParallelEnv, VectorEnv, features, one_hot
+from ._native import Sim, policies as _policies
+from .env import EmergenceParallelEnv, VectorEnv, _shipped, features, one_hot
 
 __all__ = [
     "EmergenceParallelEnv",

@@ -15,6 +15,17 @@ TEXT_CHARSET = frozenset(string.printable)
 TEXT_MAX = 1 << 16
 
 
+_SHIPPED = None
+
+
+def _shipped():
+    """The shipped scenes (parsed once)."""
+    global _SHIPPED
+    if _SHIPPED is None:
+        _SHIPPED = shipped_scenes()
+    return _SHIPPED
+
+
 def _scene_arg(scene):
     """A path that exists, a shipped scene's name or ``scenes/...`` path, or RON text."""
     scene = os.fspath(scene)
@@ -22,7 +33,7 @@ def _scene_arg(scene):
         return scene
     if os.path.exists(scene):
         return scene
-    for _title, _family, path, text in shipped_scenes():
+    for _title, _family, path, text in _shipped():
         stem = path.rsplit("/", 1)[-1].removesuffix(".scene.ron")
         if scene in (stem, path, path.removeprefix("scenes/")):
             return text
@@ -49,16 +60,8 @@ def _build(scene, num_arenas, seed, python_teams, partners, threads, central_sta
             f"illegal_action must be 'raise' or 'first_legal', not {illegal_action!r}"
         )
     partners = dict(partners or {})
-    src = _scene_arg(scene)
-    if python_teams is None and partners:
-        probe = Sim(src, 1, 0, None, None, False, list(partners.items()), False)
-        teams = sorted({a.rsplit("_", 1)[0] for a in probe.agent_ids} - set(partners))
-        python_teams = teams
-    both = set(python_teams or ()) & set(partners)
-    if both:
-        raise ValueError(f"teams both driven by Python and given a partner: {sorted(both)}")
     return Sim(
-        src,
+        _scene_arg(scene),
         num_arenas,
         seed,
         None if python_teams is None else list(python_teams),
@@ -109,7 +112,6 @@ class EmergenceParallelEnv(ParallelEnv):
                 f"render_mode must be one of {self.metadata['render_modes']}, not {render_mode!r}"
             )
         self.render_mode = render_mode
-        self._args = (scene, python_teams, partners, threads, illegal_action)
         self._seed = seed
         self._resets = 0
         self._sim = _build(scene, 1, seed, python_teams, partners, threads, True, illegal_action, arena)
@@ -135,6 +137,7 @@ class EmergenceParallelEnv(ParallelEnv):
         self._obs_space = {a: spaces.Dict(dict(parts)) for a in self.possible_agents}
         self._act_space = {a: spaces.Discrete(len(self._names)) for a in self.possible_agents}
         self._done = True
+        self._fresh = True
 
     def observation_space(self, agent):
         return self._obs_space[agent]
@@ -161,7 +164,9 @@ class EmergenceParallelEnv(ParallelEnv):
         """Starts an episode. With a seed: a fresh world from it (the same seed, the same
         episode). Without: the next episode of this world once the last one has ended; the
         first reset uses the constructor's seed."""
-        if seed is not None:
+        if self._fresh and seed in (None, self._seed):
+            pass  # the world built for this seed has not stepped yet
+        elif seed is not None:
             self._seed = seed
             self._sim.reset(seed)
         elif self._resets == 0:
@@ -172,6 +177,7 @@ class EmergenceParallelEnv(ParallelEnv):
             # Stopped mid-episode: start over with a seed of its own.
             self._sim.reset(self._seed + 1_000_003 * self._resets)
         self._resets += 1
+        self._fresh = False
         self._done = False
         self.agents = list(self.possible_agents)
         return self._observe()
@@ -252,6 +258,7 @@ class VectorEnv:
         self.single_action_space = spaces.Discrete(len(self.action_names))
         self._seed = seed
         self._started = False
+        self._fresh = True
 
     @property
     def family(self):
@@ -264,9 +271,10 @@ class VectorEnv:
     def reset(self, seed=None):
         """A fresh world from ``seed`` (the constructor's when ``None``): every arena at the
         start of its first episode."""
-        if seed is not None:
-            self._seed = seed
-        self._sim.reset(self._seed)
+        if not (self._fresh and seed in (None, self._seed)):
+            self._seed = self._seed if seed is None else seed
+            self._sim.reset(self._seed)
+        self._fresh = False
         self._started = True
         return self._obs(), {"reset": np.ones(self.num_arenas, dtype=bool)}
 

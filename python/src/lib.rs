@@ -34,7 +34,7 @@ use emergence::core::{
 };
 use emergence::envs::senses::{Senses, encode};
 use emergence::frames::{Frame, FrameContext};
-use emergence::headless::{RunConfig, build_app};
+use emergence::headless::{RunConfig, build_app, error_chain};
 use emergence::observe::text::{Speaker, TextFormat};
 use emergence::policy::{Decision, Policy, PolicyFactory};
 use emergence::scene::Scene;
@@ -49,18 +49,6 @@ impl Policy for External {
     fn decide(&mut self, _batch: &mut [Decision<'_>]) {}
 }
 
-/// Every cause of `e`, joined, as the CLI prints errors.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
-}
-
 /// Reads a scene: a path to a `.scene.ron` file, or the RON text itself.
 fn read_scene(scene: &str) -> PyResult<Scene> {
     let trimmed = scene.trim_start();
@@ -70,7 +58,7 @@ fn read_scene(scene: &str) -> PyResult<Scene> {
     } else {
         emergence::load::load_scene(std::path::Path::new(scene))
     };
-    result.map_err(|e| PyValueError::new_err(chain(&e)))
+    result.map_err(|e| PyValueError::new_err(error_chain(&e)))
 }
 
 /// One simulation world of `num_arenas` arenas of a scene.
@@ -145,7 +133,7 @@ impl Sim {
             PYTHON.into(),
             PolicyFactory(Arc::new(|| Box::new(External) as Box<dyn Policy>)),
         ));
-        let mut app = build_app(&cfg).map_err(|e| PyValueError::new_err(chain(&e)))?;
+        let mut app = build_app(&cfg).map_err(|e| PyValueError::new_err(error_chain(&e)))?;
         if central {
             app.insert_resource(CentralState);
         }
@@ -254,18 +242,17 @@ impl Sim {
                 ));
             }
         }
+        // Every action is resolved (checked, or replaced by the first legal one) before
+        // any is written, so a refused step changes nothing.
+        let mut resolved = Vec::with_capacity(actions.len());
         for (a, chunk) in actions.chunks(seats.max(1)).enumerate() {
             if self.resetting[a] {
                 continue;
             }
             for (s, &act) in chunk.iter().enumerate() {
                 let e = self.agent(a, s);
-                let mask = self
-                    .world
-                    .get::<ActionMask>(e)
-                    .copied()
-                    .unwrap_or(ActionMask(0));
-                let legal = act >= 0 && act < self.actions.len() as i64 && mask.allows(act as u8);
+                let mask = self.mask(e);
+                let legal = (0..self.actions.len() as i64).contains(&act) && mask.allows(act as u8);
                 if !legal && !self.first_legal {
                     let legal: Vec<&str> = (0..self.actions.len())
                         .filter(|&i| mask.allows(i as u8))
@@ -277,33 +264,23 @@ impl Sim {
                         legal.join(", ")
                     ));
                 }
-            }
-        }
-        for (a, chunk) in actions.chunks(seats.max(1)).enumerate() {
-            if self.resetting[a] {
-                continue;
-            }
-            for (s, &act) in chunk.iter().enumerate() {
-                let e = self.agent(a, s);
-                let mask = self
-                    .world
-                    .get::<ActionMask>(e)
-                    .copied()
-                    .unwrap_or(ActionMask(0));
-                let act = if (0..32).contains(&act) && mask.allows(act as u8) {
+                let act = if legal {
                     act as u8
                 } else {
                     mask.nth(0).unwrap_or(0)
                 };
-                if let Some(mut slot) = self.world.get_mut::<Action>(e) {
-                    slot.0 = act;
-                }
-                if let Some(words) = words
-                    && let Some(mut say) = self.world.get_mut::<Utterance>(e)
-                {
-                    let w = words[a * seats + s];
-                    say.0 = (w > 0).then(|| (w - 1) as u8);
-                }
+                let word = words.map(|w| w[a * seats + s]);
+                resolved.push((e, act, word));
+            }
+        }
+        for (e, act, word) in resolved {
+            if let Some(mut slot) = self.world.get_mut::<Action>(e) {
+                slot.0 = act;
+            }
+            if let Some(w) = word
+                && let Some(mut say) = self.world.get_mut::<Utterance>(e)
+            {
+                say.0 = (w > 0).then(|| (w - 1) as u8);
             }
         }
         Ok(())
@@ -358,14 +335,23 @@ impl Sim {
         agent_name(&self.scene, self.seats[seat])
     }
 
-    fn encoded(&self, e: Entity) -> Encoded {
-        let mut out = Encoded::default();
+    /// Agent `e`'s observation as the network reads it, into `out` (cleared first).
+    fn encode_into(&self, e: Entity, out: &mut Encoded) {
+        out.cells.clear();
+        out.dense.clear();
         if let (Some(obs), Ok(entity)) =
             (self.world.get::<Observation>(e), self.world.get_entity(e))
         {
-            encode(obs, Senses::of(entity), &mut out);
+            encode(obs, Senses::of(entity), out);
         }
-        out
+    }
+
+    /// Agent `e`'s legal actions.
+    fn mask(&self, e: Entity) -> ActionMask {
+        self.world
+            .get::<ActionMask>(e)
+            .copied()
+            .unwrap_or(ActionMask(0))
     }
 }
 
@@ -427,7 +413,7 @@ fn agent_name(scene: &Scene, slot: usize) -> String {
 #[pymethods]
 impl Sim {
     /// `scene`: a `.scene.ron` path or the RON text. `python_teams`: the teams Python drives
-    /// (default: every team); the others keep their scene policies. `central_state`: let the
+    /// (default: every team without a partner); the others keep their scene policies. `central_state`: let the
     /// families write the global state (`state()`). `partners`: `(team, policy)` pairs.
     /// `first_legal`: an illegal action becomes the first legal one. `first_arena`: this
     /// world's arenas are arenas `first_arena..` of a run with the same seed.
@@ -447,9 +433,31 @@ impl Sim {
         first_arena: u32,
     ) -> PyResult<Self> {
         let mut scene = read_scene(scene)?;
-        for (team, policy) in partners.unwrap_or_default() {
-            set_partner(&mut scene, &team, &policy)?;
+        let partners = partners.unwrap_or_default();
+        for (team, policy) in &partners {
+            set_partner(&mut scene, team, policy)?;
         }
+        // Python drives the teams it names, or every team without a partner.
+        let partnered: Vec<&str> = partners.iter().map(|(t, _)| t.as_str()).collect();
+        let python_teams = match python_teams {
+            Some(teams) => {
+                if let Some(t) = teams.iter().find(|t| partnered.contains(&t.as_str())) {
+                    return Err(PyValueError::new_err(format!(
+                        "team {t:?} is both driven by Python and given a partner"
+                    )));
+                }
+                Some(teams)
+            }
+            None if partners.is_empty() => None,
+            None => Some(
+                scene
+                    .team_names()
+                    .iter()
+                    .filter(|t| !partnered.contains(t))
+                    .map(|t| t.to_string())
+                    .collect(),
+            ),
+        };
         if num_arenas == 0 {
             return Err(PyValueError::new_err("num_arenas must be at least 1"));
         }
@@ -604,27 +612,29 @@ impl Sim {
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyArray3<u8>>, Bound<'py, PyArray3<f32>>)> {
         let (na, ns) = (self.arenas.len(), self.seats.len());
-        let rows: Vec<Encoded> = (0..na)
-            .flat_map(|a| (0..ns).map(move |s| (a, s)))
-            .map(|(a, s)| self.encoded(self.agent(a, s)))
-            .collect();
-        let (c, d) = rows
-            .first()
-            .map_or((0, 0), |r| (r.cells.len(), r.dense.len()));
-        if let Some(bad) = rows
-            .iter()
-            .position(|r| r.cells.len() != c || r.dense.len() != d)
-        {
-            return Err(PyRuntimeError::new_err(format!(
-                "agent {} observes {} cells where agent {} observes {c}: the seats Python \
-                 drives must observe alike",
-                self.seat_name(bad % ns.max(1)),
-                rows[bad].cells.len(),
-                self.seat_name(0)
-            )));
+        let (mut cells, mut dense) = (Vec::new(), Vec::new());
+        let mut row = Encoded::default();
+        let (mut c, mut d) = (0, 0);
+        for a in 0..na {
+            for s in 0..ns {
+                self.encode_into(self.agent(a, s), &mut row);
+                if a == 0 && s == 0 {
+                    (c, d) = (row.cells.len(), row.dense.len());
+                    cells.reserve(na * ns * c);
+                    dense.reserve(na * ns * d);
+                } else if (row.cells.len(), row.dense.len()) != (c, d) {
+                    return Err(PyRuntimeError::new_err(format!(
+                        "agent {} observes {} cells where agent {} observes {c}: the seats \
+                         Python drives must observe alike",
+                        self.seat_name(s),
+                        row.cells.len(),
+                        self.seat_name(0)
+                    )));
+                }
+                cells.extend_from_slice(&row.cells);
+                dense.extend_from_slice(&row.dense);
+            }
         }
-        let cells: Vec<u8> = rows.iter().flat_map(|r| r.cells.iter().copied()).collect();
-        let dense: Vec<f32> = rows.iter().flat_map(|r| r.dense.iter().copied()).collect();
         let cells = Array3::from_shape_vec((na, ns, c), cells)
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
         let dense = Array3::from_shape_vec((na, ns, d), dense)
@@ -649,34 +659,29 @@ impl Sim {
     )> {
         self.check_arena(arena)?;
         let ns = self.seats.len();
-        let rows: Vec<Encoded> = (0..ns)
-            .map(|s| self.encoded(self.agent(arena, s)))
-            .collect();
-        let width = rows
-            .first()
-            .map_or(0, |r| r.cells.len() * CODES + r.dense.len());
-        let mut feats = Array2::<f32>::zeros((ns, width));
-        for (s, r) in rows.iter().enumerate() {
-            if r.cells.len() * CODES + r.dense.len() != width {
+        let mut row = Encoded::default();
+        let mut feats = Array2::<f32>::zeros((0, 0));
+        for s in 0..ns {
+            self.encode_into(self.agent(arena, s), &mut row);
+            let width = row.cells.len() * CODES + row.dense.len();
+            if s == 0 {
+                feats = Array2::<f32>::zeros((ns, width));
+            } else if width != feats.ncols() {
                 return Err(PyRuntimeError::new_err(
                     "the seats Python drives must observe alike",
                 ));
             }
-            for (i, &c) in r.cells.iter().enumerate() {
+            for (i, &c) in row.cells.iter().enumerate() {
                 feats[[s, i * CODES + usize::from(c)]] = 1.0;
             }
-            for (i, &d) in r.dense.iter().enumerate() {
-                feats[[s, r.cells.len() * CODES + i]] = d;
+            for (i, &d) in row.dense.iter().enumerate() {
+                feats[[s, row.cells.len() * CODES + i]] = d;
             }
         }
         let k = self.actions.len();
         let mut masks = Array2::<i8>::zeros((ns, k));
         for s in 0..ns {
-            let m = self
-                .world
-                .get::<ActionMask>(self.agent(arena, s))
-                .copied()
-                .unwrap_or(ActionMask(0));
+            let m = self.mask(self.agent(arena, s));
             for i in 0..k {
                 masks[[s, i]] = i8::from(m.allows(i as u8));
             }
@@ -829,11 +834,7 @@ impl Sim {
         let mut out = Array3::<i8>::zeros((na, ns, k));
         for a in 0..na {
             for s in 0..ns {
-                let m = self
-                    .world
-                    .get::<ActionMask>(self.agent(a, s))
-                    .copied()
-                    .unwrap_or(ActionMask(0));
+                let m = self.mask(self.agent(a, s));
                 for i in 0..k {
                     out[[a, s, i]] = i8::from(m.allows(i as u8));
                 }

@@ -6,7 +6,7 @@ use bevy::prelude::*;
 use crate::core::{SimSchedule, SimSystems};
 use crate::frames::Recorder;
 use crate::frames::{Frame, FrameContext};
-use crate::headless::{RunConfig, build_app};
+use crate::headless::{RunConfig, build_app, error_chain};
 
 /// A human's action for one agent, applied after the policies decided
 /// ([`apply_manual_control`]): it goes through the same [`Action`](crate::core::Action).
@@ -81,15 +81,4 @@ impl LiveSim {
             None => Ok(()),
         }
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(cause) = src {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        src = cause.source();
-    }
-    s
 }
