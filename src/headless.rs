@@ -24,6 +24,9 @@ pub struct RunConfig {
     pub scene: Scene,
     /// Number of arenas.
     pub arenas: u32,
+    /// The first arena's index: the arenas are `first_arena..first_arena + arenas`, seeded
+    /// by their index (0 but for one rank's share of a data-parallel training run).
+    pub first_arena: u32,
     /// Episodes per arena.
     pub episodes: u32,
     /// Run seed.
@@ -56,6 +59,7 @@ impl RunConfig {
         Self {
             scene,
             arenas: 1,
+            first_arena: 0,
             episodes: 1,
             seed: 0,
             threads: None,
@@ -205,7 +209,7 @@ pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
     spawn_arenas(
         app.world_mut(),
         &cfg.scene,
-        cfg.arenas,
+        cfg.first_arena..cfg.first_arena.saturating_add(cfg.arenas),
         cfg.seed,
         Some(cfg.episodes),
     )?;

@@ -57,9 +57,50 @@ enum Command {
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The number of processes mpirun started this one among (Open MPI's, or a PMI launcher's).
+fn launched_ranks() -> Option<usize> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse().ok())
+}
+
 fn main() -> ExitCode {
     cli::allocator::keep_freed_memory();
     let cli = Cli::parse();
+    // Under mpirun: MPI stays initialised while `_universe` lives (to the end of main).
+    let launched = launched_ranks().filter(|&n| n > 1);
+    #[cfg(feature = "mpi")]
+    let (_universe, ranks) = match launched {
+        Some(_) => match mpi::initialize() {
+            Some(u) => (Some(u), emergence::train::dist::mpi_world()),
+            None => {
+                eprintln!("error: mpirun started this process, and MPI could not be initialised");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => (None, emergence::train::dist::Ranks::default()),
+    };
+    #[cfg(not(feature = "mpi"))]
+    let ranks = emergence::train::dist::Ranks::default();
+    if let Some(n) = launched {
+        if !cfg!(feature = "mpi") {
+            eprintln!(
+                "error: mpirun started {n} processes, and this emergence was built without the \
+                 `mpi` feature: each would run the whole job; build it with \
+                 `cargo build --release --features mpi` (README, Building)"
+            );
+            return ExitCode::FAILURE;
+        }
+        if !matches!(cli.command, Command::Train(_)) {
+            if ranks.is_root() {
+                eprintln!(
+                    "error: under mpirun only `emergence train` spreads its work over the \
+                     ranks; run this command in one process"
+                );
+            }
+            return ExitCode::FAILURE;
+        }
+    }
     let threads = match &cli.command {
         Command::Run(a) => a.threads,
         Command::Train(a) => a.threads,
@@ -80,7 +121,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Run(args) => run::cmd_run(args),
-        Command::Train(args) => train::cmd_train(args),
+        Command::Train(args) => train::cmd_train(args, ranks.clone()),
         Command::Eval(args) => eval::cmd_eval(args),
         Command::Plot(args) => plot::cmd_plot(args),
         Command::View(args) => view::cmd_view(args),
@@ -91,6 +132,12 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if ranks.parallel() => {
+            eprintln!("error: rank {} of {}: {e:#}", ranks.rank(), ranks.size());
+            // The other ranks would wait for this one in their next collective.
+            ranks.abort(1);
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

@@ -78,6 +78,7 @@ fn config(
         tap: None,
         eval_against: Vec::new(),
         eval_every: 10,
+        ranks: Default::default(),
     }
 }
 

@@ -41,6 +41,7 @@ fn config(name: &str, algo: Algo, iterations: u32, arenas: u32, out: &Path) -> T
         tap: None,
         eval_against: Vec::new(),
         eval_every: 10,
+        ranks: Default::default(),
     }
 }
 
@@ -672,7 +673,7 @@ fn a_truncated_trajectory_carries_the_value_after_its_last_step() {
                     .after(RecordSystems::Write),
             ),
         );
-        while !app.world().resource::<Rollouts>().complete(0, 2) {
+        while !app.world().resource::<Rollouts>().complete(0, 0..2) {
             app.update();
         }
         assert_eq!(

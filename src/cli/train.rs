@@ -60,7 +60,7 @@ pub struct TrainArgs {
     pub frames: Option<u32>,
 }
 
-pub fn cmd_train(args: TrainArgs) -> Result<()> {
+pub fn cmd_train(mut args: TrainArgs, ranks: emergence::train::dist::Ranks) -> Result<()> {
     use emergence::train::{TrainConfig, resume_config, train};
     let cfg = if let Some(run) = &args.resume {
         let mut given = args.settings.given();
@@ -106,8 +106,14 @@ pub fn cmd_train(args: TrainArgs) -> Result<()> {
             .unwrap_or(emergence::train::default_eval_every());
         cfg
     };
+    let root = ranks.is_root();
+    if !root {
+        // Rank 0 shows the progress and the summary.
+        args.quiet = true;
+    }
     let cfg = TrainConfig {
         stop_after: args.stop_after,
+        ranks,
         ..cfg
     };
     check_outputs(
@@ -124,15 +130,23 @@ pub fn cmd_train(args: TrainArgs) -> Result<()> {
             .num_threads(n)
             .build_global();
     }
+    if cfg.ranks.parallel() && root {
+        let share = cfg.ranks.share(cfg.arenas);
+        println!(
+            "{} ranks, {} arenas each (rank 0 writes the run folder)",
+            cfg.ranks.size(),
+            share.len()
+        );
+    }
     match &cfg.resume {
-        Some(emergence::train::Resume::Checkpoint(dir)) => {
+        Some(emergence::train::Resume::Checkpoint(dir)) if root => {
             println!("resuming {} from {}", cfg.out.display(), dir.display());
         }
-        Some(emergence::train::Resume::FromStart) => println!(
+        Some(emergence::train::Resume::FromStart) if root => println!(
             "resuming {} from its start: it stopped before its first checkpoint",
             cfg.out.display()
         ),
-        None => {}
+        _ => {}
     }
     let bar = progress_bar(
         args.quiet,
@@ -218,6 +232,9 @@ pub fn cmd_train(args: TrainArgs) -> Result<()> {
         }
     };
     bar.finish();
+    if !root {
+        return Ok(());
+    }
     let (Some(first), Some(last)) = (summary.iterations.first(), summary.iterations.last()) else {
         return Ok(());
     };
@@ -253,6 +270,20 @@ pub fn cmd_train(args: TrainArgs) -> Result<()> {
     for (label, digits, f) in rows {
         let mean = summary.iterations.iter().map(f).sum::<f64>() / n;
         println!("{label:<28} {mean:>12.digits$}");
+    }
+    if cfg.ranks.parallel() {
+        let reduce = summary
+            .iterations
+            .iter()
+            .map(|r| r.update.reduce_seconds.unwrap_or(0.0))
+            .sum::<f64>();
+        let whole = summary.iterations.iter().map(|r| r.seconds).sum::<f64>();
+        println!("{:<28} {:>12.4}", "all-reduce s/iteration", reduce / n);
+        println!(
+            "{:<28} {:>11.1}%",
+            "  share of the iteration",
+            100.0 * reduce / whole.max(1e-9)
+        );
     }
     if let Some(peak) = emergence::metrics::peak_memory_bytes() {
         println!(

@@ -100,8 +100,10 @@ pub struct EpisodeEnded {
 /// Arena entities in index order, and how many episodes each should run.
 #[derive(Resource, Debug, Clone, Default)]
 pub struct Arenas {
-    /// Arena entities, index `i` at position `i`.
+    /// Arena entities, index `first + i` at position `i`.
     pub entities: Vec<Entity>,
+    /// The first arena's index (0 but for a rank's share of a data-parallel run).
+    pub first: u32,
     /// Episodes each arena runs before going idle (`None`: forever).
     pub episode_budget: Option<u32>,
     /// The run seed every stream derives from.
@@ -116,6 +118,12 @@ pub struct Arenas {
 }
 
 impl Arenas {
+    /// The entity of arena `index`, if this world holds it.
+    pub fn entity(&self, index: u32) -> Option<Entity> {
+        let i = index.checked_sub(self.first)?;
+        self.entities.get(i as usize).copied()
+    }
+
     /// The index whose environment stream `arena` uses (its group's first arena's).
     pub fn env_stream(&self, arena: u32) -> u32 {
         arena / self.group_size.max(1)

@@ -19,7 +19,7 @@ pub const MAX_WORDS: usize = 32;
 /// layer reads the cells by adding the weight column of each cell's code (`CellSum` in
 /// [`crate::policy::mlp`]),
 /// which is the same sum without the zeros, and the rollout buffer keeps this compact form.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Encoded {
     /// One code per cell (`view`, then `map`), each below 16.
     pub cells: Vec<u8>,

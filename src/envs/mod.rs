@@ -64,14 +64,16 @@ pub struct Deciders<'a> {
     pub oracle: &'a [bool],
 }
 
-/// Spawns `count` arenas of `scene`, each agent with its slot's policy handle. Each arena
-/// runs `episodes` episodes (forever if `None`) with streams derived from `seed`. The
-/// policies themselves are registered by the caller (`policy::spawn_arenas` does both).
+/// Spawns the arenas of `scene` whose indices are `indices` (`0..n` in one process; a rank's
+/// share of them under data-parallel training, `crate::train::dist`), each agent with its
+/// slot's policy handle. Each arena runs `episodes` episodes (forever if `None`) with streams
+/// derived from `seed` and its index. The policies themselves are registered by the caller
+/// (`policy::spawn_arenas` does both).
 pub fn spawn_agents(
     world: &mut World,
     scene: &Scene,
     deciders: Deciders<'_>,
-    count: u32,
+    indices: std::ops::Range<u32>,
     seed: u64,
     episodes: Option<u32>,
 ) -> Result<(), SpawnError> {
@@ -82,8 +84,9 @@ pub fn spawn_agents(
     // Family state is built once and cloned into each arena (maps share their static
     // parts through `Arc`s).
     let family = family::of(scene).spawner(scene);
-    let mut entities = Vec::with_capacity(count as usize);
-    for index in 0..count {
+    let first = indices.start;
+    let mut entities = Vec::with_capacity(indices.len());
+    for index in indices {
         let mut arena = world.spawn((
             Arena { index },
             EpisodeClock::new(max_steps),
@@ -122,6 +125,7 @@ pub fn spawn_agents(
     }
     world.insert_resource(Arenas {
         entities,
+        first,
         episode_budget: episodes,
         seed,
         group_size: 1,

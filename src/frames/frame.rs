@@ -125,7 +125,7 @@ impl Frame {
     /// Arena `index` of `world` as it stands now (after the last step), or `None` when the
     /// arena does not exist.
     pub fn capture(world: &World, ctx: &FrameContext, index: u32) -> Option<Frame> {
-        let entity = *world.resource::<Arenas>().entities.get(index as usize)?;
+        let entity = world.resource::<Arenas>().entity(index)?;
         let clock = world.get::<EpisodeClock>(entity)?;
         let members = world.get::<ArenaAgents>(entity)?;
         let ended = matches!(clock.phase, ArenaPhase::PendingReset | ArenaPhase::Idle);

@@ -328,7 +328,7 @@ pub fn record_replay(world: &mut World) {
 }
 
 fn record_arena(world: &World, rec: &mut Recorder, index: u32) -> std::io::Result<()> {
-    let Some(&entity) = world.resource::<Arenas>().entities.get(index as usize) else {
+    let Some(entity) = world.resource::<Arenas>().entity(index) else {
         return Ok(());
     };
     let Some(clock) = world.get::<EpisodeClock>(entity) else {

@@ -444,14 +444,14 @@ impl Plugin for PolicyPlugin {
     }
 }
 
-/// Spawns `count` arenas of `scene` with its policies: registers each team's policy in the
+/// Spawns the arenas `indices` of `scene` with its policies: registers each team's policy in the
 /// [`PolicyRegistry`] (set up for the scene), then the arenas and agents
 /// ([`crate::envs::spawn_agents`]). Each arena runs `episodes` episodes (forever if `None`)
 /// with streams derived from `seed`.
 pub fn spawn_arenas(
     world: &mut World,
     scene: &crate::scene::Scene,
-    count: u32,
+    indices: std::ops::Range<u32>,
     seed: u64,
     episodes: Option<u32>,
 ) -> Result<(), crate::envs::SpawnError> {
@@ -484,7 +484,7 @@ pub fn spawn_arenas(
             handles: &handles,
             oracle: &oracle,
         },
-        count,
+        indices,
         seed,
         episodes,
     )

@@ -127,6 +127,7 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
             tap: None,
             eval_against: file.eval_against,
             eval_every: file.eval_every,
+            ranks: Default::default(),
         }
     } else {
         let saved: LegacyConfig = serde_json::from_str(&text).map_err(at)?;
@@ -150,6 +151,7 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
             tap: None,
             eval_against: saved.eval_against,
             eval_every: saved.eval_every.max(1),
+            ranks: Default::default(),
         }
     };
     if let Some(n) = iterations {

@@ -154,6 +154,9 @@ pub struct TrainConfig {
     pub eval_against: Vec<String>,
     /// Iterations between evaluations.
     pub eval_every: u32,
+    /// The ranks of a data-parallel run under mpirun ([`super::dist`]); one process by
+    /// default.
+    pub ranks: super::dist::Ranks,
 }
 
 impl TrainConfig {
@@ -187,6 +190,7 @@ impl TrainConfig {
             tap: None,
             eval_against: Vec::new(),
             eval_every: default_eval_every(),
+            ranks: Default::default(),
         })
     }
 }

@@ -24,6 +24,7 @@ pub mod algo;
 mod checkpoint;
 mod config;
 pub mod critic;
+pub mod dist;
 pub mod eval;
 mod hyper;
 pub mod loss;
@@ -92,9 +93,10 @@ pub fn train(
     }
     // A resumed run's folder is locked before its state is read; a fresh one's once it is
     // known to be fresh, just before anything is written.
+    // Under mpirun rank 0 alone holds the folder (the others only read a checkpoint).
     let mut lock = match &cfg.resume {
-        Some(_) => Some(run_dir::RunLock::acquire(&cfg.out)?),
-        None => None,
+        Some(_) if cfg.ranks.is_root() => Some(run_dir::RunLock::acquire(&cfg.out)?),
+        _ => None,
     };
     let resumed: Option<(TrainerState, &Path)> = match &cfg.resume {
         None | Some(Resume::FromStart) => None,
@@ -112,6 +114,27 @@ pub fn train(
             Some((state, dir.as_path()))
         }
     };
+    let ranks = cfg.ranks.clone();
+    let root = ranks.is_root();
+    let share = ranks.share(cfg.arenas);
+    if ranks.parallel() {
+        let n = ranks.size();
+        if share.is_empty() || !share.len().is_multiple_of(g as usize) {
+            return Err(TrainError::Config(format!(
+                "{n} ranks share {} arenas: every rank needs one or more, and with --group-size \
+                 {g} a multiple of {g} (rank {} would get {}); give --arenas a multiple of {}",
+                cfg.arenas,
+                ranks.rank(),
+                share.len(),
+                n * g as usize
+            )));
+        }
+        if cfg.tap.is_some() {
+            return Err(TrainError::Config(
+                "--gui shows one process's arenas; it does not run under mpirun".into(),
+            ));
+        }
+    }
     let start = resumed.as_ref().map_or(0, |(s, _)| s.iteration);
     if start >= cfg.iterations {
         return Err(TrainError::Config(format!(
@@ -121,7 +144,7 @@ pub fn train(
             cfg.iterations
         )));
     }
-    if cfg.resume.is_none() {
+    if cfg.resume.is_none() && root {
         refuse_used_folder(&cfg.out)?;
     }
     let mut scene = cfg.scene.clone();
@@ -200,7 +223,8 @@ pub fn train(
         start,
     )?;
     let mut run = RunConfig::new(scene.clone());
-    run.arenas = cfg.arenas;
+    run.arenas = share.len() as u32;
+    run.first_arena = share.start;
     // One episode more than the updates: after the last one the arenas wait (gated) rather
     // than go idle, so the state after a truncated episode's last step is still observed
     // and valued (the bootstrap of its advantages). That episode never starts.
@@ -255,6 +279,8 @@ pub fn train(
                 (LearnerModel::Lm(h.clone()), t)
             };
             trainer.seed = cfg.seed;
+            trainer.ranks = ranks.clone();
+            trainer.share = share.clone();
             Ok(Learner {
                 name,
                 model,
@@ -263,13 +289,16 @@ pub fn train(
         })
         .collect::<Result<_, TrainError>>()?;
 
-    if lock.is_none() {
+    if lock.is_none() && root {
         lock = Some(run_dir::RunLock::acquire(&cfg.out)?);
         // Another process may have started here since the check.
         refuse_used_folder(&cfg.out)?;
     }
     let mut notes = Vec::new();
     for dir in [cfg.out.clone(), cfg.out.join("checkpoints")] {
+        if !root {
+            break;
+        }
         for p in run_dir::remove_leftovers(&dir)? {
             notes.push(format!(
                 "removed {}, left by a process killed while it wrote",
@@ -278,6 +307,7 @@ pub fn train(
         }
     }
     let mut writer = match &resumed {
+        None if !root => None,
         None => {
             if cfg.resume.is_none() {
                 checkpoint::start_run_folder(cfg)?;
@@ -285,21 +315,25 @@ pub fn train(
                 // Stopped before its first checkpoint: the same run from its start.
                 checkpoint::write_run_file(cfg)?;
             }
-            MetricsFiles::create(&cfg.out)?
+            Some(MetricsFiles::create(&cfg.out)?)
         }
         Some((state, dir)) => {
             checkpoint::restore(&mut learners, state, dir, cfg, &initial, &scene, &device)?;
-            // The record follows the run: its new total of iterations, its threads.
-            checkpoint::write_run_file(cfg)?;
-            let (files, torn) = MetricsFiles::resume(&cfg.out, start)?;
-            if let Some(line) = torn {
-                notes.push(format!(
-                    "{}:{line}: dropped a row cut short (the process was killed while it \
+            if !root {
+                None
+            } else {
+                // The record follows the run: its new total of iterations, its threads.
+                checkpoint::write_run_file(cfg)?;
+                let (files, torn) = MetricsFiles::resume(&cfg.out, start)?;
+                if let Some(line) = torn {
+                    notes.push(format!(
+                        "{}:{line}: dropped a row cut short (the process was killed while it \
                      wrote it); the rows after iteration {start} are written again",
-                    cfg.out.join("metrics.jsonl").display()
-                ));
+                        cfg.out.join("metrics.jsonl").display()
+                    ));
+                }
+                Some(files)
             }
-            files
         }
     };
 
@@ -319,7 +353,11 @@ pub fn train(
             if let Some(e) = app.world().resource::<PolicyRegistry>().failure() {
                 return Err(RunError::Policy(e).into());
             }
-            if app.world().resource::<Rollouts>().complete(k, cfg.arenas) {
+            if app
+                .world()
+                .resource::<Rollouts>()
+                .complete(k, share.clone())
+            {
                 // Arenas that ended at this very step value their last state at the next.
                 if app.world().resource::<Rollouts>().missing_bootstrap(k) {
                     app.update();
@@ -330,17 +368,26 @@ pub fn train(
                 break;
             }
             let p = app.world().resource::<RunProgress>();
-            if p.idle_arenas >= cfg.arenas {
+            if p.idle_arenas as usize >= share.len() {
                 return Err(TrainError::Config(format!(
                     "every arena stopped before iteration {} was complete",
                     k + 1
                 )));
             }
         }
-        let rollout_seconds = iter_start.elapsed().as_secs_f64();
+        // Under mpirun: the slowest rank's rollout, every rank's steps and tokens.
+        let rollout_seconds = ranks.max_f64(iter_start.elapsed().as_secs_f64());
         let progress = *app.world().resource::<RunProgress>();
         let stats = policy_stats(&app, learner);
+        let mut counts = [
+            (progress.agent_steps - last_progress.agent_steps) as f64,
+            (stats.tokens - last_stats.tokens) as f64,
+            stats.seconds - last_stats.seconds,
+        ];
+        ranks.sum_f64(&mut counts);
+        let [agent_steps, tokens, inference_seconds] = counts;
         let batch = app.world_mut().resource_mut::<Rollouts>().take(k);
+        let batch = ranks.gather_batch(batch)?;
         let team_returns = mean_team_returns(&batch, &teams);
         let metrics = mean_metrics(&batch);
         let parts = if routed {
@@ -357,12 +404,16 @@ pub fn train(
             );
             updates.push(l.trainer.update(part, &mut rng)?);
         }
-        let update = UpdateStats::combine(&updates);
+        let mut update = UpdateStats::combine(&updates);
+        if ranks.parallel() {
+            update.reduce_seconds = Some(ranks.take_seconds());
+        }
         if cory && (k + 1) % cfg.hyper.swap_every.max(1) == 0 {
             pioneer.fetch_xor(1, Ordering::Relaxed);
         }
         app.world_mut().resource_mut::<Arenas>().gate = Some(k + 2);
-        let evaluate_now = !cfg.eval_against.is_empty()
+        let evaluate_now = root
+            && !cfg.eval_against.is_empty()
             && (k == 0 || (k + 1) % cfg.eval_every.max(1) == 0 || k + 1 == cfg.iterations);
         let eval = if evaluate_now {
             // The evaluation reads the model from a scratch folder: the iteration's row is
@@ -385,23 +436,25 @@ pub fn train(
             eval,
             metrics,
             rollout_seconds,
-            inference_seconds: stats.seconds - last_stats.seconds,
-            tokens_per_sec: (stats.tokens - last_stats.tokens) as f64
-                / (stats.seconds - last_stats.seconds).max(1e-9),
-            agent_steps_per_sec: (progress.agent_steps - last_progress.agent_steps) as f64
-                / rollout_seconds.max(1e-9),
+            inference_seconds,
+            tokens_per_sec: tokens / inference_seconds.max(1e-9),
+            agent_steps_per_sec: agent_steps / rollout_seconds.max(1e-9),
             seconds: iter_start.elapsed().as_secs_f64(),
             update,
         };
-        writer.write(&report)?;
-        on_iteration(&report);
+        if let Some(w) = &mut writer {
+            w.write(&report)?;
+            on_iteration(&report);
+        }
         reports.push(report);
         if (k + 1) % cfg.checkpoint_every.max(1) == 0 || k + 1 == end {
             let dir = cfg.out.join("checkpoints").join(format!("iter_{}", k + 1));
-            set_aside.extend(save_checkpoint(&learners, &dir, k + 1, cfg)?);
+            if root {
+                set_aside.extend(save_checkpoint(&learners, &dir, k + 1, cfg)?);
+            }
             checkpoints.push(dir);
             // Curves so far, for a look while the run goes on (drawn again at the end).
-            if k + 1 < end {
+            if root && k + 1 < end {
                 let _ = crate::metrics::plot::plot_run(&cfg.out);
             }
         }
@@ -409,7 +462,11 @@ pub fn train(
         last_stats = stats;
         iter_start = Instant::now();
     }
-    let plots = crate::metrics::plot::plot_run(&cfg.out).map_err(|e| e.to_string());
+    let plots = if root {
+        crate::metrics::plot::plot_run(&cfg.out).map_err(|e| e.to_string())
+    } else {
+        Err(format!("rank {} draws nothing (rank 0 does)", ranks.rank()))
+    };
     drop(lock);
     Ok(TrainSummary {
         iterations: reports,

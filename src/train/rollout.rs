@@ -14,7 +14,7 @@ use crate::core::{
 use crate::envs::senses::{SensesQuery, encode};
 
 /// One decision.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Step {
     /// The prompt's token ids (a language model's decision).
     pub tokens: Vec<u32>,
@@ -42,7 +42,7 @@ pub struct Step {
 }
 
 /// One agent's steps through one episode.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Trajectory {
     /// Arena index.
     pub arena: u32,
@@ -106,9 +106,11 @@ impl Rollouts {
         }
     }
 
-    /// Whether every one of `arenas` has finished `episode`.
-    pub fn complete(&self, episode: u32, arenas: u32) -> bool {
-        (0..arenas).all(|a| self.ended.contains_key(&(episode, a)))
+    /// Whether every arena of `arenas` has finished `episode`.
+    pub fn complete(&self, episode: u32, arenas: std::ops::Range<u32>) -> bool {
+        arenas
+            .into_iter()
+            .all(|a| self.ended.contains_key(&(episode, a)))
     }
 
     /// Takes episode `episode` of every arena out of the buffer.

@@ -57,6 +57,10 @@ pub struct UpdateStats {
     pub skip_reason: Option<String>,
     /// Seconds spent updating.
     pub update_seconds: f64,
+    /// Of which: seconds in the collectives of a data-parallel run (the gradients' sum and
+    /// the batch's gathering); absent alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reduce_seconds: Option<f64>,
     /// Learning rate used.
     pub lr: f64,
 }
@@ -81,12 +85,18 @@ impl UpdateStats {
             skipped: parts.iter().map(|s| s.skipped).sum(),
             skip_reason: parts.iter().find_map(|s| s.skip_reason.clone()),
             update_seconds: parts.iter().map(|s| s.update_seconds).sum(),
+            reduce_seconds: parts
+                .iter()
+                .filter_map(|s| s.reduce_seconds)
+                .reduce(|a, b| a + b),
             lr: parts.first().map_or(0.0, |s| s.lr),
         }
     }
 }
 
 struct Sample {
+    /// The arena it was taken in (which rank computes its gradient).
+    arena: u32,
     /// MAPPO: the critic's input (global state and the agent's one-hot slot).
     global: Encoded,
     /// An `mlp`'s input.
@@ -160,6 +170,12 @@ pub struct Trainer {
     /// Gradient steps skipped one after another (across updates), and why the last was.
     skipped_in_a_row: u32,
     skip_reason: Option<String>,
+    /// The ranks of a data-parallel run and this rank's arenas ([`super::dist`]): each
+    /// minibatch's forward and backward run on this rank's samples, the gradients are
+    /// summed across ranks.
+    pub ranks: super::dist::Ranks,
+    /// This rank's arenas (all of them alone).
+    pub share: std::ops::Range<u32>,
 }
 
 /// Gradient steps skipped in a row after which a run stops: its weights or moments are
@@ -263,6 +279,8 @@ impl Trainer {
                 seed: 0,
                 skipped_in_a_row: 0,
                 skip_reason: None,
+                ranks: Default::default(),
+                share: 0..u32::MAX,
             })
         });
         built.unwrap_or_else(|| {
@@ -313,6 +331,8 @@ impl Trainer {
             seed,
             skipped_in_a_row: 0,
             skip_reason: None,
+            ranks: Default::default(),
+            share: 0..u32::MAX,
         };
         t.bind_mlp()?;
         Ok(t)
@@ -496,6 +516,7 @@ impl Trainer {
         for (i, (traj, (adv, targets))) in batch.trajectories.iter().zip(advantages).enumerate() {
             for (t, ((s, a), target)) in traj.steps.iter().zip(adv).zip(targets).enumerate() {
                 out.push(Sample {
+                    arena: traj.arena,
                     global: globals
                         .as_ref()
                         .map(|g| g[i][t].clone())
@@ -734,6 +755,125 @@ impl Trainer {
         mb: &[&Sample],
         value_scale: f32,
     ) -> Result<Option<UpdateStats>, TrainError> {
+        if self.ranks.parallel() {
+            return self.parallel_step(mb, value_scale);
+        }
+        let (loss, out) = self.loss(mb, value_scale)?;
+        let l = loss.to_scalar::<f32>()?;
+        if !l.is_finite() {
+            self.skip_reason = Some(format!("the loss is {l}"));
+            return Ok(None);
+        }
+        let mut grads = loss.backward()?;
+        self.apply(&mut grads, out)
+    }
+
+    /// Clips `grads` and takes the optimizer's step (or skips it, saying why).
+    fn apply(
+        &mut self,
+        grads: &mut candle_core::backprop::GradStore,
+        mut out: UpdateStats,
+    ) -> Result<Option<UpdateStats>, TrainError> {
+        let norm = clip_grad_norm(grads, &self.vars, self.hyper.max_grad_norm)?;
+        out.grad_norm = norm;
+        if !norm.is_finite() {
+            self.skip_reason = Some(format!("the gradient's norm is {norm}"));
+            return Ok(None);
+        }
+        if let Some(name) = self.opt.step(grads)? {
+            self.skip_reason = Some(format!(
+                "the step would leave NaN or an infinity in {name} or its optimizer moments"
+            ));
+            return Ok(None);
+        }
+        Ok(Some(out))
+    }
+
+    /// A data-parallel step ([`super::dist`]): this rank's part of the minibatch's loss (its
+    /// own arenas' samples, each term divided by the whole minibatch's count), its gradient,
+    /// summed with the other ranks' in rank order with the losses and which variables have a
+    /// gradient; then the step every rank takes alike.
+    fn parallel_step(
+        &mut self,
+        mb: &[&Sample],
+        value_scale: f32,
+    ) -> Result<Option<UpdateStats>, TrainError> {
+        let mine: Vec<&Sample> = mb
+            .iter()
+            .copied()
+            .filter(|s| self.share.contains(&s.arena))
+            .collect();
+        let sizes: Vec<usize> = self.vars.iter().map(|v| v.elem_count()).collect();
+        let n = self.vars.len();
+        const STATS: usize = 7;
+        let mut buf = vec![0f32; n + sizes.iter().sum::<usize>() + STATS];
+        if !mine.is_empty() {
+            let w = mine.len() as f64 / mb.len().max(1) as f64;
+            let (loss, out) = self.loss(&mine, value_scale)?;
+            let loss = (loss * w)?;
+            let stats = [
+                loss.to_scalar::<f32>()?,
+                out.policy_loss,
+                out.value_loss,
+                out.entropy,
+                out.approx_kl,
+                out.clip_frac,
+                out.kl_ref,
+            ];
+            let tail = buf.len() - STATS;
+            buf[tail] = stats[0];
+            for (b, s) in buf[tail + 1..].iter_mut().zip(&stats[1..]) {
+                *b = (f64::from(*s) * w) as f32;
+            }
+            let grads = loss.backward()?;
+            let mut at = n;
+            for (i, (v, &size)) in self.vars.iter().zip(&sizes).enumerate() {
+                if let Some(g) = grads.get(v.as_tensor()) {
+                    buf[i] = 1.0;
+                    let g: Vec<f32> = g
+                        .flatten_all()?
+                        .to_dtype(candle_core::DType::F32)?
+                        .to_vec1()?;
+                    buf[at..at + size].copy_from_slice(&g);
+                }
+                at += size;
+            }
+        }
+        self.ranks.sum(&mut buf);
+        let tail = buf.len() - STATS;
+        let l = buf[tail];
+        if !l.is_finite() {
+            self.skip_reason = Some(format!("the loss is {l}"));
+            return Ok(None);
+        }
+        let out = UpdateStats {
+            policy_loss: buf[tail + 1],
+            value_loss: buf[tail + 2],
+            entropy: buf[tail + 3],
+            approx_kl: buf[tail + 4],
+            clip_frac: buf[tail + 5],
+            kl_ref: buf[tail + 6],
+            ..Default::default()
+        };
+        let mut grads = candle_core::backprop::GradStore::default();
+        let mut at = n;
+        for (i, (v, &size)) in self.vars.iter().zip(&sizes).enumerate() {
+            if buf[i] > 0.0 {
+                let g = Tensor::from_slice(&buf[at..at + size], v.shape(), v.device())?
+                    .to_dtype(v.dtype())?;
+                grads.insert(v.as_tensor(), g);
+            }
+            at += size;
+        }
+        self.apply(&mut grads, out)
+    }
+
+    /// The loss of minibatch `mb` (a mean over its samples) and its statistics.
+    fn loss(
+        &mut self,
+        mb: &[&Sample],
+        value_scale: f32,
+    ) -> Result<(Tensor, UpdateStats), TrainError> {
         let m = mb.len();
         let a = self.actions;
         let mut legal = vec![0f32; m * a];
@@ -825,24 +965,6 @@ impl Trainer {
             out.approx_kl =
                 lr.iter().map(|l| l.exp() - 1.0 - l).sum::<f32>() / lr.len().max(1) as f32;
         }
-        let l = loss.to_scalar::<f32>()?;
-        if !l.is_finite() {
-            self.skip_reason = Some(format!("the loss is {l}"));
-            return Ok(None);
-        }
-        let mut grads = loss.backward()?;
-        let norm = clip_grad_norm(&mut grads, &self.vars, self.hyper.max_grad_norm)?;
-        out.grad_norm = norm;
-        if !norm.is_finite() {
-            self.skip_reason = Some(format!("the gradient's norm is {norm}"));
-            return Ok(None);
-        }
-        if let Some(name) = self.opt.step(&grads)? {
-            self.skip_reason = Some(format!(
-                "the step would leave NaN or an infinity in {name} or its optimizer moments"
-            ));
-            return Ok(None);
-        }
-        Ok(Some(out))
+        Ok((loss, out))
     }
 }

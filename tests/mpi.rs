@@ -1,0 +1,257 @@
+//! Data-parallel training under `mpirun -np 2 --oversubscribe` (feature `mpi`, Open MPI):
+//! two ranks of A arenas give the metrics rows and the checkpoint of one process of A arenas.
+//!
+//! The rows must be equal but for the timings and the update's losses: the arenas, their
+//! seeds and so every decision are the one-process run's, and the two ranks' gradients are
+//! summed in rank order where one process takes one mean over the minibatch, so the weights
+//! differ in the last bits (float addition is not associative). Tolerance: every weight and
+//! optimizer moment within 1e-5 of the one-process value relative to the tensor's largest
+//! entry, the losses within 1e-4 relative. These runs are 2 iterations: the weights after the
+//! first update are what the second rollout samples from, so equal returns in iteration 2
+//! show that the drift does not change a decision there.
+//!
+//! Run with `cargo test --features mpi --test mpi` (`scripts/test-mpi.sh` installs Open MPI).
+#![cfg(feature = "mpi")]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_emergence");
+
+fn out_dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("mpi")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.parent().expect("parent")).expect("mkdir");
+    d
+}
+
+fn train(ranks: usize, args: &[&str], out: &Path) {
+    let mut cmd = if ranks > 1 {
+        let mut c = Command::new("mpirun");
+        c.args(["--allow-run-as-root", "--oversubscribe", "-np"])
+            .arg(ranks.to_string())
+            .arg(BIN);
+        c
+    } else {
+        Command::new(BIN)
+    };
+    cmd.arg("train")
+        .args(args)
+        .args(["--threads", "1", "--quiet", "--out"])
+        .arg(out);
+    let o = cmd.output().expect("run (is Open MPI's mpirun installed?)");
+    assert!(
+        o.status.success(),
+        "{ranks} rank(s) {args:?}: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+const TIMINGS: [&str; 5] = [
+    "rollout_seconds",
+    "inference_seconds",
+    "tokens_per_sec",
+    "agent_steps_per_sec",
+    "seconds",
+];
+const LOSSES: [&str; 8] = [
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clip_frac",
+    "kl_ref",
+    "grad_norm",
+    "explained_variance",
+];
+
+fn rows(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .expect("metrics.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("row"))
+        .collect()
+}
+
+fn same_rows(one: &Path, two: &Path) {
+    let (a, b) = (rows(one), rows(two));
+    assert_eq!(a.len(), b.len(), "rows");
+    for (mut x, mut y) in a.into_iter().zip(b) {
+        for r in [&mut x, &mut y] {
+            let o = r.as_object_mut().expect("object");
+            for k in TIMINGS {
+                o.remove(k);
+            }
+            o.remove("update_seconds");
+            o.remove("reduce_seconds");
+        }
+        for k in LOSSES {
+            let (p, q) = (x[k].as_f64().expect(k), y[k].as_f64().expect(k));
+            assert!(
+                (p - q).abs() <= 1e-4 * p.abs().max(q.abs()).max(1e-3),
+                "iteration {}: {k} {p} (1 process) vs {q} (2 ranks)",
+                x["iteration"]
+            );
+            x[k] = serde_json::Value::Null;
+            y[k] = serde_json::Value::Null;
+        }
+        // Returns, metrics, counts, learning rate: exactly.
+        assert_eq!(x, y, "rows apart from timings and losses");
+    }
+}
+
+/// Every tensor of `file` in both checkpoints within `tol` of each other, entry by entry.
+fn same_tensors(one: &Path, two: &Path, file: &str, tol: f32) {
+    let dev = candle_core::Device::Cpu;
+    let a = candle_core::safetensors::load(one.join(file), &dev).expect(file);
+    let b = candle_core::safetensors::load(two.join(file), &dev).expect(file);
+    assert_eq!(
+        a.keys().collect::<std::collections::BTreeSet<_>>(),
+        b.keys().collect(),
+        "{file}: the tensors"
+    );
+    let (mut worst, mut sum, mut count) = (0f32, 0f64, 0usize);
+    for (name, x) in &a {
+        let x: Vec<f32> = f32s(x);
+        let y: Vec<f32> = f32s(&b[name]);
+        assert_eq!(x.len(), y.len(), "{name}");
+        for (p, q) in x.iter().zip(&y) {
+            let d = (p - q).abs();
+            worst = worst.max(d);
+            sum += f64::from(d);
+            count += 1;
+            assert!(
+                d <= tol,
+                "{file}: {name}: {p} vs {q} (apart by {d:e}, allowed {tol:e})"
+            );
+        }
+    }
+    eprintln!(
+        "{}/{file}: largest difference {worst:e}, mean {:e} over {count} entries (allowed {tol:e})",
+        one.display(),
+        sum / count.max(1) as f64
+    );
+}
+
+/// The weights' tolerance: a tenth of the learning rate. AdamW divides each gradient by its
+/// running root mean square, so an entry whose gradient is near zero moves by up to the
+/// learning rate in a step whatever its size: a last-bit difference in such a gradient
+/// shows at the scale of the learning rate, not of the weight. (A wrong sum, a rank's
+/// gradient missing or counted twice, moves every entry by about the learning rate.)
+fn weight_tolerance(run: &Path) -> f32 {
+    rows(run)[0]["lr"].as_f64().expect("lr") as f32 * 0.1
+}
+
+fn compare(name: &str, args: &[&str]) -> (PathBuf, PathBuf) {
+    let one = out_dir(&format!("{name}-1"));
+    let two = out_dir(&format!("{name}-2"));
+    train(1, args, &one);
+    train(2, args, &two);
+    same_rows(&one, &two);
+    let ck = "checkpoints/iter_2";
+    let tol = weight_tolerance(&one);
+    let model = if args.contains(&"mlp") {
+        "mlp.safetensors"
+    } else {
+        "model.safetensors"
+    };
+    same_tensors(&one.join(ck), &two.join(ck), model, tol);
+    if args.contains(&"mappo") {
+        same_tensors(&one.join(ck), &two.join(ck), "critic.safetensors", tol);
+    }
+    (one, two)
+}
+
+/// The language model, PPO with minibatches that mix the ranks' arenas.
+#[test]
+fn two_ranks_train_the_language_model_as_one_process() {
+    compare(
+        "lm-ippo",
+        &[
+            "scenes/dilemma/coordination.scene.ron",
+            "--algo",
+            "ippo",
+            "--iterations",
+            "2",
+            "--arenas",
+            "4",
+            "--seed",
+            "3",
+            "--epochs",
+            "2",
+            "--minibatch",
+            "24",
+        ],
+    );
+}
+
+/// The mlp with MAPPO's centralised critic on a maze (talk, global state); then the run is
+/// resumed under 2 ranks from a checkpoint one process wrote, to a third iteration, and
+/// equals the uninterrupted one-process run.
+#[test]
+fn two_ranks_train_mappo_and_resume_a_one_process_run() {
+    let args = [
+        "scenes/maze/corridor_pair.scene.ron",
+        "--algo",
+        "mappo",
+        "--learner",
+        "mlp",
+        "--arenas",
+        "4",
+        "--seed",
+        "2",
+        "--minibatch",
+        "64",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        args.iter().chain(extra.iter()).copied().collect()
+    };
+    compare("mlp-mappo", &with(&["--iterations", "2"]));
+    // 3 iterations in one process, against: one process stopped after 2 (the schedule of
+    // 3), resumed by 2 ranks for the third.
+    let whole = out_dir("mlp-mappo-whole");
+    train(1, &with(&["--iterations", "3"]), &whole);
+    let half = out_dir("mlp-mappo-resumed");
+    train(1, &with(&["--iterations", "3", "--stop-after", "2"]), &half);
+    let o = Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2", BIN])
+        .args(["train", "--resume"])
+        .arg(&half)
+        .args(["--quiet"])
+        .output()
+        .expect("mpirun");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    same_rows(&whole, &half);
+    let ck = "checkpoints/iter_3";
+    same_tensors(
+        &whole.join(ck),
+        &half.join(ck),
+        "mlp.safetensors",
+        weight_tolerance(&whole),
+    );
+}
+
+/// A binary built without the feature refuses to run under mpirun (it would run the whole
+/// job once per rank), and commands other than train say they do not spread.
+#[test]
+fn other_commands_refuse_to_run_under_mpirun() {
+    let o = Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2", BIN])
+        .args(["run", "scenes/dilemma/coordination.scene.ron", "--quiet"])
+        .output()
+        .expect("mpirun");
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("only `emergence train` spreads"), "{err}");
+}
+
+/// A tensor's entries as f32 (counters stored as integers included).
+fn f32s(t: &candle_core::Tensor) -> Vec<f32> {
+    t.flatten_all()
+        .and_then(|t| t.to_dtype(candle_core::DType::F32))
+        .and_then(|t| t.to_vec1())
+        .expect("entries")
+}
