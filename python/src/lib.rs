@@ -125,6 +125,9 @@ impl Sim {
         }
         let mut cfg = RunConfig::new(run_scene);
         cfg.arenas = num_arenas;
+        // Arena `p` of this world is arena `first_arena + p` of a run: its random streams
+        // are that arena's.
+        cfg.first_arena = first_arena;
         cfg.episodes = u32::MAX;
         cfg.seed = seed;
         cfg.threads = threads;
@@ -139,25 +142,6 @@ impl Sim {
         }
         let mut world = std::mem::take(app.world_mut());
         let arenas = world.resource::<Arenas>().entities.clone();
-        if first_arena > 0 {
-            // Arena `p` of this world is arena `first_arena + p` of a run: its random streams
-            // (derived from the index at every reset) are that arena's.
-            for (p, &e) in arenas.iter().enumerate() {
-                let index = first_arena + p as u32;
-                if let Some(mut a) = world.get_mut::<emergence::core::Arena>(e) {
-                    a.index = index;
-                }
-                let members = world
-                    .get::<ArenaAgents>(e)
-                    .map(|m| m.entities().to_vec())
-                    .unwrap_or_default();
-                for m in members {
-                    if let Some(mut agent) = world.get_mut::<emergence::core::Agent>(m) {
-                        agent.arena = index;
-                    }
-                }
-            }
-        }
         let agents: Vec<Vec<Entity>> = arenas
             .iter()
             .map(|&a| {
@@ -985,7 +969,9 @@ impl Sim {
 
     fn frame(&self, arena: usize) -> PyResult<Frame> {
         self.check_arena(arena)?;
-        Frame::capture(&self.world, &self.frames, arena as u32)
+        // Position `arena` of this world is arena `first + arena` of the run.
+        let index = self.world.resource::<Arenas>().first + arena as u32;
+        Frame::capture(&self.world, &self.frames, index)
             .ok_or_else(|| PyRuntimeError::new_err(format!("arena {arena} has no frame")))
     }
 }

@@ -59,6 +59,11 @@ def test_render_modes():
     env.reset(seed=1)
     text = env.render()
     assert "step 0" in text and "agent 1" in text
+    # An env over arena 2 of a run draws that arena (its own map of the run's streams).
+    env = emergence.parallel_env("commons_harvest_open", render_mode="rgb_array", arena=2)
+    env.reset(seed=1)
+    other = env.render()
+    assert other.shape == img.shape
 
 
 def test_without_text_the_observations_hold_features_and_masks_only():
