@@ -5,7 +5,7 @@
 # feature. Run from anywhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v mpirun > /dev/null || ! command -v mpicc > /dev/null || ! ldconfig -p | grep -q libclang; then
+if ! command -v mpirun > /dev/null || ! command -v mpicc > /dev/null || ! ldconfig -p | grep -qE 'libclang(-[0-9.]+)?\.so'; then
     SUDO=""
     if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
     $SUDO apt-get update -qq
