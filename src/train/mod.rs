@@ -295,10 +295,13 @@ pub fn train(
         refuse_used_folder(&cfg.out)?;
     }
     let mut notes = Vec::new();
-    for dir in [cfg.out.clone(), cfg.out.join("checkpoints")] {
-        if !root {
-            break;
-        }
+    // Rank 0 alone touches the folder.
+    let folders = if root {
+        vec![cfg.out.clone(), cfg.out.join("checkpoints")]
+    } else {
+        Vec::new()
+    };
+    for dir in folders {
         for p in run_dir::remove_leftovers(&dir)? {
             notes.push(format!(
                 "removed {}, left by a process killed while it wrote",
