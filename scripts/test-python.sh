@@ -6,10 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check maturin numpy gymnasium pettingzoo pytest
-# The CLI the tests compare with, built first: maturin's build flags differ from cargo's, so
-# building it after the wheel would build the crate a third time.
-cargo build --locked --quiet --bin emergence
+# The CLI the tests compare with: EMERGENCE_BIN when given (scripts/test.sh passes the one
+# its `cargo test` built), else built here, before the wheel: maturin's build flags differ
+# from cargo's, so building it after the wheel would build the crate a third time.
+if [ -z "${EMERGENCE_BIN:-}" ]; then
+    cargo build --locked --quiet --bin emergence
+    EMERGENCE_BIN="$PWD/target/debug/emergence"
+fi
 rm -f target/wheels/emergence-*.whl
 python3 -m maturin build --locked --quiet -m python/Cargo.toml
 python3 -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/emergence-*.whl
-EMERGENCE_BIN="$PWD/target/debug/emergence" python3 -m pytest -q python/tests
+EMERGENCE_BIN="$EMERGENCE_BIN" python3 -m pytest -q python/tests

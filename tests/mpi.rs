@@ -10,7 +10,8 @@
 //! first update are what the second rollout samples from, so equal returns in iteration 2
 //! show that the drift does not change a decision there.
 //!
-//! Run with `cargo test --features mpi --test mpi` (`scripts/test-mpi.sh` installs Open MPI).
+//! Run with `cargo test --features mpi --test mpi` (`scripts/test.sh` installs Open MPI and runs
+//! every test with the feature).
 #![cfg(feature = "mpi")]
 
 use std::path::{Path, PathBuf};
