@@ -3,6 +3,9 @@
 //! tokens/s for `forward/*`, FLOP/s for `matmul/*` (the same gemm candle's forward uses) and
 //! decisions/s for `decide/*`.
 //!
+//! `EMERGENCE_BENCH_DEVICE=cuda:0` (a build with `--features cuda`) runs the model's parts on
+//! that GPU instead (`scripts/gpu-check.sh`), each iteration waiting for the GPU to finish.
+//!
 //! Targets (issue 4): `tiny` at batch 64 ≥ 60k tokens/s; `small` at batch 64 ≥ 70% of the
 //! matmul rate; the batched Decide step at batch 64 ≥ 10× faster per decision than 64
 //! single forwards.
@@ -36,9 +39,15 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const PROMPT: usize = 64;
 
+/// `EMERGENCE_BENCH_DEVICE` (`cpu` when unset).
+fn device() -> Device {
+    let name = std::env::var("EMERGENCE_BENCH_DEVICE").unwrap_or_else(|_| "cpu".into());
+    emergence::policy::lm::parse_device(&name).expect("EMERGENCE_BENCH_DEVICE")
+}
+
 fn decoder(preset: Preset) -> (LmConfig, Decoder) {
     let cfg = LmConfig::preset(preset, 160);
-    let w = init_weights(&cfg, 0, &Device::Cpu).expect("weights");
+    let w = init_weights(&cfg, 0, &device()).expect("weights");
     let d = Decoder::new(&cfg, &w, Path::new("bench")).expect("decoder");
     (cfg, d)
 }
@@ -62,8 +71,13 @@ fn forward(c: &mut Criterion) {
                 let ids: Vec<u32> = (0..b * PROMPT)
                     .map(|i| (i * 31 % cfg.vocab_size) as u32)
                     .collect();
-                let ids = Tensor::from_vec(ids, (b, PROMPT), &Device::Cpu).expect("ids");
-                bench.iter(|| dec.forward(&ids, None, Fwd::Fast).expect("forward"))
+                let dev = device();
+                let ids = Tensor::from_vec(ids, (b, PROMPT), &dev).expect("ids");
+                bench.iter(|| {
+                    let y = dec.forward(&ids, None, Fwd::Fast).expect("forward");
+                    dev.synchronize().expect("sync");
+                    y
+                })
             });
         }
         group.finish();
@@ -76,12 +90,17 @@ fn matmul(c: &mut Criterion) {
     allocator::keep_freed_memory();
     let mut group = c.benchmark_group("matmul");
     group.sample_size(10);
+    let dev = device();
     for (m, k, n) in [(64 * PROMPT, 512, 2048), (64 * PROMPT, 128, 512)] {
-        let a = Tensor::ones((m, k), DType::F32, &Device::Cpu).expect("a");
-        let b = Tensor::ones((k, n), DType::F32, &Device::Cpu).expect("b");
+        let a = Tensor::ones((m, k), DType::F32, &dev).expect("a");
+        let b = Tensor::ones((k, n), DType::F32, &dev).expect("b");
         group.throughput(Throughput::Elements((2 * m * k * n) as u64));
         group.bench_function(format!("{m}x{k}x{n}"), |bench| {
-            bench.iter(|| a.matmul(&b).expect("mm"))
+            bench.iter(|| {
+                let y = a.matmul(&b).expect("mm");
+                dev.synchronize().expect("sync");
+                y
+            })
         });
     }
     group.finish();
@@ -101,7 +120,7 @@ fn decide(c: &mut Criterion) {
             preset: Preset::Tiny,
             seed: 0,
         },
-        Device::Cpu,
+        device(),
     );
     p.setup(&scene, &action_names(&scene)).expect("setup");
     let bit = |i: u8, b: u8| (i >> b) & 1;

@@ -4,6 +4,9 @@
 //! `cargo bench --bench update` (or `-- tiny`).
 //! Criterion's `elem/s` is decisions (samples) per second.
 //!
+//! `EMERGENCE_BENCH_DEVICE=cuda:0` (a build with `--features cuda`) runs the language
+//! model's step on that GPU (`scripts/gpu-check.sh`); the `mlp` step stays on the CPU.
+//!
 //! Targets (issue 5): `tiny` ≤ 150 ms and `small` ≤ 3.7 s per step.
 //!
 //! `update/mlp`: one gradient step of the `mlp` learner on a minibatch of 1024 decisions
@@ -36,6 +39,12 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const BATCH: usize = 64;
 const PROMPT: usize = 64;
 
+/// `EMERGENCE_BENCH_DEVICE` (`cpu` when unset).
+fn device() -> Device {
+    let name = std::env::var("EMERGENCE_BENCH_DEVICE").unwrap_or_else(|_| "cpu".into());
+    emergence::policy::lm::parse_device(&name).expect("EMERGENCE_BENCH_DEVICE")
+}
+
 fn update(c: &mut Criterion) {
     allocator::keep_freed_memory();
     for (name, preset) in [("tiny", Preset::Tiny), ("small", Preset::Small)] {
@@ -55,6 +64,7 @@ fn update(c: &mut Criterion) {
 
 /// One model with its optimizer and a fixed batch.
 struct Step {
+    dev: Device,
     dec: Decoder,
     opt: AdamW,
     prompts: Vec<Vec<u32>>,
@@ -65,7 +75,8 @@ struct Step {
 impl Step {
     fn new(preset: Preset) -> Self {
         let cfg = LmConfig::preset(preset, 160);
-        let w = init_weights(&cfg, 0, &Device::Cpu).expect("weights");
+        let dev = device();
+        let w = init_weights(&cfg, 0, &dev).expect("weights");
         let vars: Vec<Var> = w
             .values()
             .map(|t| Var::from_tensor(t).expect("var"))
@@ -82,12 +93,13 @@ impl Step {
             .map(|i| (i * 31 % cfg.vocab_size) as u32)
             .collect();
         let prompts = ids.chunks(PROMPT).map(<[u32]>::to_vec).collect();
-        let action = Tensor::new(&[5u32], &Device::Cpu).expect("action");
+        let action = Tensor::new(&[5u32], &dev).expect("action");
         let adv: Vec<f32> = (0..BATCH)
             .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
             .collect();
-        let adv = Tensor::from_vec(adv, BATCH, &Device::Cpu).expect("adv");
+        let adv = Tensor::from_vec(adv, BATCH, &dev).expect("adv");
         Self {
+            dev,
             dec,
             opt,
             prompts,
@@ -115,6 +127,7 @@ impl Step {
         let loss = (pl + vl).expect("loss");
         let grads = loss.backward().expect("backward");
         self.opt.step(&grads).expect("step");
+        self.dev.synchronize().expect("sync");
     }
 }
 

@@ -51,6 +51,9 @@ pub struct RunConfig {
     /// The episode index arenas start at (a resumed training run starts where it stopped;
     /// `episodes` still counts from 0).
     pub first_episode: u32,
+    /// Where the language models the scene names (`lm`, `lm:PATH`) run: the CPU unless a
+    /// command's `--device` says otherwise. The simulation is always on the CPU.
+    pub device: candle_core::Device,
 }
 
 impl RunConfig {
@@ -70,6 +73,7 @@ impl RunConfig {
             policies: Vec::new(),
             group_size: 1,
             first_episode: 0,
+            device: candle_core::Device::Cpu,
         }
     }
 }
@@ -201,6 +205,7 @@ pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
             s.set_executor(SingleThreadedExecutor::new());
         });
     }
+    app.world_mut().resource_mut::<PolicyRegistry>().device = cfg.device.clone();
     for (name, make) in &cfg.policies {
         app.world_mut()
             .resource_mut::<PolicyRegistry>()

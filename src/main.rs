@@ -91,11 +91,14 @@ fn main() -> ExitCode {
             );
             return ExitCode::FAILURE;
         }
-        if !matches!(cli.command, Command::Train(_)) {
+        if !matches!(
+            cli.command,
+            Command::Train(_) | Command::Eval(_) | Command::Reproduce(_)
+        ) {
             if ranks.is_root() {
                 eprintln!(
-                    "error: under mpirun only `emergence train` spreads its work over the \
-                     ranks; run this command in one process"
+                    "error: under mpirun only `train`, `eval` and `reproduce` spread their \
+                     work over the ranks; run this command in one process"
                 );
             }
             return ExitCode::FAILURE;
@@ -122,10 +125,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::cmd_run(args),
         Command::Train(args) => train::cmd_train(args, ranks.clone()),
-        Command::Eval(args) => eval::cmd_eval(args),
+        Command::Eval(args) => eval::cmd_eval(args, ranks.clone()),
         Command::Plot(args) => plot::cmd_plot(args),
         Command::View(args) => view::cmd_view(args),
-        Command::Reproduce(args) => reproduce::cmd_reproduce(args),
+        Command::Reproduce(args) => reproduce::cmd_reproduce(args, ranks.clone()),
         Command::Check { scene } => check::cmd_check(&scene),
         Command::List { scenes } => list::cmd_list(scenes.as_deref()),
         Command::Model(m) => model::cmd_model(m),

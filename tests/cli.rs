@@ -619,3 +619,58 @@ fn list_and_model_init_work_from_any_folder_and_model_means_the_same_everywhere(
         stderr(&o)
     );
 }
+
+/// `--device` on train, reproduce and eval: a device that is not `cpu` or `cuda:N`, or a GPU
+/// this build lacks, is refused with the flag named, before anything is read or written.
+#[test]
+fn a_device_that_cannot_be_used_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let scene = shipped("coordination.scene.ron");
+    let scene = scene.to_str().expect("utf-8");
+    // A build with the `cuda` feature may open cuda:0: only the names are checked there.
+    let mut refused = vec![
+        ("gpu", "expected cpu or cuda:N"),
+        ("cuda:x", "expected cpu or cuda:N"),
+    ];
+    if !cfg!(feature = "cuda") {
+        refused.push(("cuda:0", "this build has no CUDA"));
+    }
+    for (device, why) in refused {
+        for args in [
+            vec![
+                "train",
+                scene,
+                "--iterations",
+                "1",
+                "--arenas",
+                "2",
+                "--out",
+                "run",
+            ],
+            vec![
+                "reproduce",
+                "maze_collaboration_gap",
+                "--out",
+                "rep",
+                "--iterations",
+                "1",
+            ],
+            vec!["eval", "nowhere", scene, "--against", "self"],
+        ] {
+            let mut args = args;
+            args.extend(["--device", device]);
+            let o = emergence(d, &args);
+            let err = stderr(&o);
+            assert!(!o.status.success(), "{args:?} ran");
+            assert!(
+                err.contains("--device") && err.contains(why),
+                "{args:?}: {err}"
+            );
+            assert!(
+                !d.join("run").exists() && !d.join("rep").exists(),
+                "{args:?} wrote"
+            );
+        }
+    }
+}

@@ -79,6 +79,7 @@ fn config(
         eval_against: Vec::new(),
         eval_every: 10,
         ranks: Default::default(),
+        device: candle_core::Device::Cpu,
     }
 }
 
@@ -92,6 +93,7 @@ fn eval(cfg: &TrainConfig, summary: &TrainSummary, partner: &str) -> EvalResult 
         episodes: 1,
         seed: 1_000_003,
         threads: Some(2),
+        device: candle_core::Device::Cpu,
     };
     evaluate(&spec, partner).expect("evaluate")
 }
@@ -262,6 +264,7 @@ fn untrained_mlp(cfg: &TrainConfig, summary: &TrainSummary, scratch: &Path) -> E
             episodes: 1,
             seed: 1_000_003,
             threads: Some(2),
+            device: candle_core::Device::Cpu,
         },
         "self",
     )

@@ -29,26 +29,11 @@ fn out_dir(name: &str) -> PathBuf {
 }
 
 fn train(ranks: usize, args: &[&str], out: &Path) {
-    let mut cmd = if ranks > 1 {
-        let mut c = Command::new("mpirun");
-        c.args(["--allow-run-as-root", "--oversubscribe", "-np"])
-            .arg(ranks.to_string())
-            .arg(BIN);
-        c
-    } else {
-        Command::new(BIN)
-    };
-    cmd.arg("train")
-        .args(args)
-        .args(["--threads", "1", "--quiet", "--out"])
-        .arg(out);
-    let o = cmd.output().expect("run (is Open MPI's mpirun installed?)");
-    assert!(
-        o.status.success(),
-        "{ranks} rank(s) {args:?}: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = out.to_str().expect("utf-8");
+    let mut all = vec!["train"];
+    all.extend(args);
+    all.extend(["--threads", "1", "--quiet", "--out", out]);
+    emergence(ranks, &all);
 }
 
 const TIMINGS: [&str; 5] = [
@@ -235,8 +220,136 @@ fn two_ranks_train_mappo_and_resume_a_one_process_run() {
     );
 }
 
-/// A binary built without the feature refuses to run under mpirun (it would run the whole
-/// job once per rank), and commands other than train say they do not spread.
+/// `emergence ARGS` in one process, or under `mpirun -np ranks`; its stdout.
+fn emergence(ranks: usize, args: &[&str]) -> String {
+    let mut cmd = if ranks > 1 {
+        let mut c = Command::new("mpirun");
+        c.args(["--allow-run-as-root", "--oversubscribe", "-np"])
+            .arg(ranks.to_string())
+            .arg(BIN);
+        c
+    } else {
+        Command::new(BIN)
+    };
+    let o = cmd
+        .args(args)
+        .output()
+        .expect("run (is Open MPI's mpirun installed?)");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{ranks} rank(s) {args:?}: {out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+/// A JSON file without the given top-level keys (timings).
+fn json_without(path: &Path, keys: &[&str]) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    if let Some(o) = v.as_object_mut() {
+        for k in keys {
+            o.remove(*k);
+        }
+    }
+    v
+}
+
+/// `reproduce` under two ranks runs each rank's share of the experiment's runs (each an
+/// ordinary one-process run) and rank 0 writes the report of one process: the same report,
+/// the same runs (their rows exactly, timings aside), the same final evaluations. Then
+/// `eval` of one of those runs against three partners, spread over two ranks, prints and
+/// writes what one process does.
+#[test]
+fn reproduce_and_eval_spread_over_ranks_give_the_one_process_results() {
+    let dir = out_dir("reproduce");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let file = dir.join("small.experiment.ron");
+    std::fs::write(&file, include_str!("data/small.experiment.ron")).expect("write");
+    let f = file.to_str().expect("utf-8");
+    let (one, two) = (dir.join("one"), dir.join("two"));
+    let run = |ranks: usize, out: &Path| {
+        emergence(
+            ranks,
+            &[
+                "reproduce",
+                f,
+                "--threads",
+                "1",
+                "--quiet",
+                "--out",
+                out.to_str().expect("utf-8"),
+            ],
+        )
+    };
+    run(1, &one);
+    let said = run(2, &two);
+    assert!(said.contains("over 2 ranks"), "{said}");
+    assert_eq!(
+        json_without(&one.join("report.json"), &["timing"]),
+        json_without(&two.join("report.json"), &["timing"]),
+        "report.json"
+    );
+    let mut runs = 0;
+    for arm in ["ippo", "reinforce"] {
+        for seed in ["seed_1", "seed_2"] {
+            let (a, b) = (
+                one.join("runs").join(arm).join(seed),
+                two.join("runs").join(arm).join(seed),
+            );
+            let (x, y) = (rows(&a), rows(&b));
+            assert_eq!(x.len(), 4, "{arm} {seed}: rows");
+            for (mut x, mut y) in x.into_iter().zip(y) {
+                for r in [&mut x, &mut y] {
+                    let o = r.as_object_mut().expect("object");
+                    for k in TIMINGS.iter().chain(&["update_seconds"]) {
+                        o.remove(*k);
+                    }
+                }
+                assert_eq!(x, y, "{arm} {seed}: a row");
+            }
+            assert_eq!(
+                json_without(&a.join("final_eval.json"), &["seconds"]),
+                json_without(&b.join("final_eval.json"), &["seconds"]),
+                "{arm} {seed}: final_eval.json"
+            );
+            runs += 1;
+        }
+    }
+    assert_eq!(runs, 4);
+    // eval: three partners over two ranks (rank 0 two of them, rank 1 one).
+    let model = one.join("runs/ippo/seed_1");
+    let eval = |ranks: usize, json: &str| {
+        let said = emergence(
+            ranks,
+            &[
+                "eval",
+                model.to_str().expect("utf-8"),
+                "--against",
+                "self,always_defect,tit_for_tat",
+                "--arenas",
+                "8",
+                "--threads",
+                "1",
+                "--json",
+                dir.join(json).to_str().expect("utf-8"),
+            ],
+        );
+        // The table, without the first line (which says how the work was spread).
+        said.lines().skip(1).collect::<Vec<_>>().join("\n")
+    };
+    let (t1, t2) = (eval(1, "one.json"), eval(2, "two.json"));
+    assert_eq!(t1, t2, "the table");
+    assert_eq!(t1.lines().count(), 4, "{t1}");
+    assert_eq!(
+        json_without(&dir.join("one.json"), &[]),
+        json_without(&dir.join("two.json"), &[]),
+        "eval --json"
+    );
+}
+
+/// Commands other than train, eval and reproduce say they do not spread over ranks.
 #[test]
 fn other_commands_refuse_to_run_under_mpirun() {
     let o = Command::new("mpirun")
@@ -246,7 +359,10 @@ fn other_commands_refuse_to_run_under_mpirun() {
         .expect("mpirun");
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("only `emergence train` spreads"), "{err}");
+    assert!(
+        err.contains("only `train`, `eval` and `reproduce` spread"),
+        "{err}"
+    );
 }
 
 /// A tensor's entries as f32 (counters stored as integers included).

@@ -42,6 +42,7 @@ fn config(name: &str, algo: Algo, iterations: u32, arenas: u32, out: &Path) -> T
         eval_against: Vec::new(),
         eval_every: 10,
         ranks: Default::default(),
+        device: Device::Cpu,
     }
 }
 
@@ -1169,6 +1170,8 @@ fn an_interrupted_experiment_resumes_to_the_same_report_experiment_resumes_to_th
         iterations: None,
         threads: 2,
         stop_after,
+        ranks: Default::default(),
+        device: candle_core::Device::Cpu,
     };
     let whole = experiment::reproduce(&exp, &opts("whole", None), &|_| {}).expect("whole");
     assert_eq!(whole.outcome.kept, 0);

@@ -43,6 +43,9 @@ pub struct EvalArgs {
     /// Replace the --json file if it exists (never an input: the scene or the model's files).
     #[arg(long)]
     pub force: bool,
+    /// Where language models play: `cpu`, or `cuda:N` (built with the `cuda` feature).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
 /// A comma-separated list of partners, checked.
@@ -53,8 +56,11 @@ pub fn parse_partners(s: &str) -> Result<Partners, String> {
     emergence::train::eval::parse_partners(s).map(Partners)
 }
 
-pub fn cmd_eval(args: EvalArgs) -> Result<()> {
+/// Under mpirun (`ranks`) the partners are spread over the ranks (every N-th to each) and
+/// rank 0 prints and writes every result, in the order given.
+pub fn cmd_eval(args: EvalArgs, ranks: emergence::train::dist::Ranks) -> Result<()> {
     use emergence::train::eval::{EvalSpec, evaluate};
+    let device = super::parse_device(&args.device)?;
     if !args.model.exists() {
         anyhow::bail!(
             "{}: not found; expected a run, a checkpoint or a model folder",
@@ -116,40 +122,54 @@ pub fn cmd_eval(args: EvalArgs) -> Result<()> {
         episodes: args.episodes,
         seed: args.seed,
         threads: args.threads.map(usize::from),
+        device,
     };
-    println!(
-        "{} on {} ({} arenas x {} episodes per seat, seed {})",
-        model.display(),
-        scene_path.display(),
-        args.arenas,
-        args.episodes,
-        args.seed
-    );
-    println!(
-        "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "partner", "return", "per step", "partner", "first C", "C|C", "C|D"
-    );
-    let mut results = Vec::new();
-    for partner in args.against.iter().flat_map(|p| &p.0) {
-        let r = evaluate(&spec, partner)?;
-        let f = |k: &str| {
-            r.strategy
-                .get(k)
-                .map_or("-".to_string(), |v| format!("{v:.3}"))
-        };
+    let partners: Vec<&String> = args.against.iter().flat_map(|p| &p.0).collect();
+    if ranks.is_root() {
         println!(
-            "{:<24} {:>10.3} {:>10.3} {:>10} {:>10} {:>10} {:>10}",
-            emergence::train::eval::label(partner),
-            r.model_return,
-            r.model_return_per_step,
-            r.partner_return
-                .map_or("-".to_string(), |p| format!("{p:.3}")),
-            f("first_cooperation"),
-            f("coop_after_coop"),
-            f("coop_after_defect"),
+            "{} on {} ({} arenas x {} episodes per seat, seed {}{})",
+            model.display(),
+            scene_path.display(),
+            args.arenas,
+            args.episodes,
+            args.seed,
+            if ranks.parallel() {
+                format!("; {} partners over {} ranks", partners.len(), ranks.size())
+            } else {
+                String::new()
+            }
         );
-        results.push(r);
+        println!(
+            "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "partner", "return", "per step", "partner", "first C", "C|C", "C|D"
+        );
     }
+    // Alone, each row is printed as soon as it is known.
+    let mut mine = Vec::new();
+    for i in ranks.mine(partners.len()) {
+        let r = evaluate(&spec, partners[i])?;
+        if !ranks.parallel() {
+            print_row(&r);
+        }
+        mine.push((i, r));
+    }
+    let results: Vec<_> = if ranks.parallel() {
+        let mut all: Vec<(usize, _)> = ranks
+            .all_gather(mine)
+            .map_err(anyhow::Error::msg)?
+            .into_iter()
+            .flatten()
+            .collect();
+        all.sort_by_key(|(i, _)| *i);
+        let all: Vec<_> = all.into_iter().map(|(_, r)| r).collect();
+        if !ranks.is_root() {
+            return Ok(());
+        }
+        all.iter().for_each(print_row);
+        all
+    } else {
+        mine.into_iter().map(|(_, r)| r).collect()
+    };
     if let Some(j) = &args.json {
         let text = serde_json::to_string_pretty(&results)?;
         std::fs::OpenOptions::new()
@@ -160,4 +180,23 @@ pub fn cmd_eval(args: EvalArgs) -> Result<()> {
             .with_context(|| j.display().to_string())?;
     }
     Ok(())
+}
+
+fn print_row(r: &emergence::train::eval::EvalResult) {
+    let f = |k: &str| {
+        r.strategy
+            .get(k)
+            .map_or("-".to_string(), |v| format!("{v:.3}"))
+    };
+    println!(
+        "{:<24} {:>10.3} {:>10.3} {:>10} {:>10} {:>10} {:>10}",
+        emergence::train::eval::label(&r.partner),
+        r.model_return,
+        r.model_return_per_step,
+        r.partner_return
+            .map_or("-".to_string(), |p| format!("{p:.3}")),
+        f("first_cooperation"),
+        f("coop_after_coop"),
+        f("coop_after_defect"),
+    );
 }

@@ -81,21 +81,7 @@ pub fn apply_overrides(
 }
 
 pub fn parse_device(s: &str) -> Result<candle_core::Device> {
-    if s == "cpu" {
-        return Ok(candle_core::Device::Cpu);
-    }
-    let Some(n) = s
-        .strip_prefix("cuda:")
-        .and_then(|n| n.parse::<usize>().ok())
-    else {
-        anyhow::bail!("--device {s:?}: expected cpu or cuda:N");
-    };
-    if !candle_core::utils::cuda_is_available() {
-        anyhow::bail!(
-            "--device {s}: this build has no CUDA (build with --features cuda on a machine with a GPU)"
-        );
-    }
-    candle_core::Device::new_cuda(n).with_context(|| format!("--device {s}"))
+    emergence::policy::lm::parse_device(s).map_err(|e| anyhow::anyhow!("--device {e}"))
 }
 
 /// `--model tiny|small|DIR`, read the same way by every command: an embedded preset (weights

@@ -36,10 +36,18 @@ pub struct ReproduceArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Where the runs' language models train and play: `cpu`, or `cuda:N` (built with the
+    /// `cuda` feature); the environments stay on the CPU.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
-pub fn cmd_reproduce(args: ReproduceArgs) -> Result<()> {
+/// Under mpirun (`ranks`) every rank runs its share of the runs and rank 0 writes the report.
+pub fn cmd_reproduce(args: ReproduceArgs, ranks: emergence::train::dist::Ranks) -> Result<()> {
     use emergence::experiment::{self, runner};
+    if args.list && !ranks.is_root() {
+        return Ok(());
+    }
     if args.list {
         let found = experiment::find(&args.dir);
         if found.is_empty() {
@@ -64,6 +72,7 @@ pub fn cmd_reproduce(args: ReproduceArgs) -> Result<()> {
         }
         return Ok(());
     }
+    let device = super::parse_device(&args.device)?;
     let (Some(given), Some(out)) = (&args.experiment, &args.out) else {
         anyhow::bail!("give an experiment and --out, or --list");
     };
@@ -80,15 +89,26 @@ pub fn cmd_reproduce(args: ReproduceArgs) -> Result<()> {
         iterations: args.iterations,
         threads,
         stop_after: None,
+        ranks: ranks.clone(),
+        device,
     };
+    if !ranks.is_root() {
+        // Rank 0 shows the progress and reports; the runs' failures are its to report too.
+        return match runner::run(&exp, &opts, &|_| {}) {
+            Ok(_) | Err(runner::RunError::Runs { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        };
+    }
     let plan = runner::plan(&exp, &opts);
-    let total: u64 = plan
-        .runs
+    // This rank's runs (all of them in one process).
+    let total: u64 = ranks
+        .mine(plan.runs.len())
         .iter()
-        .map(|r| u64::from(r.settings.iterations.unwrap_or(20)))
+        .map(|&i| u64::from(plan.runs[i].settings.iterations.unwrap_or(20)))
         .sum();
+    let at_once = threads.min(plan.runs.len()).max(1);
     println!(
-        "{}: {} arms x {} seeds = {} runs, {} budget, {} at once; report in {}",
+        "{}: {} arms x {} seeds = {} runs, {} budget, {}; report in {}",
         exp.name,
         exp.spec.arms.len(),
         plan.seeds.len(),
@@ -98,7 +118,15 @@ pub fn cmd_reproduce(args: ReproduceArgs) -> Result<()> {
             runner::Budget::Quick => "quick",
             runner::Budget::Custom { .. } => "custom",
         },
-        threads.min(plan.runs.len()).max(1),
+        if ranks.parallel() {
+            format!(
+                "over {} ranks, {} at once on each (the progress is rank 0's runs)",
+                ranks.size(),
+                at_once.min(plan.runs.len().div_ceil(ranks.size()))
+            )
+        } else {
+            format!("{at_once} at once")
+        },
         out.display()
     );
     let bar = progress_bar(
@@ -107,7 +135,7 @@ pub fn cmd_reproduce(args: ReproduceArgs) -> Result<()> {
         "{elapsed_precise} [{bar:30}] {pos}/{len} iterations (eta {eta}) {msg}",
     );
     let finished = std::sync::atomic::AtomicUsize::new(0);
-    let n_runs = plan.runs.len();
+    let n_runs = ranks.mine(plan.runs.len()).len();
     let on_event = |e: runner::Event| match e {
         runner::Event::Started { done, .. } => bar.inc(u64::from(done)),
         runner::Event::Iteration { .. } => bar.inc(1),

@@ -93,9 +93,10 @@ pub fn cmd_run(args: RunArgs) -> Result<()> {
         record: args.record.clone(),
         record_arenas: args.record_arenas.clone(),
         hash_steps: args.hash_log.is_some(),
-        policies: LmPolicy::for_command(model.map(|(s, _)| s), device)
+        policies: LmPolicy::for_command(model.map(|(s, _)| s), device.clone())
             .into_iter()
             .collect(),
+        device,
         ..RunConfig::new(scene)
     };
     let total = u64::from(cfg.arenas) * u64::from(cfg.episodes);

@@ -48,6 +48,11 @@ pub struct TrainArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Where the language model decides and trains: `cpu`, or `cuda:N` (built with the
+    /// `cuda` feature); the environments stay on the CPU, and so does an `mlp` learner. A
+    /// resumed run may change it.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
     /// Draw arena 0 live in a window while training (built with the `gui` feature).
     #[arg(long)]
     pub gui: bool,
@@ -62,6 +67,7 @@ pub struct TrainArgs {
 
 pub fn cmd_train(mut args: TrainArgs, ranks: emergence::train::dist::Ranks) -> Result<()> {
     use emergence::train::{TrainConfig, resume_config, train};
+    let device = super::parse_device(&args.device)?;
     let cfg = if let Some(run) = &args.resume {
         let mut given = args.settings.given();
         given.retain(|f| f != "--iterations");
@@ -114,6 +120,7 @@ pub fn cmd_train(mut args: TrainArgs, ranks: emergence::train::dist::Ranks) -> R
     let cfg = TrainConfig {
         stop_after: args.stop_after,
         ranks,
+        device,
         ..cfg
     };
     check_outputs(

@@ -150,18 +150,17 @@ pub fn cmd_view(args: ViewArgs) -> Result<()> {
             }
             None => model.map(|(s, _)| s),
         };
+        let device = parse_device(&args.device)?;
         let cfg = RunConfig {
             arenas: args.arenas,
             seed: args.seed,
             threads: args.threads.map(usize::from),
             record: args.record.clone(),
             record_arenas: vec![args.arena],
-            policies: emergence::policy::lm::LmPolicy::for_command(
-                model,
-                parse_device(&args.device)?,
-            )
-            .into_iter()
-            .collect(),
+            policies: emergence::policy::lm::LmPolicy::for_command(model, device.clone())
+                .into_iter()
+                .collect(),
+            device,
             ..RunConfig::new(scene)
         };
         ViewSource::Live {

@@ -5,6 +5,13 @@
 //! finished, resumes a half-finished one from its newest checkpoint (as `train --resume`
 //! does), and refuses a folder that holds another experiment or another budget
 //! (`plan.json` records what the folder is for). `OUT/.lock` keeps two invocations apart.
+//!
+//! Under `mpirun -np N` ([`Options::ranks`]) rank 0 prepares the folder and holds its lock;
+//! each rank then trains and evaluates its share of the runs ([`Ranks::mine`]: every N-th,
+//! so each rank gets runs of every arm), the ranks' results are gathered, and rank 0 writes
+//! the wall time and the report. The runs are the one-process runs (each is an ordinary
+//! one-process training run with its own seed), so the report is the same; the folder must
+//! be on a filesystem every rank sees (always so on one machine; checked).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,6 +22,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::{Experiment, arm_settings};
+use crate::train::dist::Ranks;
 use crate::train::run_dir::{RunLock, write_atomic};
 use crate::train::{
     TrainConfig, TrainError, TrainSettings, eval, newest_checkpoint, resume_config, train,
@@ -71,6 +79,10 @@ pub struct Options {
     /// Stop every run after this many iterations as if the invocation had been killed
     /// (tests of resuming; see [`TrainConfig::stop_after`]).
     pub stop_after: Option<u32>,
+    /// The ranks of a job under mpirun, which share the runs; one process by default.
+    pub ranks: Ranks,
+    /// Where the runs' language models train and play (`--device`); the CPU by default.
+    pub device: candle_core::Device,
 }
 
 /// One run of the plan.
@@ -289,18 +301,39 @@ pub fn run(
     let start = Instant::now();
     let plan = plan(exp, opts);
     let out = &opts.out;
-    refuse_foreign_folder(out)?;
-    let _lock = RunLock::acquire(out)?;
-    prepare_folder(out, &plan)?;
-    // The scene copies the runs train on (and the rerun commands name).
-    for (i, arm) in exp.spec.arms.iter().enumerate() {
-        let p = out.join("scenes").join(format!("{}.scene.ron", arm.name));
-        if std::fs::read_to_string(&p).ok().as_deref() != Some(&exp.scenes[i].text) {
-            std::fs::create_dir_all(out.join("scenes")).map_err(|e| folder_err(out, e))?;
-            write_atomic(&p, exp.scenes[i].text.as_bytes())?;
+    let ranks = &opts.ranks;
+    // Rank 0 alone locks and prepares the folder (a failure there ends the job).
+    let _lock = if ranks.is_root() {
+        refuse_foreign_folder(out)?;
+        let lock = RunLock::acquire(out)?;
+        prepare_folder(out, &plan)?;
+        // The scene copies the runs train on (and the rerun commands name).
+        for (i, arm) in exp.spec.arms.iter().enumerate() {
+            let p = out.join("scenes").join(format!("{}.scene.ron", arm.name));
+            if std::fs::read_to_string(&p).ok().as_deref() != Some(&exp.scenes[i].text) {
+                std::fs::create_dir_all(out.join("scenes")).map_err(|e| folder_err(out, e))?;
+                write_atomic(&p, exp.scenes[i].text.as_bytes())?;
+            }
+        }
+        Some(lock)
+    } else {
+        None
+    };
+    if ranks.parallel() {
+        // The other ranks start once the folder is ready, and must see it.
+        ranks.all_gather(()).map_err(RunError::Folder)?;
+        if !out.join("plan.json").is_file() {
+            return Err(folder_err(
+                out,
+                format!(
+                    "rank {} does not see the folder rank 0 prepared; under mpirun --out must \
+                     be on a filesystem every rank shares",
+                    ranks.rank()
+                ),
+            ));
         }
     }
-    let pending: Vec<usize> = (0..plan.runs.len()).collect();
+    let pending = ranks.mine(plan.runs.len());
     let jobs = opts.threads.max(1).min(pending.len().max(1));
     let per_run = (opts.threads.max(1) / jobs).max(1);
     let next = AtomicUsize::new(0);
@@ -312,7 +345,7 @@ pub fn run(
                 loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&i) = pending.get(k) else { break };
-                    let r = run_one(exp, &plan, i, out, per_run, opts.stop_after, on_event);
+                    let r = run_one(exp, &plan, i, opts, per_run, on_event);
                     let r = r.map_err(|e| {
                         format!("{} seed {}: {e:#}", plan.runs[i].arm, plan.runs[i].seed)
                     });
@@ -323,7 +356,25 @@ pub fn run(
             });
         }
     });
-    let results = results.into_inner().unwrap_or_default();
+    let mut results = results.into_inner().unwrap_or_default();
+    if ranks.parallel() {
+        // Every rank's results, so that every rank returns the same outcome.
+        let mine: Vec<(usize, Result<RunDone, String>)> = results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| Some((i, r.clone()?)))
+            .collect();
+        for (i, r) in ranks
+            .all_gather(mine)
+            .map_err(RunError::Folder)?
+            .into_iter()
+            .flatten()
+        {
+            if let Some(slot) = results.get_mut(i) {
+                *slot = Some(r);
+            }
+        }
+    }
     let mut failed = Vec::new();
     let (mut kept, mut resumed, mut stopped) = (0, 0, 0);
     for r in results.into_iter().flatten() {
@@ -343,7 +394,7 @@ pub fn run(
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_default();
-    if kept < plan.runs.len() {
+    if kept < plan.runs.len() && ranks.is_root() {
         walls.push(seconds);
         let json = serde_json::to_string(&walls).map_err(|e| folder_err(&wfile, e))?;
         write_atomic(&wfile, json.as_bytes())?;
@@ -427,7 +478,7 @@ fn prepare_folder(out: &Path, plan: &Plan) -> Result<(), RunError> {
     Ok(())
 }
 
-#[derive(Clone)]
+#[derive(Clone, Serialize, Deserialize)]
 enum RunDone {
     Stopped,
     Kept,
@@ -440,11 +491,11 @@ fn run_one(
     exp: &Experiment,
     plan: &Plan,
     i: usize,
-    out: &Path,
+    opts: &Options,
     threads: usize,
-    stop_after: Option<u32>,
     on_event: &(dyn Fn(Event) + Sync),
 ) -> Result<RunDone, anyhow::Error> {
+    let (out, stop_after, device) = (&opts.out, opts.stop_after, &opts.device);
     let r = &plan.runs[i];
     let dir = out.join(&r.dir);
     let iterations = r.settings.iterations.unwrap_or(20);
@@ -491,6 +542,7 @@ fn run_one(
         };
         cfg.threads = Some(threads);
         cfg.stop_after = stop_after;
+        cfg.device = device.clone();
         train(&cfg, |rep| {
             on_event(Event::Iteration {
                 run: i,
@@ -515,6 +567,7 @@ fn run_one(
             // Seeds neither training nor its evaluations use.
             seed: r.seed ^ 0x6669_6e61_6c00_0000,
             threads: Some(threads),
+            device: device.clone(),
         };
         for p in &plan.partners {
             let res = eval::evaluate(&spec, p)?;
@@ -543,6 +596,7 @@ fn run_one(
                 episodes: 1,
                 seed: r.seed ^ 0x6d61_7073_0000_0000,
                 threads: Some(threads),
+                device: device.clone(),
             };
             maps.insert(
                 label.to_string(),

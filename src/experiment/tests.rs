@@ -265,6 +265,8 @@ fn the_report_aggregates_hand_made_runs_and_judges_each_check() {
         iterations: None,
         threads: 1,
         stop_after: None,
+        ranks: Default::default(),
+        device: candle_core::Device::Cpu,
     };
     let plan = runner::plan(&exp, &opts);
     assert_eq!(plan.runs.len(), 4);

@@ -287,9 +287,21 @@ pub fn catalogue() -> &'static [PolicyInfo] {
 }
 
 /// The policies of a run, indexed by [`PolicyHandle`].
-#[derive(Resource, Default)]
+#[derive(Resource)]
 pub struct PolicyRegistry {
     entries: Vec<(String, Box<dyn Policy>)>,
+    /// Where the language models it creates by name run (`lm`, `lm:PATH`); the CPU by
+    /// default. The `mlp` and the scripted bots always run on the CPU.
+    pub device: candle_core::Device,
+}
+
+impl Default for PolicyRegistry {
+    fn default() -> Self {
+        Self {
+            entries: Vec::new(),
+            device: candle_core::Device::Cpu,
+        }
+    }
 }
 
 impl PolicyRegistry {
@@ -300,6 +312,15 @@ impl PolicyRegistry {
             return Some(PolicyHandle(i as u16));
         }
         let policy: Box<dyn Policy> = match catalogue().iter().find(|p| p.name == name) {
+            Some(info) if info.name == "lm" && !self.device.is_cpu() => {
+                Box::new(lm::LmPolicy::new(
+                    lm::ModelSource::Embedded {
+                        preset: lm::Preset::Tiny,
+                        seed: 0,
+                    },
+                    self.device.clone(),
+                ))
+            }
             Some(info) => (info.make)(),
             None => match name.strip_prefix("mlp:") {
                 Some(dir) => Box::new(mlp::MlpPolicy::from_folder(
@@ -311,7 +332,7 @@ impl PolicyRegistry {
                     let dir = name.strip_prefix("lm:")?;
                     Box::new(lm::LmPolicy::new(
                         lm::ModelSource::Folder(dir.into()),
-                        candle_core::Device::Cpu,
+                        self.device.clone(),
                     ))
                 }
             },

@@ -128,6 +128,7 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
             eval_against: file.eval_against,
             eval_every: file.eval_every,
             ranks: Default::default(),
+            device: Device::Cpu,
         }
     } else {
         let saved: LegacyConfig = serde_json::from_str(&text).map_err(at)?;
@@ -152,6 +153,7 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
             eval_against: saved.eval_against,
             eval_every: saved.eval_every.max(1),
             ranks: Default::default(),
+            device: Device::Cpu,
         }
     };
     if let Some(n) = iterations {

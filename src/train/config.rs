@@ -157,6 +157,9 @@ pub struct TrainConfig {
     /// The ranks of a data-parallel run under mpirun ([`super::dist`]); one process by
     /// default.
     pub ranks: super::dist::Ranks,
+    /// Where the language models decide and train (`--device`; not part of the run's
+    /// identity: a run may resume on another device). An `mlp` learner stays on the CPU.
+    pub device: candle_core::Device,
 }
 
 impl TrainConfig {
@@ -191,6 +194,7 @@ impl TrainConfig {
             eval_against: Vec::new(),
             eval_every: default_eval_every(),
             ranks: Default::default(),
+            device: candle_core::Device::Cpu,
         })
     }
 }

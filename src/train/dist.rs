@@ -25,6 +25,10 @@
 //! MAPPO's centralised critic is small (an mlp over the global state) and is updated whole
 //! on every rank, with the same inputs, so it needs no reduction.
 //!
+//! `reproduce` and `eval` spread whole jobs instead ([`Ranks::mine`]: an experiment's runs,
+//! an evaluation's partners, round robin) and gather their results to rank 0
+//! ([`Ranks::all_gather`]), which writes the report.
+//!
 //! The transport is Open MPI through the `mpi` crate (feature `mpi`,
 //! [`mpi_world`]); the interface ([`Transport`]) is what a NCCL all-reduce would also
 //! implement.
@@ -105,6 +109,32 @@ impl Ranks {
         let a = u64::from(arenas);
         let at = |k: u64| u32::try_from(k * a / n).unwrap_or(u32::MAX);
         at(r)..at(r + 1)
+    }
+
+    /// This rank's jobs of `n` (an experiment's runs, an evaluation's partners): every
+    /// `size`-th from `rank`, so that jobs listed by kind spread over the ranks.
+    pub fn mine(&self, n: usize) -> Vec<usize> {
+        (self.rank()..n).step_by(self.size()).collect()
+    }
+
+    /// Every rank's `mine`, in rank order (alone: `[mine]`): the results of jobs spread with
+    /// [`Ranks::mine`], gathered. Errs when a rank's value does not read back.
+    pub fn all_gather<T: Serialize + serde::de::DeserializeOwned>(
+        &self,
+        mine: T,
+    ) -> Result<Vec<T>, String> {
+        let Some(t) = self.transport.as_ref().filter(|t| t.size() > 1) else {
+            return Ok(vec![mine]);
+        };
+        let bytes = postcard::to_allocvec(&mine).map_err(|e| format!("rank {}: {e}", t.rank()))?;
+        t.all_gather_bytes(&bytes)
+            .iter()
+            .enumerate()
+            .map(|(r, b)| {
+                postcard::from_bytes(b)
+                    .map_err(|e| format!("what rank {r} sent does not read: {e}"))
+            })
+            .collect()
     }
 
     /// Ends the job (every rank) after this rank failed; alone, nothing happens.
@@ -306,6 +336,10 @@ impl Transport for MpiWorld {
         use mpi::traits::CommunicatorCollectives;
         let world = mpi::topology::SimpleCommunicator::world();
         let n = self.size();
+        // One leading byte on every rank's part: Open MPI refuses an all-gather whose buffers
+        // are all empty (MPI_ERR_ARG), which an empty `mine` everywhere (a barrier) would be.
+        let sent: Vec<u8> = std::iter::once(0u8).chain(mine.iter().copied()).collect();
+        let mine = &sent[..];
         let len = mpi::Count::try_from(mine.len()).unwrap_or(mpi::Count::MAX);
         let mut counts = vec![0 as mpi::Count; n];
         world.all_gather_into(&len, &mut counts[..]);
@@ -326,7 +360,7 @@ impl Transport for MpiWorld {
         counts
             .iter()
             .zip(&displs)
-            .map(|(&c, &d)| buf[d as usize..(d + c) as usize].to_vec())
+            .map(|(&c, &d)| buf[d as usize + 1..(d + c) as usize].to_vec())
             .collect()
     }
 
@@ -380,6 +414,16 @@ mod tests {
             }
         }
         assert_eq!(Ranks::default().share(8), 0..8);
+        // Jobs: each once, round robin.
+        for (jobs, n) in [(7usize, 2usize), (2, 3), (9, 3)] {
+            let mut all: Vec<usize> = (0..n)
+                .flat_map(|r| Ranks::new(Arc::new(Fake(r, n))).mine(jobs))
+                .collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..jobs).collect::<Vec<_>>());
+        }
+        assert_eq!(Ranks::new(Arc::new(Fake(1, 3))).mine(8), [1, 4, 7]);
+        assert_eq!(Ranks::default().mine(3), [0, 1, 2]);
     }
 
     #[test]

@@ -40,10 +40,12 @@ pub struct EvalSpec {
     pub seed: u64,
     /// Bevy worker threads.
     pub threads: Option<usize>,
+    /// Where the language models play (`--device`); the CPU by default.
+    pub device: candle_core::Device,
 }
 
 /// How the model did against one partner.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EvalResult {
     /// The partner's name as given.
     pub partner: String,
@@ -315,6 +317,7 @@ pub fn evaluate(spec: &EvalSpec, partner: &str) -> Result<EvalResult, TrainError
         run.episodes = spec.episodes;
         run.seed = spec.seed;
         run.threads = spec.threads;
+        run.device = spec.device.clone();
         let mut app = build_app(&run)?;
         app.insert_resource(SlotStrategies::default());
         app.add_systems(
@@ -441,6 +444,7 @@ pub fn play_maps(spec: &EvalSpec, steps: &[u32]) -> Result<PlayedMaps, TrainErro
     run.episodes = 1;
     run.seed = spec.seed;
     run.threads = spec.threads;
+    run.device = spec.device.clone();
     let mut app = build_app(&run)?;
     let ctx = FrameContext::new(app.world())
         .ok_or_else(|| TrainError::Config("the scene's world has no text format".into()))?;

@@ -263,7 +263,12 @@ pub fn train(
                 .after(RecordSystems::Write),
         ),
     );
-    let device = candle_core::Device::Cpu;
+    // The language model where `--device` puts it; an mlp is small and stays on the CPU.
+    let device = if mlp {
+        candle_core::Device::Cpu
+    } else {
+        cfg.device.clone()
+    };
     let mut learners: Vec<Learner> = names
         .into_iter()
         .enumerate()
@@ -516,6 +521,7 @@ fn evaluate_iteration(
         episodes: 1,
         seed: cfg.seed ^ 0x6576_616c_0000_0000 ^ (u64::from(iteration) << 16),
         threads: cfg.threads,
+        device: cfg.device.clone(),
     };
     let mut out = BTreeMap::new();
     for partner in &cfg.eval_against {

@@ -86,6 +86,8 @@ pub(super) fn wire(
             (None, _) => initial.clone(),
         })
         .collect();
+    // The language models decide where they train (`--device`); an mlp on the CPU.
+    let device = cfg.device.clone();
     let pioneer = Arc::new(AtomicUsize::new(
         (start / cfg.hyper.swap_every.max(1)) as usize % 2,
     ));
@@ -127,9 +129,8 @@ pub(super) fn wire(
         policy = Some((
             "lm".into(),
             PolicyFactory(Arc::new(move || {
-                let copy = |m: usize| {
-                    LmPolicy::with_handle(s[m].clone(), candle_core::Device::Cpu, h[m].clone())
-                };
+                let copy =
+                    |m: usize| LmPolicy::with_handle(s[m].clone(), device.clone(), h[m].clone());
                 Box::new(cory::CoryPolicy::new([copy(0), copy(1)], p.clone()))
             })),
         ));
@@ -142,7 +143,7 @@ pub(super) fn wire(
                     .map(|m| -> Box<dyn crate::policy::Policy> {
                         Box::new(LmPolicy::with_handle(
                             s[m].clone(),
-                            candle_core::Device::Cpu,
+                            device.clone(),
                             h[m].clone(),
                         ))
                     })
@@ -164,7 +165,7 @@ pub(super) fn wire(
             "lm".into(),
             PolicyFactory(Arc::new(move || {
                 Box::new(
-                    LmPolicy::with_handle(s.clone(), candle_core::Device::Cpu, h.clone())
+                    LmPolicy::with_handle(s.clone(), device.clone(), h.clone())
                         .with_lora(lora.clone(), owner),
                 )
             })),
@@ -172,11 +173,7 @@ pub(super) fn wire(
     } else {
         policy = Some((
             "lm".into(),
-            LmPolicy::factory(
-                sources[0].clone(),
-                candle_core::Device::Cpu,
-                Some(handles[0].clone()),
-            ),
+            LmPolicy::factory(sources[0].clone(), device, Some(handles[0].clone())),
         ));
     }
     Ok(Models {

@@ -22,6 +22,33 @@ pub use lora::{Adapter, AdapterOwner, LoraConfig};
 pub use model::{Decoder, Lora, Pass, Weights};
 pub use policy::{LmPolicy, ModelSource, NamedAdapter, TrainHandle, Trainable};
 
+/// The device named `cpu` or `cuda:N` (the N-th GPU; a build with the `cuda` feature). Errs
+/// with what was expected, or why the GPU cannot be opened.
+pub fn parse_device(name: &str) -> Result<candle_core::Device, String> {
+    if name == "cpu" {
+        return Ok(candle_core::Device::Cpu);
+    }
+    let Some(n) = name
+        .strip_prefix("cuda:")
+        .and_then(|n| n.parse::<usize>().ok())
+    else {
+        return Err(format!("{name:?}: expected cpu or cuda:N"));
+    };
+    if !candle_core::utils::cuda_is_available() {
+        return Err(format!(
+            "{name}: this build has no CUDA (build with --features cuda on a machine with the \
+             CUDA toolkit)"
+        ));
+    }
+    candle_core::Device::new_cuda(n).map_err(|mut e| {
+        // The cause, not candle's backtrace (printed with the error when RUST_BACKTRACE is set).
+        while let candle_core::Error::WithBacktrace { inner, .. } = e {
+            e = *inner;
+        }
+        format!("{name}: the GPU cannot be opened: {e}")
+    })
+}
+
 /// What can go wrong with a model, its folder or its tokenizer.
 #[derive(Debug, Error)]
 pub enum LmError {
