@@ -94,8 +94,8 @@ say "training on $DEVICE"
 train "$DEVICE" gpu
 
 say "decide (run) and reproduce with --device $DEVICE"
-for d in cpu "$DEVICE"; do
-    n=$([ "$d" = cpu ] && echo cpu || echo gpu)
+for pair in "cpu cpu" "$DEVICE gpu"; do
+    read -r d n <<< "$pair"
     "$BIN" run scenes/dilemma/prisoners_dilemma.scene.ron --policy lm --device "$d" --arenas 64 \
         --episodes 1 --seed 7 --quiet > "$OUT/run-$n.log" 2>&1 || { tail -30 "$OUT/run-$n.log"; exit 1; }
 done
