@@ -125,8 +125,9 @@ pub struct PolicyInfo {
     pub families: &'static [&'static str],
     /// An upper-bound bot that families show the whole map ([`Oracle`]).
     pub oracle: bool,
-    /// Makes a fresh instance.
-    pub make: fn() -> Box<dyn Policy>,
+    /// Makes a fresh instance; a language model runs on the device given (the registry's),
+    /// everything else on the CPU.
+    pub make: fn(&candle_core::Device) -> Box<dyn Policy>,
 }
 
 impl PolicyInfo {
@@ -150,125 +151,125 @@ static CATALOGUE: &[PolicyInfo] = &[
         doc: "uniformly random legal action",
         families: ALL,
         oracle: false,
-        make: || Box::new(RandomPolicy),
+        make: |_| Box::new(RandomPolicy),
     },
     PolicyInfo {
         name: "always_cooperate",
         doc: "always plays the cooperative action",
         families: MATRIX,
         oracle: false,
-        make: || Box::new(AlwaysCooperate),
+        make: |_| Box::new(AlwaysCooperate),
     },
     PolicyInfo {
         name: "always_defect",
         doc: "always plays the defecting action",
         families: MATRIX,
         oracle: false,
-        make: || Box::new(AlwaysDefect),
+        make: |_| Box::new(AlwaysDefect),
     },
     PolicyInfo {
         name: "tit_for_tat",
         doc: "cooperates first, then copies the other's last move",
         families: MATRIX,
         oracle: false,
-        make: || Box::new(TitForTat),
+        make: |_| Box::new(TitForTat),
     },
     PolicyInfo {
         name: "grim_trigger",
         doc: "cooperates until the other defects once, then defects forever",
         families: MATRIX,
         oracle: false,
-        make: || Box::new(GrimTrigger),
+        make: |_| Box::new(GrimTrigger),
     },
     PolicyInfo {
         name: "greedy_harvester",
         doc: "walks to the nearest visible apple and eats it; wanders otherwise",
         families: GRID,
         oracle: false,
-        make: || Box::new(GreedyHarvester),
+        make: |_| Box::new(GreedyHarvester),
     },
     PolicyInfo {
         name: "sustainable_harvester",
         doc: "like greedy, but never eats the last apple of a patch",
         families: GRID,
         oracle: false,
-        make: || Box::new(SustainableHarvester),
+        make: |_| Box::new(SustainableHarvester),
     },
     PolicyInfo {
         name: "cleaner",
         doc: "cleans visible river dirt with its beam; harvests when the river looks clean",
         families: CLEANUP,
         oracle: false,
-        make: || Box::new(Cleaner),
+        make: |_| Box::new(Cleaner),
     },
     PolicyInfo {
         name: "free_rider",
         doc: "harvests greedily and never cleans",
         families: CLEANUP,
         oracle: false,
-        make: || Box::new(FreeRider),
+        make: |_| Box::new(FreeRider),
     },
     PolicyInfo {
         name: "seeker",
         doc: "hide-and-seek seeker: chases the last hider it saw, explores otherwise",
         families: HNS,
         oracle: false,
-        make: || Box::new(Seeker::default()),
+        make: |_| Box::new(Seeker::default()),
     },
     PolicyInfo {
         name: "hider",
         doc: "hide-and-seek hider: flees the seekers it sees, wanders during preparation",
         families: HNS,
         oracle: false,
-        make: || Box::new(Hider),
+        make: |_| Box::new(Hider),
     },
     PolicyInfo {
         name: "fort_builder",
         doc: "hide-and-seek hider (oracle): pushes boxes into its room's doorways and locks them",
         families: HNS,
         oracle: true,
-        make: || Box::new(FortBuilder::default()),
+        make: |_| Box::new(FortBuilder::default()),
     },
     PolicyInfo {
         name: "maze_planner",
         doc: "sees the whole maze and every teammate; a joint rule shared by all planners (upper bound)",
         families: MAZE,
         oracle: true,
-        make: || Box::new(MazePlanner::default()),
+        make: |_| Box::new(MazePlanner::default()),
     },
     PolicyInfo {
         name: "maze_explorer",
         doc: "goes to the exit if it knows the way, else fetches keys, else explores; ignores talk",
         families: MAZE,
         oracle: false,
-        make: || Box::new(MazeExplorer),
+        make: |_| Box::new(MazeExplorer),
     },
     PolicyInfo {
         name: "maze_talker",
         doc: "explores to the exit and tells its teammate each step which way to go",
         families: MAZE,
         oracle: false,
-        make: || Box::new(MazeTalker),
+        make: |_| Box::new(MazeTalker),
     },
     PolicyInfo {
         name: "maze_follower",
         doc: "does what it last heard when legal, explores otherwise",
         families: MAZE,
         oracle: false,
-        make: || Box::new(MazeFollower),
+        make: |_| Box::new(MazeFollower),
     },
     PolicyInfo {
         name: "lm",
         doc: "language model: the embedded tiny model (seed 0), or --model PATH; one batched forward per step",
         families: ALL,
         oracle: false,
-        make: || {
+        make: |device| {
             Box::new(lm::LmPolicy::new(
                 lm::ModelSource::Embedded {
                     preset: lm::Preset::Tiny,
                     seed: 0,
                 },
-                candle_core::Device::Cpu,
+                device.clone(),
             ))
         },
     },
@@ -277,7 +278,7 @@ static CATALOGUE: &[PolicyInfo] = &[
         doc: "two-layer network on the observation's features, with a value head (seed 0); one batched forward per step",
         families: ALL,
         oracle: false,
-        make: || Box::new(mlp::MlpPolicy::new(0, candle_core::Device::Cpu)),
+        make: |_| Box::new(mlp::MlpPolicy::new(0, candle_core::Device::Cpu)),
     },
 ];
 
@@ -312,16 +313,7 @@ impl PolicyRegistry {
             return Some(PolicyHandle(i as u16));
         }
         let policy: Box<dyn Policy> = match catalogue().iter().find(|p| p.name == name) {
-            Some(info) if info.name == "lm" && !self.device.is_cpu() => {
-                Box::new(lm::LmPolicy::new(
-                    lm::ModelSource::Embedded {
-                        preset: lm::Preset::Tiny,
-                        seed: 0,
-                    },
-                    self.device.clone(),
-                ))
-            }
-            Some(info) => (info.make)(),
+            Some(info) => (info.make)(&self.device),
             None => match name.strip_prefix("mlp:") {
                 Some(dir) => Box::new(mlp::MlpPolicy::from_folder(
                     dir.into(),
