@@ -1,7 +1,7 @@
 //! The headless runner: builds an [`App`] with [`SimPlugins`], spawns the
 //! arenas of a scene and steps until every arena has run its episodes.
 
-use bevy::app::{App, First, Last, PostUpdate, PreUpdate, TaskPoolOptions, TaskPoolPlugin, Update};
+use bevy::app::{App, First, Last, PostUpdate, PreUpdate, TaskPoolOptions, Update};
 use bevy::ecs::schedule::{ScheduleLabel, SingleThreadedExecutor};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -187,10 +187,12 @@ pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
         Some(n) => TaskPoolOptions::with_num_threads(n.max(1)),
         None => TaskPoolOptions::default(),
     };
-    app.add_plugins(TaskPoolPlugin {
-        task_pool_options: pool,
-    })
-    .add_plugins(SimPlugins);
+    // The pools without `TaskPoolPlugin`: its only system ticks the main thread's local
+    // executors 300 times a frame, for `spawn_local` tasks a headless app never makes (the
+    // systems' `par_iter` scopes run their own tasks), which costs a one-arena step about a
+    // fifth of its time (measured from Python's parallel env).
+    pool.create_default_pools();
+    app.add_plugins(SimPlugins);
     // Headless, the frame schedules hold a handful of cheap systems: running them on the
     // single-threaded executor saves thread wake-ups every step. Systems still spread their
     // own work over arenas on the task pool.

@@ -9,7 +9,9 @@
    dependencies: its butterfly, sisl and atari envs need pygame, pymunk or the ALE);
 4. the native runner (`emergence run --policy random`), when the binary is built.
 
-Usage: python python/benches/bench.py [--seconds S] [--threads N]
+The contenders run in alternating slices (this machine's speed drifts): see `interleaved`.
+
+Usage: python python/benches/bench.py [--seconds S] [--threads N] [--json FILE]
 """
 
 import argparse
@@ -103,15 +105,30 @@ class PyGridHarvest(ParallelEnv):
         return obs, rewards, terms, truncs, infos
 
 
-def timed(seconds, step):
-    """Runs `step` (returning agent-steps done) for about `seconds`; agent-steps/s."""
-    done, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        done += step()
-    return done / (time.perf_counter() - start)
+def interleaved(contenders, seconds, slice_seconds=0.25):
+    """Runs every contender's `step` (returning agent-steps done) in turn, `slice_seconds`
+    at a time, until each has run `seconds`. This machine's speed drifts by 20% and more
+    within a minute, so contenders measured one after the other are not comparable; taken
+    in alternating slices, each round's ratios are measured over the same stretch of time.
+    Returns the rates (agent-steps/s over all rounds) and the rates of each round."""
+    done = {k: 0 for k in contenders}
+    spent = {k: 0.0 for k in contenders}
+    rounds = []
+    while min(spent.values()) < seconds:
+        this = {}
+        for name, step in contenders.items():
+            n, start = 0, time.perf_counter()
+            while time.perf_counter() - start < slice_seconds:
+                n += step()
+            dt = time.perf_counter() - start
+            done[name] += n
+            spent[name] += dt
+            this[name] = n / dt
+        rounds.append(this)
+    return {k: done[k] / spent[k] for k in contenders}, rounds
 
 
-def bench_vector(seconds, threads):
+def vector_stepper(threads):
     env = emergence.vector_env("commons_harvest_open", num_arenas=256, seed=0, threads=threads)
     rng = np.random.default_rng(0)
     state = {"obs": env.reset()[0]}
@@ -120,13 +137,13 @@ def bench_vector(seconds, threads):
         state["obs"] = env.step(env.sample_actions(rng, state["obs"]))[0]
         return env.num_arenas * env.num_agents
 
-    return timed(seconds, step)
+    return step
 
 
-def bench_parallel(env, seconds, masked):
-    """Both envs draw their actions the same cheap way (numpy), so the env is what is timed:
-    a legal action uniformly (masked), any of the actions (False), or action 0, always
-    legal, for every agent (None: the env's own cost alone)."""
+def parallel_stepper(env, masked):
+    """Both kinds of env draw their actions the same cheap way (numpy): a legal action
+    uniformly (masked), any of the actions (False: the pure-Python env has no illegal
+    actions), or action 0, always legal, for every agent (None: the env's own cost alone)."""
     state = {"infos": env.reset(seed=0)[1]}
     rng = np.random.default_rng(0)
 
@@ -146,7 +163,7 @@ def bench_parallel(env, seconds, masked):
         state["infos"] = env.step(acts)[4]
         return n
 
-    return timed(seconds, step)
+    return step
 
 
 def bench_native(threads):
@@ -162,43 +179,59 @@ def bench_native(threads):
     return float(m.group(1)) if m else None
 
 
+def spread(rounds, a, b):
+    """The ratio a / b per round: (min, median, max)."""
+    r = sorted(x[a] / x[b] for x in rounds)
+    return r[0], r[len(r) // 2], r[-1]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--seconds", type=float, default=5.0, help="each contender's running time")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
-    results = {
-        "vector_env (256 arenas, numpy)": bench_vector(args.seconds, args.threads),
-        "parallel_env (1 arena, PettingZoo API)": bench_parallel(
-            emergence.parallel_env("commons_harvest_open", threads=args.threads), args.seconds, True),
-        "parallel_env, text=False": bench_parallel(
-            emergence.parallel_env("commons_harvest_open", threads=args.threads, text=False),
-            args.seconds, True),
-        "pure-Python PettingZoo grid env (same size)": bench_parallel(PyGridHarvest(), args.seconds, False),
+
+    def par(**kw):
+        return emergence.parallel_env("commons_harvest_open", threads=args.threads, **kw)
+
+    names = {
+        "vec": "vector_env (256 arenas, numpy)",
+        "par": "parallel_env (1 arena, PettingZoo API)",
+        "par_notext": "parallel_env, text=False",
+        "py": "pure-Python PettingZoo grid env (same size)",
+        "par_alone": "parallel_env, the step alone",
+        "py_alone": "pure-Python env, the step alone",
     }
-    step_only = {
-        "parallel_env": bench_parallel(emergence.parallel_env("commons_harvest_open", threads=args.threads),
-                                       args.seconds, None),
-        "pure-Python env": bench_parallel(PyGridHarvest(), args.seconds, None),
+    contenders = {
+        "vec": vector_stepper(args.threads),
+        "par": parallel_stepper(par(), True),
+        "par_notext": parallel_stepper(par(text=False), True),
+        "py": parallel_stepper(PyGridHarvest(), False),
+        "par_alone": parallel_stepper(par(), None),
+        "py_alone": parallel_stepper(PyGridHarvest(), None),
     }
+    rates, rounds = interleaved(contenders, args.seconds)
+    results = {names[k]: v for k, v in rates.items()}
     native = bench_native(args.threads)
     if native is not None:
         results["native runner (emergence run, 256 arenas)"] = native
     width = max(map(len, results))
+    print(f"agent-steps/s, {len(rounds)} interleaved rounds of {args.seconds / len(rounds):.2f} s per contender:")
     for name, rate in results.items():
-        print(f"{name:<{width}}  {rate / 1e6:8.3f}M agent-steps/s")
-    py = results["pure-Python PettingZoo grid env (same size)"]
-    vec = results["vector_env (256 arenas, numpy)"]
-    print(f"parallel_env / pure Python: {results['parallel_env (1 arena, PettingZoo API)'] / py:.1f}x"
-          f" ({results['parallel_env, text=False'] / py:.1f}x without text)")
-    print(f"vector_env / pure Python:   {vec / py:.0f}x")
-    print(f"the step alone (every agent plays action 0): parallel_env {step_only['parallel_env'] / 1e6:.3f}M, "
-          f"pure Python {step_only['pure-Python env'] / 1e6:.3f}M agent-steps/s: "
-          f"{step_only['parallel_env'] / step_only['pure-Python env']:.1f}x")
-    results.update({f"{k}, step alone": v for k, v in step_only.items()})
+        print(f"  {name:<{width}}  {rate / 1e6:8.3f}M")
+    print("ratios over the whole run (per round: min / median / max):")
+    for label, a, b in [
+        ("parallel_env / pure Python, random legal actions", "par", "py"),
+        ("parallel_env without text / pure Python", "par_notext", "py"),
+        ("parallel_env / pure Python, the step alone", "par_alone", "py_alone"),
+        ("vector_env / pure Python", "vec", "py"),
+    ]:
+        lo, mid, hi = spread(rounds, a, b)
+        print(f"  {label:<50} {rates[a] / rates[b]:6.1f}x  ({lo:.1f} / {mid:.1f} / {hi:.1f})")
+        results[f"ratio: {label}"] = rates[a] / rates[b]
     if native is not None:
-        print(f"vector_env / native:        {vec / native:.0%} of the native speed kept")
+        print(f"  vector_env / native runner: {rates['vec'] / native:.0%} of the native speed kept")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
 

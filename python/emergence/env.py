@@ -114,7 +114,8 @@ class EmergenceParallelEnv(ParallelEnv):
         self.render_mode = render_mode
         self._seed = seed
         self._resets = 0
-        self._sim = _build(scene, 1, seed, python_teams, partners, threads, True, illegal_action, arena)
+        # The global state is written when state() asks for it, not every step.
+        self._sim = _build(scene, 1, seed, python_teams, partners, threads, False, illegal_action, arena)
         self.possible_agents = list(self._sim.agent_ids)
         self.agents = []
         self._moves = list(self._sim.action_names)
@@ -187,10 +188,10 @@ class EmergenceParallelEnv(ParallelEnv):
             raise RuntimeError("step() after the episode ended: call reset() first")
         if not isinstance(actions, dict):
             actions = dict(actions)
-        obs, rewards, terminations, truncations, infos = self._sim.parallel_step(
+        obs, rewards, terminations, truncations, infos, ended = self._sim.parallel_step(
             actions, self.possible_agents, self._words, self._text
         )
-        if any(terminations.values()) or any(truncations.values()):
+        if ended:
             self._done = True
             self.agents = []
         return obs, rewards, terminations, truncations, infos

@@ -22,15 +22,16 @@ use std::sync::Arc;
 use bevy::app::Main;
 use bevy::prelude::{Entity, World};
 use numpy::ndarray::{Array2, Array3};
-use numpy::{IntoPyArray, PyArray2, PyArray3, PyArrayMethods, PyReadonlyArray2};
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyArray3, PyArrayMethods, PyReadonlyArray2};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict};
 
 use emergence::core::{
     Action, ActionMask, ArenaAgents, ArenaPhase, Arenas, CODES, CentralState, Done, Encoded,
-    EpisodeClock, EpisodeReturn, GlobalView, Hold, Observation, Reward, SimSchedule, StateHash,
-    StepPart, Team, Utterance,
+    EpisodeClock, EpisodeReturn, GlobalStateSchedule, GlobalView, Hold, Observation, Reward,
+    SimSchedule, StateHash, StepPart, Team, Utterance,
 };
 use emergence::envs::senses::{Senses, encode};
 use emergence::frames::{Frame, FrameContext};
@@ -337,6 +338,53 @@ impl Sim {
             .copied()
             .unwrap_or(ActionMask(0))
     }
+
+    /// Arena `arena`'s seats encoded as the network reads them, checked to be alike.
+    fn feature_rows(&self, arena: usize) -> PyResult<Vec<Encoded>> {
+        let rows: Vec<Encoded> = (0..self.seats.len())
+            .map(|s| {
+                let mut row = Encoded::default();
+                self.encode_into(self.agent(arena, s), &mut row);
+                row
+            })
+            .collect();
+        if let Some(first) = rows.first()
+            && rows
+                .iter()
+                .any(|r| feature_width(r) != feature_width(first))
+        {
+            return Err(PyRuntimeError::new_err(
+                "the seats Python drives must observe alike",
+            ));
+        }
+        Ok(rows)
+    }
+}
+
+/// The length of `row`'s feature row: its cells one-hot, then its numbers.
+fn feature_width(row: &Encoded) -> usize {
+    row.cells.len() * CODES + row.dense.len()
+}
+
+/// `row`'s feature row into `out` (zeros, [`feature_width`] long): one-hot cells, then the
+/// numbers.
+fn write_features(row: &Encoded, out: &mut [f32]) {
+    let (cells, dense) = out.split_at_mut(row.cells.len() * CODES);
+    for (one_hot, &c) in cells.chunks_exact_mut(CODES).zip(&row.cells) {
+        if let Some(x) = one_hot.get_mut(usize::from(c)) {
+            *x = 1.0;
+        }
+    }
+    dense.copy_from_slice(&row.dense);
+}
+
+/// `mask` as 0/1 into every element of `out`, each action repeated `per_move` times (a
+/// move and a word).
+fn write_mask(mask: ActionMask, per_move: usize, out: &mut [i8]) {
+    let per_move = per_move.max(1);
+    for (i, x) in out.iter_mut().enumerate() {
+        *x = i8::from(mask.allows((i / per_move) as u8));
+    }
 }
 
 /// Lets `policy` (a catalogue policy of the scene's family) decide for `team`'s agents.
@@ -398,7 +446,8 @@ fn agent_name(scene: &Scene, slot: usize) -> String {
 impl Sim {
     /// `scene`: a `.scene.ron` path or the RON text. `python_teams`: the teams Python drives
     /// (default: every team without a partner); the others keep their scene policies. `central_state`: let the
-    /// families write the global state (`state()`). `partners`: `(team, policy)` pairs.
+    /// families write the global state every step (otherwise `global_state` writes it when
+    /// asked). `partners`: `(team, policy)` pairs.
     /// `first_legal`: an illegal action becomes the first legal one. `first_arena`: this
     /// world's arenas are arenas `first_arena..` of a run with the same seed.
     #[new]
@@ -643,39 +692,29 @@ impl Sim {
     )> {
         self.check_arena(arena)?;
         let ns = self.seats.len();
-        let mut row = Encoded::default();
-        let mut feats = Array2::<f32>::zeros((0, 0));
-        for s in 0..ns {
-            self.encode_into(self.agent(arena, s), &mut row);
-            let width = row.cells.len() * CODES + row.dense.len();
-            if s == 0 {
-                feats = Array2::<f32>::zeros((ns, width));
-            } else if width != feats.ncols() {
-                return Err(PyRuntimeError::new_err(
-                    "the seats Python drives must observe alike",
-                ));
-            }
-            for (i, &c) in row.cells.iter().enumerate() {
-                feats[[s, i * CODES + usize::from(c)]] = 1.0;
-            }
-            for (i, &d) in row.dense.iter().enumerate() {
-                feats[[s, row.cells.len() * CODES + i]] = d;
-            }
+        let rows = self.feature_rows(arena)?;
+        let width = rows.first().map_or(0, feature_width);
+        let feats = PyArray2::<f32>::zeros(py, (ns, width), false);
+        // SAFETY: the array was made here and nothing else refers to its data yet.
+        let data =
+            unsafe { feats.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        for (row, out) in rows.iter().zip(data.chunks_exact_mut(width.max(1))) {
+            write_features(row, out);
         }
         let k = self.actions.len();
-        let mut masks = Array2::<i8>::zeros((ns, k));
-        for s in 0..ns {
-            let m = self.mask(self.agent(arena, s));
-            for i in 0..k {
-                masks[[s, i]] = i8::from(m.allows(i as u8));
-            }
+        let masks = PyArray2::<i8>::zeros(py, (ns, k), false);
+        // SAFETY: as above.
+        let data =
+            unsafe { masks.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        for (s, out) in data.chunks_exact_mut(k.max(1)).enumerate().take(ns) {
+            write_mask(self.mask(self.agent(arena, s)), 1, out);
         }
         let texts = if texts {
             Some(self.texts(arena)?)
         } else {
             None
         };
-        Ok((feats.into_pyarray(py), masks.into_pyarray(py), texts))
+        Ok((feats, masks, texts))
     }
 
     /// One step of the parallel env (arena 0): `actions` is PettingZoo's dict (agent id to
@@ -696,54 +735,59 @@ impl Sim {
         Bound<'py, PyDict>,
         Bound<'py, PyDict>,
         Bound<'py, PyDict>,
+        bool,
     )> {
-        let names: Vec<String> = agents
-            .iter()
-            .map(|a| a.extract::<String>())
-            .collect::<PyResult<_>>()?;
-        let mut unknown = Vec::new();
-        for key in actions.keys() {
-            match key.extract::<String>() {
-                Ok(k) if names.contains(&k) => {}
-                _ => unknown.push(key.repr()?.to_string()),
+        // One lookup per agent; the names are made only for an error.
+        let mut values = Vec::with_capacity(agents.len());
+        let mut missing = Vec::new();
+        for agent in &agents {
+            match actions.get_item(agent)? {
+                Some(v) => values.push((agent, v)),
+                None => missing.push(agent),
             }
         }
-        if !unknown.is_empty() {
+        let name = |a: &Bound<'py, PyAny>| a.extract::<String>().unwrap_or_default();
+        if actions.len() > values.len() {
+            let names: Vec<String> = agents.iter().map(name).collect();
+            let mut unknown = Vec::new();
+            for key in actions.keys() {
+                match key.extract::<String>() {
+                    Ok(k) if names.contains(&k) => {}
+                    _ => unknown.push(key.repr()?.to_string()),
+                }
+            }
             return Err(PyKeyError::new_err(format!(
                 "unknown agent id(s) [{}]; the agents are {names:?}",
                 unknown.join(", ")
             )));
         }
+        if !missing.is_empty() {
+            let missing: Vec<String> = missing.into_iter().map(name).collect();
+            return Err(PyValueError::new_err(format!("no action for {missing:?}")));
+        }
         let per_move = per_move.max(1) as i64;
         let n = self.actions.len() as i64 * per_move;
-        let (mut acts, mut words, mut missing) = (Vec::new(), Vec::new(), Vec::new());
-        for (name, agent) in names.iter().zip(&agents) {
-            let Some(v) = actions.get_item(agent)? else {
-                missing.push(name.clone());
-                continue;
-            };
-            if v.is_instance_of::<PyBool>() {
-                return Err(PyTypeError::new_err(format!(
-                    "{name}: an action is an int index, not {}",
-                    v.repr()?
-                )));
-            }
-            let a: i64 = v.extract().map_err(|_| {
+        let (mut acts, mut words) = (Vec::new(), Vec::new());
+        for (agent, v) in values {
+            let not_int = || {
                 PyTypeError::new_err(format!(
-                    "{name}: an action is an int index, not {}",
+                    "{}: an action is an int index, not {}",
+                    name(agent),
                     v.repr().map(|r| r.to_string()).unwrap_or_default()
                 ))
-            })?;
+            };
+            if v.is_instance_of::<PyBool>() {
+                return Err(not_int());
+            }
+            let a: i64 = v.extract().map_err(|_| not_int())?;
             if per_move > 1 && !(0..n).contains(&a) {
                 return Err(PyValueError::new_err(format!(
-                    "{name}: action {a} is not legal now (there are {n} move-and-word actions)"
+                    "{}: action {a} is not legal now (there are {n} move-and-word actions)",
+                    name(agent)
                 )));
             }
             acts.push(a.div_euclid(per_move));
             words.push(a.rem_euclid(per_move));
-        }
-        if !missing.is_empty() {
-            return Err(PyValueError::new_err(format!("no action for {missing:?}")));
         }
         let words = (per_move > 1).then_some(words);
         self.write_actions(&acts, words.as_deref())
@@ -756,13 +800,21 @@ impl Sim {
         {
             return Err(PyRuntimeError::new_err(e));
         }
-        self.parallel_results(py, agents, per_move as usize, text)
+        let (obs, rew, term, trunc, infos) =
+            self.parallel_results(py, agents, per_move as usize, text)?;
+        let seats = self.seats.len();
+        let ended = self.terminated[..seats]
+            .iter()
+            .chain(&self.truncated[..seats])
+            .any(|&d| d);
+        Ok((obs, rew, term, trunc, infos, ended))
     }
 
     /// The parallel env's step results for arena 0, built here rather than in Python:
     /// `(obs, rewards, terminations, truncations, infos)` as PettingZoo's dicts keyed by
     /// `agents` (one per seat), each mask repeated `per_move` times (a move and a word);
-    /// without `text`, the observations hold no text.
+    /// without `text`, the observations hold no text. Each agent's arrays are its own
+    /// (numpy's memory, written in place), its mask the same array in `obs` and `infos`.
     #[allow(clippy::type_complexity)]
     #[pyo3(signature = (agents, per_move, text=true))]
     fn parallel_results<'py>(
@@ -778,7 +830,8 @@ impl Sim {
         Bound<'py, PyDict>,
         Bound<'py, PyDict>,
     )> {
-        let (feats, masks, texts) = self.arena_observations(py, 0, text)?;
+        let rows = self.feature_rows(0)?;
+        let texts = if text { Some(self.texts(0)?) } else { None };
         let (obs, rew, term, trunc, infos) = (
             PyDict::new(py),
             PyDict::new(py),
@@ -786,24 +839,40 @@ impl Sim {
             PyDict::new(py),
             PyDict::new(py),
         );
-        let masks = masks.readonly();
-        let masks = masks.as_array();
-        for (s, agent) in agents.iter().enumerate().take(self.seats.len()) {
-            let row: Vec<i8> = masks
-                .row(s)
-                .iter()
-                .flat_map(|&m| std::iter::repeat_n(m, per_move.max(1)))
-                .collect();
-            let mask = row.into_pyarray(py);
+        let (features_key, text_key, mask_key) = (
+            intern!(py, "features"),
+            intern!(py, "text"),
+            intern!(py, "action_mask"),
+        );
+        let per_move = per_move.max(1);
+        let k = self.actions.len() * per_move;
+        for ((s, agent), row) in agents.iter().enumerate().zip(&rows) {
+            // SAFETY: both arrays are made here, uninitialised, and every element is written
+            // (the features after a `fill`; every mask element) before Python sees them;
+            // nothing else refers to their data meanwhile.
+            let (feats, mask) = unsafe {
+                let feats = PyArray1::<f32>::new(py, feature_width(row), false);
+                let mask = PyArray1::<i8>::new(py, k, false);
+                let out = feats
+                    .as_slice_mut()
+                    .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+                out.fill(0.0);
+                write_features(row, out);
+                let out = mask
+                    .as_slice_mut()
+                    .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+                write_mask(self.mask(self.agent(0, s)), per_move, out);
+                (feats, mask)
+            };
             let o = PyDict::new(py);
-            o.set_item("features", feats.get_item(s)?)?;
+            o.set_item(features_key, feats)?;
             if let Some(texts) = &texts {
-                o.set_item("text", &texts[s])?;
+                o.set_item(text_key, &texts[s])?;
             }
-            o.set_item("action_mask", &mask)?;
+            o.set_item(mask_key, &mask)?;
             obs.set_item(agent, o)?;
             let info = PyDict::new(py);
-            info.set_item("action_mask", mask)?;
+            info.set_item(mask_key, mask)?;
             infos.set_item(agent, info)?;
             rew.set_item(agent, f64::from(self.rewards[s]))?;
             term.set_item(agent, self.terminated[s])?;
@@ -897,16 +966,16 @@ impl Sim {
     }
 
     /// The family's global state of `arena` from seat `seat`'s side (the centralised
-    /// critic's input: cell codes and numbers); needs `central_state=True`.
-    fn global_state(&self, arena: usize, seat: usize) -> PyResult<(Vec<u8>, Vec<f32>)> {
+    /// critic's input: cell codes and numbers). Written every step with
+    /// `central_state=True`; otherwise written now, when asked (`GlobalStateSchedule`: the
+    /// same systems, so the same values).
+    fn global_state(&mut self, arena: usize, seat: usize) -> PyResult<(Vec<u8>, Vec<f32>)> {
         self.check_arena(arena)?;
-        if !self.central {
-            return Err(PyRuntimeError::new_err(
-                "the global state is written only when the Sim is built with central_state=True",
-            ));
-        }
         if seat >= self.seats.len() {
             return Err(PyValueError::new_err(format!("no seat {seat}")));
+        }
+        if !self.central {
+            self.world.run_schedule(GlobalStateSchedule);
         }
         let g = self
             .world

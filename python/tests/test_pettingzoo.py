@@ -75,3 +75,31 @@ def test_without_text_the_observations_hold_features_and_masks_only():
     full = emergence.parallel_env("clean_up")
     obs_full, _ = full.reset(seed=1)
     assert np.array_equal(obs[a]["features"], obs_full[a]["features"])
+
+
+@pytest.mark.parametrize("scene", ["prisoners_dilemma", "commons_harvest_open", "clean_up", "quadrant", "split_view"])
+def test_the_state_written_when_asked_equals_the_state_written_every_step(scene):
+    # The parallel env writes the global state only when state() asks (GlobalStateSchedule);
+    # a Sim with central_state=True writes it on every step, as MAPPO's training does.
+    # Same values, and asking changes nothing of the trajectory (same state hashes).
+    from emergence._native import Sim
+    from emergence.env import _scene_arg, features
+
+    env = emergence.parallel_env(scene, seed=4)
+    every = Sim(_scene_arg(scene), 1, 4, None, None, True, [], False, 0)
+    obs, infos = env.reset(seed=4)
+    rng = np.random.default_rng(1)
+    per_move = env._words
+    for step in range(60):
+        if not env.agents:
+            break
+        if step % 3 == 0:
+            cells, dense = every.global_state(0, 0)
+            cells = np.frombuffer(bytes(cells), dtype=np.uint8)
+            want = features(cells[None], np.asarray(dense, np.float32)[None], every.codes)[0]
+            assert np.array_equal(env.state(), want), step
+        acts = {a: int(rng.choice(np.flatnonzero(infos[a]["action_mask"]))) for a in env.agents}
+        row = np.array([[acts[a] for a in env.possible_agents]], dtype=np.int64)
+        every.step(row // per_move, row % per_move if per_move > 1 else None)
+        obs, rew, term, trunc, infos = env.step(acts)
+    assert env.step_hashes() == every.step_hashes()

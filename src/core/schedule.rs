@@ -36,6 +36,14 @@ use bevy::prelude::{Res, Resource};
 #[derive(ScheduleLabel, Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SimSchedule;
 
+/// The families' global-state systems alone: running it writes every agent's
+/// [`GlobalView`](super::GlobalView) for the current step. For a controller that reads the
+/// global state now and then (the Python parallel env's `state()`) instead of every step:
+/// while [`CentralState`](super::CentralState) is present the same systems run in
+/// [`SimSystems::Encode`] of every step. A family adds its state system to both.
+#[derive(ScheduleLabel, Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GlobalStateSchedule;
+
 /// The chained phases of one simulation step; see the module docs.
 #[derive(SystemSet, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SimSystems {
@@ -179,7 +187,10 @@ impl Plugin for SimSchedulePlugin {
             )
                 .run_if(act_part),
         );
+        let mut state = Schedule::new(GlobalStateSchedule);
+        state.set_executor(SingleThreadedExecutor::new());
         app.add_schedule(schedule)
+            .add_schedule(state)
             .init_resource::<SimSpeed>()
             .add_systems(self.parent, run_sim_schedule);
     }

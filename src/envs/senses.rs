@@ -93,6 +93,9 @@ impl<'w> SensesQueryItem<'w, '_> {
     }
 }
 
+/// Room for the header fields [`encode`] writes (69 of them today).
+const DENSE_CAPACITY: usize = 80;
+
 /// Fills `out` with the cells of `obs` and the header fields of `obs` and `senses`. The
 /// lengths depend only on the scene.
 pub fn encode(obs: &Observation, senses: Senses<'_>, out: &mut Encoded) {
@@ -101,6 +104,8 @@ pub fn encode(obs: &Observation, senses: Senses<'_>, out: &mut Encoded) {
         .extend(obs.view.iter().chain(&obs.map).map(|&c| c & 0x0f));
     let d = &mut out.dense;
     d.clear();
+    // One allocation for a new row (the header's length is fixed), none for a reused one.
+    d.reserve(DENSE_CAPACITY);
     d.push(obs.step as f32 / 1000.0);
     d.push(f32::from(senses.cooldown()) / 10.0);
     d.push(f32::from(u8::from(obs.removed)));

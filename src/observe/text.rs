@@ -77,7 +77,7 @@ impl TextFormat {
         mask: ActionMask,
         last_reward: f32,
     ) -> String {
-        let mut s = String::with_capacity(256);
+        let mut s = String::with_capacity(512);
         let role = self
             .roles
             .get(usize::from(who.role))

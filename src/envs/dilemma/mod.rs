@@ -64,6 +64,10 @@ impl Plugin for DilemmaPlugin {
             "clean_up",
             cleanup::pollute_and_grow.in_set(SimSystems::Rules),
         );
+        app.add_systems(
+            GlobalStateSchedule,
+            (matrix::state_matrix_games, gridworld::state_grid_dilemmas),
+        );
         let mut hashers = app.world_mut().get_resource_or_init::<StateHashers>();
         hashers.0.push(matrix::hash_matrix_game);
         hashers.0.push(gridworld::hash_grid_dilemma);
