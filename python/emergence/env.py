@@ -54,7 +54,7 @@ def features(cells, dense, codes=16):
 
 
 def _build(scene, num_arenas, seed, python_teams, partners, threads, central_state, illegal_action,
-           first_arena=0):
+           first_arena=0, hash_steps=False):
     if illegal_action not in ("raise", "first_legal"):
         raise ValueError(
             f"illegal_action must be 'raise' or 'first_legal', not {illegal_action!r}"
@@ -70,6 +70,7 @@ def _build(scene, num_arenas, seed, python_teams, partners, threads, central_sta
         list(partners.items()),
         illegal_action == "first_legal",
         int(first_arena),
+        bool(hash_steps),
     )
 
 
@@ -87,7 +88,9 @@ class EmergenceParallelEnv(ParallelEnv):
     critic reads), one-hot like ``features``. ``arena=i`` makes this env arena ``i`` of
     ``vector_env`` (or of ``emergence run``) with the same seed: the same random streams.
     ``text=False`` leaves the text out of the observations (and their space): faster when
-    no language model reads them.
+    no language model reads them. ``hash_steps=True`` keeps every step's state hash
+    (``step_hashes()``, equal to ``emergence run --hash-log``): off by default, it costs
+    time on every step.
     """
 
     metadata = {"render_modes": ["rgb_array", "ansi"], "name": "emergence_v0", "is_parallelizable": True}
@@ -103,6 +106,7 @@ class EmergenceParallelEnv(ParallelEnv):
         threads=None,
         arena=0,
         text=True,
+        hash_steps=False,
     ):
         self._text = bool(text)
         if int(arena) < 0:
@@ -115,7 +119,9 @@ class EmergenceParallelEnv(ParallelEnv):
         self._seed = seed
         self._resets = 0
         # The global state is written when state() asks for it, not every step.
-        self._sim = _build(scene, 1, seed, python_teams, partners, threads, False, illegal_action, arena)
+        self._sim = _build(
+            scene, 1, seed, python_teams, partners, threads, False, illegal_action, arena, hash_steps
+        )
         self.possible_agents = list(self._sim.agent_ids)
         self.agents = []
         self._moves = list(self._sim.action_names)
@@ -209,7 +215,8 @@ class EmergenceParallelEnv(ParallelEnv):
         return features(cells[None], np.asarray(dense, np.float32)[None], self._sim.codes)[0]
 
     def step_hashes(self):
-        """The state hash after every step of this world (``emergence run --hash-log``)."""
+        """The state hash after every step of this world (``emergence run --hash-log``);
+        needs ``hash_steps=True``."""
         return self._sim.step_hashes()
 
     def close(self):
@@ -231,6 +238,8 @@ class VectorEnv:
     ignores that arena's actions, starts its next episode, and returns its first
     observation with zero rewards (``info["reset"]`` marks those arenas; ``info["ended"]``
     the arenas whose episode ended on this step). The stepping runs with the GIL released.
+    ``hash_steps=True`` keeps every step's state hash (``step_hashes()``); off by default,
+    it costs about a third of a step.
     """
 
     autoreset_mode = "NextStep"
@@ -245,12 +254,13 @@ class VectorEnv:
         illegal_action="raise",
         threads=None,
         central_state=False,
+        hash_steps=False,
     ):
         if int(num_arenas) < 1:
             raise ValueError(f"num_arenas must be at least 1, not {num_arenas}")
         self._sim = _build(
             scene, int(num_arenas), seed, python_teams, partners, threads, central_state,
-            illegal_action,
+            illegal_action, hash_steps=hash_steps,
         )
         self.num_arenas = int(num_arenas)
         self.agent_ids = list(self._sim.agent_ids)

@@ -89,6 +89,8 @@ pub struct Sim {
     first_legal: bool,
     threads: Option<usize>,
     first_arena: u32,
+    /// Whether every step's state hash is kept (`step_hashes`).
+    hash_steps: bool,
 }
 
 impl Sim {
@@ -100,6 +102,7 @@ impl Sim {
         threads: Option<usize>,
         central: bool,
         first_arena: u32,
+        hash_steps: bool,
     ) -> PyResult<Self> {
         let teams: Vec<String> = scene.team_names().iter().map(|s| s.to_string()).collect();
         let driven: Vec<usize> = match &seats {
@@ -132,7 +135,8 @@ impl Sim {
         cfg.episodes = u32::MAX;
         cfg.seed = seed;
         cfg.threads = threads;
-        cfg.hash_steps = true;
+        // Hashing the state costs about a third of a many-arena step: only when asked.
+        cfg.hash_steps = hash_steps;
         cfg.policies.push((
             PYTHON.into(),
             PolicyFactory(Arc::new(|| Box::new(External) as Box<dyn Policy>)),
@@ -181,6 +185,7 @@ impl Sim {
             first_legal: false,
             threads,
             first_arena,
+            hash_steps,
         };
         sim.run_part(StepPart::Observe);
         Ok(sim)
@@ -449,9 +454,10 @@ impl Sim {
     /// families write the global state every step (otherwise `global_state` writes it when
     /// asked). `partners`: `(team, policy)` pairs.
     /// `first_legal`: an illegal action becomes the first legal one. `first_arena`: this
-    /// world's arenas are arenas `first_arena..` of a run with the same seed.
+    /// world's arenas are arenas `first_arena..` of a run with the same seed. `hash_steps`:
+    /// keep every step's state hash (`step_hashes`).
     #[new]
-    #[pyo3(signature = (scene, num_arenas=1, seed=0, python_teams=None, threads=None, central_state=false, partners=None, first_legal=false, first_arena=0))]
+    #[pyo3(signature = (scene, num_arenas=1, seed=0, python_teams=None, threads=None, central_state=false, partners=None, first_legal=false, first_arena=0, hash_steps=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -464,6 +470,7 @@ impl Sim {
         partners: Option<Vec<(String, String)>>,
         first_legal: bool,
         first_arena: u32,
+        hash_steps: bool,
     ) -> PyResult<Self> {
         let mut scene = read_scene(scene)?;
         let partners = partners.unwrap_or_default();
@@ -506,6 +513,7 @@ impl Sim {
                 threads,
                 central_state,
                 first_arena,
+                hash_steps,
             )
         })?;
         sim.first_legal = first_legal;
@@ -528,7 +536,19 @@ impl Sim {
         };
         let (scene, n, central) = (self.scene.clone(), self.arenas.len() as u32, self.central);
         let (threads, first_legal, first) = (self.threads, self.first_legal, self.first_arena);
-        *self = py.detach(|| Sim::build(scene, n, seed, Some(seats), threads, central, first))?;
+        let hash_steps = self.hash_steps;
+        *self = py.detach(|| {
+            Sim::build(
+                scene,
+                n,
+                seed,
+                Some(seats),
+                threads,
+                central,
+                first,
+                hash_steps,
+            )
+        })?;
         self.first_legal = first_legal;
         self.threads = threads;
         Ok(())
@@ -1014,9 +1034,15 @@ impl Sim {
         Ok(emergence::frames::image::ansi(&frame, &teams))
     }
 
-    /// The state hash after every step so far (the CLI's `--hash-log`, one per step).
-    fn step_hashes(&self) -> Vec<u64> {
-        self.hashes.clone()
+    /// The state hash after every step so far (the CLI's `--hash-log`, one per step); kept
+    /// only with `hash_steps=True`.
+    fn step_hashes(&self) -> PyResult<Vec<u64>> {
+        if !self.hash_steps {
+            return Err(PyRuntimeError::new_err(
+                "the state hashes are kept only when the env is made with hash_steps=True",
+            ));
+        }
+        Ok(self.hashes.clone())
     }
 }
 

@@ -85,8 +85,8 @@ def test_the_state_written_when_asked_equals_the_state_written_every_step(scene)
     from emergence._native import Sim
     from emergence.env import _scene_arg, features
 
-    env = emergence.parallel_env(scene, seed=4)
-    every = Sim(_scene_arg(scene), 1, 4, None, None, True, [], False, 0)
+    env = emergence.parallel_env(scene, seed=4, hash_steps=True)
+    every = Sim(_scene_arg(scene), 1, 4, None, None, True, [], False, 0, True)
     obs, infos = env.reset(seed=4)
     rng = np.random.default_rng(1)
     per_move = env._words

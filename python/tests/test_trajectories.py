@@ -35,7 +35,7 @@ def cli_run(cli, tmp_path, scene, seed, *extra):
 @pytest.mark.parametrize("scene", SCENES)
 def test_bots_alone_give_the_clis_hashes(cli, tmp_path, scene):
     want, _ = cli_run(cli, tmp_path, scene, 11)
-    env = emergence.vector_env(scene, num_arenas=1, seed=11, python_teams=[])
+    env = emergence.vector_env(scene, num_arenas=1, seed=11, python_teams=[], hash_steps=True)
     env.reset()
     while True:
         _, _, term, trunc, info = env.step(np.zeros((1, 0), np.int64))
@@ -50,7 +50,7 @@ def test_python_actions_replayed_give_the_clis_hashes(cli, tmp_path, scene):
     the other teams keep their scene policies: every step's state hash is the CLI's."""
     want, frames = cli_run(cli, tmp_path, scene, 4)
     first_team = emergence.parallel_env(scene).possible_agents[0].rsplit("_", 1)[0]
-    env = emergence.vector_env(scene, num_arenas=1, seed=4, python_teams=[first_team])
+    env = emergence.vector_env(scene, num_arenas=1, seed=4, python_teams=[first_team], hash_steps=True)
     env.reset()
     team_index = frames[0]["agents"][0]["team"]
     vocabulary = env.vocabulary
@@ -60,6 +60,25 @@ def test_python_actions_replayed_give_the_clis_hashes(cli, tmp_path, scene):
         words = [vocabulary.index(a["say"]) + 1 if a.get("say") else 0 for a in mine]
         env.step(np.array([acts], np.int64), np.array([words], np.int64) if vocabulary else None)
     assert env.step_hashes() == want
+
+
+def test_hashes_are_kept_only_when_asked_and_change_nothing_of_the_trajectory():
+    plain = emergence.vector_env("commons_harvest_open", num_arenas=3, seed=8)
+    hashed = emergence.vector_env("commons_harvest_open", num_arenas=3, seed=8, hash_steps=True)
+    obs_a, obs_b = plain.reset()[0], hashed.reset()[0]
+    rng = np.random.default_rng(2)
+    for _ in range(40):
+        acts = plain.sample_actions(rng, obs_a)
+        obs_a, rew_a, *_ = plain.step(acts)
+        obs_b, rew_b, *_ = hashed.step(acts)
+        for key in obs_a:
+            assert np.array_equal(obs_a[key], obs_b[key]), key
+        assert np.array_equal(rew_a, rew_b)
+    assert len(hashed.step_hashes()) == 40
+    with pytest.raises(RuntimeError, match="hash_steps=True"):
+        plain.step_hashes()
+    with pytest.raises(RuntimeError, match="hash_steps=True"):
+        emergence.parallel_env("stag_hunt").step_hashes()
 
 
 def test_the_text_is_what_the_language_model_read(cli, tmp_path):
