@@ -94,6 +94,7 @@ pub struct Sim {
 }
 
 impl Sim {
+    #[allow(clippy::too_many_arguments)]
     fn build(
         scene: Scene,
         num_arenas: u32,
