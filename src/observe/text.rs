@@ -103,17 +103,14 @@ impl TextFormat {
                     obs.step, self.max_steps
                 );
                 grid(&mut s, obs, &dilemma::view::CHARS, "view ahead is up");
-                let _ = writeln!(
-                    s,
-                    "legend @ you T teammate O other W wall A apple , empty apple cell ~ river # dirt ? outside"
-                );
+                s.push_str("legend @ you T teammate O other W wall A apple , empty apple cell ~ river # dirt ? outside\n");
                 reward_line(&mut s, last_reward);
                 if obs.removed {
-                    let _ = writeln!(s, "you are zapped out of play");
+                    s.push_str("you are zapped out of play\n");
                 } else if senses.cooldown() > 0 {
                     let _ = writeln!(s, "zap ready in {} steps", senses.cooldown());
                 } else {
-                    let _ = writeln!(s, "zap ready");
+                    s.push_str("zap ready\n");
                 }
             }
             FamilySpec::HideAndSeek(_) => {
@@ -141,13 +138,10 @@ impl TextFormat {
                     }
                 );
                 grid(&mut s, obs, &hide_and_seek::view::CHARS, "view ahead is up");
-                let _ = writeln!(
-                    s,
-                    "legend @ you T your side O other side # wall = low wall b box B box locked by your side X box locked by them r ramp R ramp locked by your side Y ramp locked by them ? unseen"
-                );
+                s.push_str("legend @ you T your side O other side # wall = low wall b box B box locked by your side X box locked by them r ramp R ramp locked by your side Y ramp locked by them ? unseen\n");
                 reward_line(&mut s, last_reward);
                 if obs.others.is_empty() {
-                    let _ = writeln!(s, "you see nobody");
+                    s.push_str("you see nobody\n");
                 }
                 for o in &obs.others {
                     let side = if o.ally { "ally" } else { "opponent" };
@@ -176,10 +170,7 @@ impl TextFormat {
                     }
                 );
                 self.maze_map(&mut s, obs);
-                let _ = writeln!(
-                    s,
-                    "legend @ you T teammate # wall p plate D shut door / open door k key L locked door E exit ? unknown"
-                );
+                s.push_str("legend @ you T teammate # wall p plate D shut door / open door k key L locked door E exit ? unknown\n");
                 reward_line(&mut s, last_reward);
                 for o in &obs.others {
                     let _ = writeln!(s, "teammate {} at {} {}", o.slot, o.pos[0], o.pos[1]);
@@ -193,14 +184,16 @@ impl TextFormat {
                 }
             }
         }
-        let legal: Vec<&str> = self
-            .actions
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| mask.allows(i as u8))
-            .map(|(_, a)| a.as_str())
-            .collect();
-        let _ = writeln!(s, "actions {}", legal.join(" "));
+        s.push_str("actions ");
+        let mut sep = "";
+        for (i, a) in self.actions.iter().enumerate() {
+            if mask.allows(i as u8) {
+                s.push_str(sep);
+                s.push_str(a);
+                sep = " ";
+            }
+        }
+        s.push('\n');
         if let FamilySpec::Maze(m) = &self.family {
             let _ = writeln!(s, "say {}", m.vocabulary.join(" "));
         }
@@ -217,7 +210,7 @@ impl TextFormat {
     fn matrix_events(&self, s: &mut String, senses: Senses<'_>, m: &crate::scene::MatrixParams) {
         let word = |a: u8| self.actions.get(usize::from(a)).map_or("?", String::as_str);
         if senses.history().is_empty() {
-            let _ = writeln!(s, "no rounds played yet");
+            s.push_str("no rounds played yet\n");
         }
         for h in senses.history() {
             let (mine, theirs) = (usize::from(h[0].min(1)), usize::from(h[1].min(1)));
@@ -236,7 +229,7 @@ impl TextFormat {
 
     fn maze_map(&self, s: &mut String, obs: &Observation) {
         let (w, h) = (usize::from(obs.map_width), usize::from(obs.map_height));
-        let _ = writeln!(s, "map north is up");
+        s.push_str("map north is up\n");
         if w == 0 || obs.map.len() != w * h {
             return;
         }
@@ -266,24 +259,32 @@ impl TextFormat {
 
 /// The egocentric window, one row per line, under a title.
 fn grid(s: &mut String, obs: &Observation, chars: &[char], title: &str) {
-    let _ = writeln!(s, "{title}");
+    s.push_str(title);
+    s.push('\n');
     let w = usize::from(obs.view_width);
     if w == 0 {
         return;
     }
+    s.reserve(obs.view.len() * 2);
     for row in obs.view.chunks(w) {
-        for (i, &c) in row.iter().enumerate() {
-            if i > 0 {
-                s.push(' ');
-            }
+        let mut sep = "";
+        for &c in row {
+            s.push_str(sep);
             s.push(chars.get(usize::from(c)).copied().unwrap_or('?'));
+            sep = " ";
         }
         s.push('\n');
     }
 }
 
 fn reward_line(s: &mut String, r: f32) {
-    let _ = writeln!(s, "last reward {r}");
+    // Whole rewards (most steps: 0) as integers, which is how `{r}` writes them (not -0,
+    // which `{r}` writes with its sign); others through the float formatter.
+    if r.fract() == 0.0 && r.abs() < 1e6 && !(r == 0.0 && r.is_sign_negative()) {
+        let _ = writeln!(s, "last reward {}", r as i32);
+    } else {
+        let _ = writeln!(s, "last reward {r}");
+    }
 }
 
 fn dir_word(d: Dir4) -> &'static str {
@@ -292,5 +293,23 @@ fn dir_word(d: Dir4) -> &'static str {
         Dir4::East => "east",
         Dir4::South => "south",
         Dir4::West => "west",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reward_line;
+
+    #[test]
+    fn the_reward_line_writes_every_reward_as_the_float_formatter_does() {
+        let values = [
+            0.0f32, -0.0, 1.0, -1.0, 2.0, 5.0, -3.0, 0.5, -0.01, 1.25, 100.0, 999_999.0,
+            1_000_000.0, 123_456_789.0, 1e-7, f32::MAX, f32::MIN, f32::INFINITY, f32::NAN,
+        ];
+        for r in values {
+            let mut s = String::new();
+            reward_line(&mut s, r);
+            assert_eq!(s, format!("last reward {r}\n"), "{r}");
+        }
     }
 }
