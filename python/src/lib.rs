@@ -20,6 +20,7 @@
 use std::sync::Arc;
 
 use bevy::app::Main;
+use bevy::ecs::query::QueryState;
 use bevy::prelude::{Entity, World};
 use numpy::ndarray::{Array2, Array3};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyArray3, PyArrayMethods, PyReadonlyArray2};
@@ -33,7 +34,7 @@ use emergence::core::{
     EpisodeClock, EpisodeReturn, GlobalStateSchedule, GlobalView, Hold, Observation, Reward,
     SimSchedule, StateHash, StepPart, Team, Utterance,
 };
-use emergence::envs::senses::{Senses, encode};
+use emergence::envs::senses::{SensesQuery, encode};
 use emergence::frames::{Frame, FrameContext};
 use emergence::headless::{RunConfig, build_app, error_chain};
 use emergence::observe::text::{Speaker, TextFormat};
@@ -61,6 +62,17 @@ fn read_scene(scene: &str) -> PyResult<Scene> {
     };
     result.map_err(|e| PyValueError::new_err(error_chain(&e)))
 }
+
+/// What an agent's observation, features and text read, fetched through one cached query
+/// (a `World::get` by type costs a lookup of the component's id each).
+type AgentView = (
+    &'static Observation,
+    SensesQuery,
+    Option<&'static ActionMask>,
+    Option<&'static Team>,
+    Option<&'static emergence::core::Role>,
+    Option<&'static Reward>,
+);
 
 /// One simulation world of `num_arenas` arenas of a scene.
 #[pyclass(module = "emergence._native")]
@@ -91,6 +103,9 @@ pub struct Sim {
     first_arena: u32,
     /// Whether every step's state hash is kept (`step_hashes`).
     hash_steps: bool,
+    /// The agents' observations, kept up to date with the world's archetypes by every call
+    /// that changes the world ([`Sim::run_part`], [`Sim::global_state`]).
+    view: QueryState<AgentView>,
 }
 
 impl Sim {
@@ -167,6 +182,7 @@ impl Sim {
             .ok_or_else(|| PyRuntimeError::new_err("the world has no scene"))?;
         world.insert_resource(StepPart::Observe);
         let n = arenas.len() * slots.len();
+        let view = QueryState::new(&mut world);
         let mut sim = Self {
             world,
             scene,
@@ -177,6 +193,7 @@ impl Sim {
             vocabulary,
             format,
             frames,
+            view,
             resetting: vec![false; num_arenas as usize],
             rewards: vec![0.0; n],
             terminated: vec![false; n],
@@ -202,6 +219,7 @@ impl Sim {
             _ => self.world.run_schedule(Main),
         }
         self.world.clear_trackers();
+        self.view.update_archetypes(&self.world);
     }
 
     fn agent(&self, arena: usize, seat: usize) -> Entity {
@@ -330,10 +348,8 @@ impl Sim {
     fn encode_into(&self, e: Entity, out: &mut Encoded) {
         out.cells.clear();
         out.dense.clear();
-        if let (Some(obs), Ok(entity)) =
-            (self.world.get::<Observation>(e), self.world.get_entity(e))
-        {
-            encode(obs, Senses::of(entity), out);
+        if let Ok((obs, senses, ..)) = self.view.get_manual(&self.world, e) {
+            encode(obs, senses.get(), out);
         }
     }
 
@@ -962,27 +978,21 @@ impl Sim {
     fn texts(&self, arena: usize) -> PyResult<Vec<String>> {
         self.check_arena(arena)?;
         Ok((0..self.seats.len())
-            .map(|s| {
-                let e = self.agent(arena, s);
-                let w = &self.world;
-                match (
-                    w.get::<Observation>(e),
-                    w.get::<ActionMask>(e),
-                    w.get_entity(e),
-                ) {
-                    (Some(obs), Some(&mask), Ok(entity)) => self.format.render(
+            .map(
+                |s| match self.view.get_manual(&self.world, self.agent(arena, s)) {
+                    Ok((obs, senses, Some(&mask), team, role, reward)) => self.format.render(
                         Speaker {
-                            team: w.get::<Team>(e).map_or(0, |t| t.0),
-                            role: w.get::<emergence::core::Role>(e).map_or(0, |r| r.0),
+                            team: team.map_or(0, |t| t.0),
+                            role: role.map_or(0, |r| r.0),
                         },
                         obs,
-                        Senses::of(entity),
+                        senses.get(),
                         mask,
-                        w.get::<Reward>(e).map_or(0.0, |r| r.0),
+                        reward.map_or(0.0, |r| r.0),
                     ),
                     _ => String::new(),
-                }
-            })
+                },
+            )
             .collect())
     }
 
@@ -997,6 +1007,7 @@ impl Sim {
         }
         if !self.central {
             self.world.run_schedule(GlobalStateSchedule);
+            self.view.update_archetypes(&self.world);
         }
         let g = self
             .world

@@ -303,8 +303,25 @@ mod tests {
     #[test]
     fn the_reward_line_writes_every_reward_as_the_float_formatter_does() {
         let values = [
-            0.0f32, -0.0, 1.0, -1.0, 2.0, 5.0, -3.0, 0.5, -0.01, 1.25, 100.0, 999_999.0,
-            1_000_000.0, 123_456_789.0, 1e-7, f32::MAX, f32::MIN, f32::INFINITY, f32::NAN,
+            0.0f32,
+            -0.0,
+            1.0,
+            -1.0,
+            2.0,
+            5.0,
+            -3.0,
+            0.5,
+            -0.01,
+            1.25,
+            100.0,
+            999_999.0,
+            1_000_000.0,
+            123_456_789.0,
+            1e-7,
+            f32::MAX,
+            f32::MIN,
+            f32::INFINITY,
+            f32::NAN,
         ];
         for r in values {
             let mut s = String::new();
