@@ -151,7 +151,7 @@ impl Sim {
         cfg.episodes = u32::MAX;
         cfg.seed = seed;
         cfg.threads = threads;
-        // Hashing the state costs about a third of a many-arena step: only when asked.
+        // Hashing the state costs about a fifth of a many-arena step: only when asked.
         cfg.hash_steps = hash_steps;
         cfg.policies.push((
             PYTHON.into(),
