@@ -24,6 +24,8 @@
 //! (`Update` by default; a game may prefer `FixedUpdate`).
 
 use bevy::app::{App, Plugin, Update};
+use bevy::ecs::component::Component;
+use bevy::ecs::schedule::common_conditions::any_with_component;
 use bevy::ecs::schedule::{
     InternedScheduleLabel, IntoScheduleConfigs, LogLevel, Schedule, ScheduleBuildSettings,
     ScheduleLabel, SingleThreadedExecutor, SystemSet,
@@ -98,6 +100,20 @@ pub fn add_family_systems<M>(
         }
         app.world_mut().resource_mut::<FamilySets>().0.push(family);
     }
+}
+
+/// Runs `family`'s set (declared with [`add_family_systems`]) only while some entity
+/// carries `C`, the family's arena component. A world without the family's arenas then
+/// skips its systems for one check per step instead of running each (to find nothing):
+/// every family's plugin is in [`SimPlugins`](crate::SimPlugins), so a world of one scene
+/// would otherwise run the other families' systems too, the larger part of a one-arena
+/// step's schedule cost. For a family of several systems; a lone system is as cheap as the
+/// check.
+pub fn run_family_while<C: Component>(app: &mut App, family: &'static str) {
+    app.configure_sets(
+        SimSchedule,
+        FamilySystems(family).run_if(any_with_component::<C>),
+    );
 }
 
 /// Which part of a step [`SimSchedule`] runs. A run inside the app runs whole steps; a
@@ -201,5 +217,44 @@ pub fn run_sim_schedule(world: &mut World) {
     let steps = world.resource::<SimSpeed>().steps_per_update;
     for _ in 0..steps {
         world.run_schedule(SimSchedule);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bevy::prelude::ResMut;
+
+    #[derive(Component)]
+    struct Marker;
+
+    #[derive(Resource, Default)]
+    struct Runs(u32);
+
+    fn count(mut runs: ResMut<Runs>) {
+        runs.0 += 1;
+    }
+
+    #[test]
+    fn a_family_runs_only_while_an_entity_carries_its_component() {
+        let mut app = App::new();
+        app.add_plugins(SimSchedulePlugin::default())
+            .init_resource::<Runs>();
+        add_family_systems(&mut app, "marked", count.in_set(SimSystems::Rules));
+        add_family_systems(&mut app, "always", count.in_set(SimSystems::Reward));
+        run_family_while::<Marker>(&mut app, "marked");
+        let world = app.world_mut();
+        world.run_schedule(SimSchedule);
+        assert_eq!(
+            world.resource::<Runs>().0,
+            1,
+            "only the unconditioned family ran"
+        );
+        let e = world.spawn(Marker).id();
+        world.run_schedule(SimSchedule);
+        assert_eq!(world.resource::<Runs>().0, 3, "both families ran");
+        world.despawn(e);
+        world.run_schedule(SimSchedule);
+        assert_eq!(world.resource::<Runs>().0, 4, "the marked family stopped");
     }
 }

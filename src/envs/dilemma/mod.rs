@@ -54,6 +54,8 @@ impl Plugin for DilemmaPlugin {
                 gridworld::summarize_grid_dilemmas.in_set(RecordSystems::Summarize),
             ),
         );
+        run_family_while::<matrix::MatrixGame>(app, "matrix");
+        run_family_while::<gridworld::DilemmaMap>(app, "grid_dilemma");
         add_family_systems(
             app,
             "commons_harvest",

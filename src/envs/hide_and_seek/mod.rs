@@ -73,6 +73,7 @@ impl Plugin for HideAndSeekPlugin {
                 rules::summarize_hide_and_seek.in_set(RecordSystems::Summarize),
             ),
         );
+        run_family_while::<HnsArena>(app, "hide_and_seek");
         app.add_systems(GlobalStateSchedule, rules::state_hide_and_seek);
         let world = app.world_mut();
         world

@@ -86,6 +86,7 @@ impl Plugin for MazePlugin {
                 summarize_mazes.in_set(RecordSystems::Summarize),
             ),
         );
+        run_family_while::<MazeArena>(app, "maze");
         app.add_systems(GlobalStateSchedule, rules::state_mazes);
         let mut hashers = app.world_mut().get_resource_or_init::<StateHashers>();
         hashers.0.push(hash_maze);
