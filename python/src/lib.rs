@@ -19,8 +19,9 @@
 
 use std::sync::Arc;
 
-use bevy::app::Main;
+use bevy::app::{Main, MainScheduleOrder};
 use bevy::ecs::query::QueryState;
+use bevy::ecs::schedule::{InternedScheduleLabel, Schedules};
 use bevy::prelude::{Entity, World};
 use numpy::ndarray::{Array2, Array3};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyArray3, PyArrayMethods, PyReadonlyArray2};
@@ -106,6 +107,11 @@ pub struct Sim {
     /// The agents' observations, kept up to date with the world's archetypes by every call
     /// that changes the world ([`Sim::run_part`], [`Sim::global_state`]).
     view: QueryState<AgentView>,
+    /// `Main`'s schedules that hold systems, in `Main`'s order: known after the app's first
+    /// frame (which also runs the startup schedules); the part that ends a step runs these
+    /// instead of `Main`, whose other schedules are empty (the same systems in the same
+    /// order, without a schedule lookup and an executor run for each empty one).
+    frame: Option<Vec<InternedScheduleLabel>>,
 }
 
 impl Sim {
@@ -204,19 +210,28 @@ impl Sim {
             threads,
             first_arena,
             hash_steps,
+            frame: None,
         };
         sim.run_part(StepPart::Observe);
         Ok(sim)
     }
 
     /// Runs one part of a step. The part that ends the step runs the app's whole frame
-    /// (`Main`: messages are updated once per step, as in a run); the part that starts the
-    /// next step is the simulation schedule alone.
+    /// (`Main`'s schedules: messages are updated once per step, as in a run); the part that
+    /// starts the next step is the simulation schedule alone.
     fn run_part(&mut self, part: StepPart) {
         *self.world.resource_mut::<StepPart>() = part;
-        match part {
-            StepPart::Observe => self.world.run_schedule(SimSchedule),
-            _ => self.world.run_schedule(Main),
+        match (part, &self.frame) {
+            (StepPart::Observe, _) => self.world.run_schedule(SimSchedule),
+            (_, Some(frame)) => {
+                for &label in frame {
+                    self.world.run_schedule(label);
+                }
+            }
+            (_, None) => {
+                self.world.run_schedule(Main);
+                self.frame = Some(busy_main_schedules(&self.world));
+            }
         }
         self.world.clear_trackers();
         self.view.update_archetypes(&self.world);
@@ -381,6 +396,18 @@ impl Sim {
         }
         Ok(rows)
     }
+}
+
+/// `Main`'s schedules (after its first run) that hold at least one system, in its order.
+fn busy_main_schedules(world: &World) -> Vec<InternedScheduleLabel> {
+    let schedules = world.resource::<Schedules>();
+    world
+        .resource::<MainScheduleOrder>()
+        .labels
+        .iter()
+        .copied()
+        .filter(|&label| schedules.get(label).is_some_and(|s| s.systems_len() > 0))
+        .collect()
 }
 
 /// The length of `row`'s feature row: its cells one-hot, then its numbers.
