@@ -23,6 +23,7 @@ use bevy::app::{Main, MainScheduleOrder};
 use bevy::ecs::query::QueryState;
 use bevy::ecs::schedule::{InternedScheduleLabel, Schedules};
 use bevy::prelude::{Entity, World};
+use bevy::tasks::{ComputeTaskPool, TaskPool};
 use numpy::ndarray::{Array2, Array3};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyArray3, PyArrayMethods, PyReadonlyArray2};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
@@ -368,6 +369,47 @@ impl Sim {
         }
     }
 
+    /// Every seat of every arena encoded into `cells` (`c` per seat) and `dense` (`d` per
+    /// seat), arena-major, over the compute task pool (runs of arenas per task; what each
+    /// seat writes is its own, so the result does not depend on the threads). Returns the
+    /// first seat found to observe a different number of cells than `c` (and that number).
+    fn encode_all(
+        &self,
+        c: usize,
+        d: usize,
+        cells: &mut [u8],
+        dense: &mut [f32],
+    ) -> Option<(usize, usize)> {
+        let (na, ns) = (self.arenas.len(), self.seats.len());
+        let pool = ComputeTaskPool::get_or_init(TaskPool::default);
+        let per = na.div_ceil(4 * pool.thread_num().max(1)).max(1);
+        let mismatches: Vec<Option<(usize, usize)>> = pool.scope(|scope| {
+            let (mut rest_c, mut rest_d) = (cells, dense);
+            for first in (0..na).step_by(per) {
+                let arenas = first..(first + per).min(na);
+                let (mine_c, tail_c) =
+                    std::mem::take(&mut rest_c).split_at_mut(arenas.len() * ns * c);
+                let (mine_d, tail_d) =
+                    std::mem::take(&mut rest_d).split_at_mut(arenas.len() * ns * d);
+                (rest_c, rest_d) = (tail_c, tail_d);
+                scope.spawn(async move {
+                    let mut row = Encoded::default();
+                    let seats = arenas.flat_map(|a| (0..ns).map(move |s| (a, s)));
+                    for (i, (a, s)) in seats.enumerate() {
+                        self.encode_into(self.agent(a, s), &mut row);
+                        if (row.cells.len(), row.dense.len()) != (c, d) {
+                            return Some((s, row.cells.len()));
+                        }
+                        mine_c[i * c..(i + 1) * c].copy_from_slice(&row.cells);
+                        mine_d[i * d..(i + 1) * d].copy_from_slice(&row.dense);
+                    }
+                    None
+                });
+            }
+        });
+        mismatches.into_iter().flatten().next()
+    }
+
     /// Agent `e`'s legal actions.
     fn mask(&self, e: Entity) -> ActionMask {
         self.world
@@ -709,28 +751,19 @@ impl Sim {
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyArray3<u8>>, Bound<'py, PyArray3<f32>>)> {
         let (na, ns) = (self.arenas.len(), self.seats.len());
-        let (mut cells, mut dense) = (Vec::new(), Vec::new());
         let mut row = Encoded::default();
-        let (mut c, mut d) = (0, 0);
-        for a in 0..na {
-            for s in 0..ns {
-                self.encode_into(self.agent(a, s), &mut row);
-                if a == 0 && s == 0 {
-                    (c, d) = (row.cells.len(), row.dense.len());
-                    cells.reserve(na * ns * c);
-                    dense.reserve(na * ns * d);
-                } else if (row.cells.len(), row.dense.len()) != (c, d) {
-                    return Err(PyRuntimeError::new_err(format!(
-                        "agent {} observes {} cells where agent {} observes {c}: the seats \
-                         Python drives must observe alike",
-                        self.seat_name(s),
-                        row.cells.len(),
-                        self.seat_name(0)
-                    )));
-                }
-                cells.extend_from_slice(&row.cells);
-                dense.extend_from_slice(&row.dense);
-            }
+        if na > 0 && ns > 0 {
+            self.encode_into(self.agent(0, 0), &mut row);
+        }
+        let (c, d) = (row.cells.len(), row.dense.len());
+        let (mut cells, mut dense) = (vec![0u8; na * ns * c], vec![0f32; na * ns * d]);
+        if let Some((s, found)) = py.detach(|| self.encode_all(c, d, &mut cells, &mut dense)) {
+            return Err(PyRuntimeError::new_err(format!(
+                "agent {} observes {found} cells where agent {} observes {c}: the seats \
+                 Python drives must observe alike",
+                self.seat_name(s),
+                self.seat_name(0)
+            )));
         }
         let cells = Array3::from_shape_vec((na, ns, c), cells)
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
