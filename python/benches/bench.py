@@ -141,12 +141,13 @@ def vector_stepper(threads):
 
 
 def parallel_stepper(env, masked, per_agent=False):
-    """Both kinds of env draw their actions the same way: a legal action uniformly
-    (`masked`), any of the actions (False: the pure-Python env has no illegal actions), or
-    action 0, always legal, for every agent (None: the env's own cost alone). The draw is one
-    numpy call per step for all agents (the largest of uniform numbers on the legal
-    actions); `per_agent` draws each agent's action with its own `rng.integers` call, which
-    costs numpy about 3 us a call: more, for 7 agents, than a step of the emergence env."""
+    """Random actions for every agent: a legal one uniformly (`masked`: the masks stacked,
+    the largest of uniform numbers on the legal actions), any of the actions (False: the
+    pure-Python env has no illegal actions; one `rng.integers` for all agents), or action 0,
+    always legal (None: the env's own cost alone), drawn for all agents at once. With
+    `per_agent`, each agent's action is drawn by its own numpy calls (`flatnonzero` and
+    `integers`, or `integers` alone), about 3 us a call: more, for 7 agents, than a step of
+    the emergence env."""
     state = {"infos": env.reset(seed=0)[1]}
     rng = np.random.default_rng(0)
 
