@@ -110,6 +110,12 @@ pub fn add_family_systems<M>(
 /// step's schedule cost. For a family of several systems; a lone system is as cheap as the
 /// check.
 pub fn run_family_while<C: Component>(app: &mut App, family: &'static str) {
+    assert!(
+        app.world()
+            .get_resource::<FamilySets>()
+            .is_some_and(|known| known.0.contains(&family)),
+        "run_family_while: no family set {family:?} (add its systems with add_family_systems first)"
+    );
     app.configure_sets(
         SimSchedule,
         FamilySystems(family).run_if(any_with_component::<C>),
@@ -256,5 +262,13 @@ mod tests {
         world.despawn(e);
         world.run_schedule(SimSchedule);
         assert_eq!(world.resource::<Runs>().0, 4, "the marked family stopped");
+    }
+
+    #[test]
+    #[should_panic(expected = "no family set \"unknown\"")]
+    fn a_condition_on_a_family_never_declared_is_refused() {
+        let mut app = App::new();
+        app.add_plugins(SimSchedulePlugin::default());
+        run_family_while::<Marker>(&mut app, "unknown");
     }
 }
