@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The table of README's Training section: what each algorithm learns on the iterated
 # Prisoner's Dilemma (and MAGRPO on the Stag Hunt), measured the way the learning tests
-# (tests/learning.rs) measure it: train with the test's budget, then play the last
+# (tests/suite/learning.rs) measure it: train with the test's budget, then play the last
 # checkpoint against fixed partners on 256 fresh arenas without learning.
 #
 #   scripts/learning-table.sh                 # seeds 3 4 5, into runs/learning-table/

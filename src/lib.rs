@@ -6,7 +6,7 @@
 //! ([`observe`]), policies ([`policy`]), loading a scene against them ([`load`]), metrics
 //! ([`metrics`]), the frames the viewer draws and replays store ([`frames`]), the plugin
 //! groups ([`sim`]), the headless runner ([`headless`]), training ([`train`]), experiments
-//! ([`experiment`]) and, with the `gui` feature, the window (`gui`). `tests/layering.rs`
+//! ([`experiment`]) and, with the `gui` feature, the window (`gui`). `tests/suite/layering.rs`
 //! holds the order of the layers: each module imports only those below it.
 //!
 //! [`SimPlugins`] is everything a simulation needs, headless or in a window; swap any piece

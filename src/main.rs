@@ -64,6 +64,37 @@ fn launched_ranks() -> Option<usize> {
         .find_map(|v| std::env::var(v).ok()?.parse().ok())
 }
 
+/// Why a process that mpirun started (`launched`: the number of processes, when over one)
+/// must not run its command.
+#[derive(Debug, PartialEq)]
+enum Refusal {
+    /// Built without the `mpi` feature: every process would run the whole job. Each says so.
+    NoMpi(String),
+    /// The command does not spread over ranks. Rank 0 says so.
+    OneProcessOnly(String),
+}
+
+/// The refusal, if any, of a command under mpirun. A function of the build (`with_mpi`) so that
+/// the unit tests check both builds' answers; tests/suite/mpi.rs runs the real thing in the
+/// build with the feature.
+fn launch_refusal(launched: Option<usize>, with_mpi: bool, spreads: bool) -> Option<Refusal> {
+    let n = launched?;
+    if !with_mpi {
+        return Some(Refusal::NoMpi(format!(
+            "mpirun started {n} processes, and this emergence was built without the `mpi` \
+             feature: each would run the whole job; build it with \
+             `cargo build --release --features mpi` (README, Building)"
+        )));
+    }
+    (!spreads).then(|| {
+        Refusal::OneProcessOnly(
+            "under mpirun only `train`, `eval` and `reproduce` spread their work over the \
+             ranks; run this command in one process"
+                .to_string(),
+        )
+    })
+}
+
 fn main() -> ExitCode {
     cli::allocator::keep_freed_memory();
     let cli = Cli::parse();
@@ -82,24 +113,19 @@ fn main() -> ExitCode {
     };
     #[cfg(not(feature = "mpi"))]
     let ranks = emergence::train::dist::Ranks::default();
-    if let Some(n) = launched {
-        if !cfg!(feature = "mpi") {
-            eprintln!(
-                "error: mpirun started {n} processes, and this emergence was built without the \
-                 `mpi` feature: each would run the whole job; build it with \
-                 `cargo build --release --features mpi` (README, Building)"
-            );
+    let spreads = matches!(
+        cli.command,
+        Command::Train(_) | Command::Eval(_) | Command::Reproduce(_)
+    );
+    match launch_refusal(launched, cfg!(feature = "mpi"), spreads) {
+        None => {}
+        Some(Refusal::NoMpi(msg)) => {
+            eprintln!("error: {msg}");
             return ExitCode::FAILURE;
         }
-        if !matches!(
-            cli.command,
-            Command::Train(_) | Command::Eval(_) | Command::Reproduce(_)
-        ) {
+        Some(Refusal::OneProcessOnly(msg)) => {
             if ranks.is_root() {
-                eprintln!(
-                    "error: under mpirun only `train`, `eval` and `reproduce` spread their \
-                     work over the ranks; run this command in one process"
-                );
+                eprintln!("error: {msg}");
             }
             return ExitCode::FAILURE;
         }
@@ -144,6 +170,41 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Refusal, launch_refusal};
+
+    #[test]
+    fn a_build_without_mpi_refuses_every_command_under_mpirun() {
+        for spreads in [true, false] {
+            let Some(Refusal::NoMpi(msg)) = launch_refusal(Some(2), false, spreads) else {
+                panic!("a build without mpi ran under mpirun (spreads: {spreads})");
+            };
+            assert!(msg.contains("mpirun started 2 processes"), "{msg}");
+            assert!(msg.contains("built without the `mpi` feature"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn a_build_with_mpi_runs_only_the_commands_that_spread() {
+        assert_eq!(launch_refusal(Some(4), true, true), None);
+        let Some(Refusal::OneProcessOnly(msg)) = launch_refusal(Some(4), true, false) else {
+            panic!("`run` under mpirun was not refused");
+        };
+        assert!(
+            msg.contains("only `train`, `eval` and `reproduce` spread"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn one_process_is_never_refused() {
+        for (with_mpi, spreads) in [(false, false), (false, true), (true, false), (true, true)] {
+            assert_eq!(launch_refusal(None, with_mpi, spreads), None);
         }
     }
 }

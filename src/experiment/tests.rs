@@ -7,7 +7,7 @@ use super::*;
 use crate::scene::locate::line_col;
 
 /// A small experiment: the `mlp` learner on a 4-round Prisoner's Dilemma written inline
-/// (shared with the integration test that trains it, `tests/experiments.rs`).
+/// (shared with the integration test that trains it, `tests/suite/train.rs`).
 pub(crate) const SMALL: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/data/small.experiment.ron"

@@ -9,7 +9,7 @@
 //!
 //! The text is plain ASCII words separated by spaces, one fact per line (map cells too are
 //! separate characters), so that a word-level tokenizer built from the encoders' vocabulary
-//! covers it; numbers are split into digits by the tokenizer. Golden tests pin it for every family (`tests/observation_text.rs`).
+//! covers it; numbers are split into digits by the tokenizer. Golden tests pin it for every family (`tests/suite/observation_text.rs`).
 
 use std::fmt::Write;
 

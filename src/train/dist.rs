@@ -21,7 +21,7 @@
 //! How this differs from one process: step 2 sums each rank's part of a minibatch's loss
 //! separately, where one process takes one mean over the whole minibatch, so gradients
 //! differ in the last bits (float addition is not associative); the weights after an update
-//! agree to about 1e-6 relative, and the test (`tests/mpi.rs`) states its tolerance.
+//! agree to about 1e-6 relative, and the test (`tests/suite/mpi.rs`) states its tolerance.
 //! MAPPO's centralised critic is small (an mlp over the global state) and is updated whole
 //! on every rank, with the same inputs, so it needs no reduction.
 //!

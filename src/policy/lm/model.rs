@@ -212,8 +212,8 @@ impl Attention {
         let k = kernels::rope(&k, rope)?.transpose(1, 2)?;
         let v = v.transpose(1, 2)?;
         let rep = nh / nkv;
-        let k = candle_transformers::utils::repeat_kv(k, rep)?.contiguous()?;
-        let v = candle_transformers::utils::repeat_kv(v, rep)?.contiguous()?;
+        let k = repeat_kv(k, rep)?.contiguous()?;
+        let v = repeat_kv(v, rep)?.contiguous()?;
         let scale = 1.0 / (hd as f32).sqrt();
         let p = kernels::causal_softmax(&q.matmul(&k.transpose(2, 3)?)?, scale)?;
         let out = p.matmul(&v)?.transpose(1, 2)?.reshape((b * t, nh * hd))?;
@@ -236,8 +236,8 @@ impl Attention {
         let v = v.transpose(1, 2)?;
         let rep = nh / nkv;
         Ok((
-            candle_transformers::utils::repeat_kv(k, rep)?.contiguous()?,
-            candle_transformers::utils::repeat_kv(v, rep)?.contiguous()?,
+            repeat_kv(k, rep)?.contiguous()?,
+            repeat_kv(v, rep)?.contiguous()?,
         ))
     }
 
@@ -276,8 +276,8 @@ impl Attention {
             ),
         };
         let rep = nh / nkv;
-        let k = candle_transformers::utils::repeat_kv(k, rep)?.contiguous()?;
-        let v = candle_transformers::utils::repeat_kv(v, rep)?.contiguous()?;
+        let k = repeat_kv(k, rep)?.contiguous()?;
+        let v = repeat_kv(v, rep)?.contiguous()?;
         let scale = 1f64 / (hd as f64).sqrt();
         let w = (q.matmul(&k.transpose(2, 3)?)? * scale)?;
         let w = match bias {
@@ -507,6 +507,20 @@ impl Decoder {
 /// broadcast its weight over a 3-d input as a batch of small matmuls, and on the training
 /// path its backward would then materialise one weight gradient per batch row before summing
 /// them), and one small pair per run of rows that share an adapter.
+/// The `nkv` key/value heads of `xs` `(b, nkv, t, dim)` each repeated `rep` times in place,
+/// `(b, nkv · rep, t, dim)`, as Hugging Face's `repeat_kv` (and candle-transformers'
+/// `utils::repeat_kv`, the reference tests/suite/lm.rs checks against): head `h` of the result is
+/// key/value head `h / rep`. Written here so that the library does not depend on
+/// candle-transformers (on the build's critical path; now a dev-dependency for that reference).
+fn repeat_kv(xs: Tensor, rep: usize) -> candle_core::Result<Tensor> {
+    if rep == 1 {
+        return Ok(xs);
+    }
+    let (b, nkv, t, dim) = xs.dims4()?;
+    // Concatenated along time then read as heads: one contiguous copy, no strided broadcast.
+    Tensor::cat(&vec![&xs; rep], 2)?.reshape((b, nkv * rep, t, dim))
+}
+
 pub(super) fn proj(
     lin: &Linear,
     name: &str,

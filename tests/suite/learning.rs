@@ -7,7 +7,7 @@
 //! (an unconditional cooperator is exploited by always_defect; a defector earns 1 in
 //! self-play). The values measured over several seeds are in the issue notes and README's
 //! Training section; the tests run seed 3, or `EMERGENCE_LEARNING_SEED` when set (that is
-//! how the other seeds were measured: `EMERGENCE_LEARNING_SEED=4 cargo test --test learning
+//! how the other seeds were measured: `EMERGENCE_LEARNING_SEED=4 cargo test --test suite learning::
 //! -- --nocapture` prints every test's values).
 //!
 //! The grid test trains the `mlp` learner (the classic-MARL baseline) on the corridor maze,
@@ -21,7 +21,7 @@
 //! observer samples from after each word of the pioneer.
 //!
 //! Not here (measured, see the issue's note): a maze pair that talks beating one that is
-//! muted; tests/train.rs holds the shorter proof that the word said is learned.
+//! muted; tests/suite/train.rs holds the shorter proof that the word said is learned.
 
 use emergence::load::load_scene;
 use emergence::policy::lm::Preset;

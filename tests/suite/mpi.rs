@@ -10,7 +10,7 @@
 //! first update are what the second rollout samples from, so equal returns in iteration 2
 //! show that the drift does not change a decision there.
 //!
-//! Run with `cargo test --features mpi --test mpi` (`scripts/test.sh` installs Open MPI and runs
+//! Run with `cargo test --features mpi --test suite mpi::` (`scripts/test.sh` installs Open MPI and runs
 //! every test with the feature).
 #![cfg(feature = "mpi")]
 
@@ -266,7 +266,7 @@ fn reproduce_and_eval_spread_over_ranks_give_the_one_process_results() {
     let dir = out_dir("reproduce");
     std::fs::create_dir_all(&dir).expect("mkdir");
     let file = dir.join("small.experiment.ron");
-    std::fs::write(&file, include_str!("data/small.experiment.ron")).expect("write");
+    std::fs::write(&file, include_str!("../data/small.experiment.ron")).expect("write");
     let f = file.to_str().expect("utf-8");
     let (one, two) = (dir.join("one"), dir.join("two"));
     let run = |ranks: usize, out: &Path| {

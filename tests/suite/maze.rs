@@ -3,7 +3,7 @@
 //! the scripted bots: the full-map planner always succeeds on generated mazes, the explorer
 //! succeeds when it knows the whole map.
 
-mod common;
+use crate::common;
 
 use common::*;
 use emergence::core::*;

@@ -1,7 +1,7 @@
 //! Hide-and-seek rules on hand-built maps: vision, pushing, pulling, locking, ramps, the
 //! preparation phase and the reward.
 
-mod common;
+use crate::common;
 
 use bevy::math::IVec2;
 use common::*;

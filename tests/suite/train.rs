@@ -1144,7 +1144,7 @@ fn config_json_holds_every_setting_and_follows_a_resume() {
 
 /// The experiment `emergence reproduce` tests run (the `mlp` learner on a 4-round
 /// Prisoner's Dilemma written inline; the library's parser tests read it too).
-const SMALL_EXPERIMENT: &str = include_str!("data/small.experiment.ron");
+const SMALL_EXPERIMENT: &str = include_str!("../data/small.experiment.ron");
 
 /// An experiment's `report.json` without its timings.
 fn experiment_report(out: &Path) -> serde_json::Value {

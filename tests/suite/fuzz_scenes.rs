@@ -5,7 +5,7 @@
 //! column, within a time limit: a panic, a hang or an error without a location fails the
 //! test, which prints the mutant (proptest shrinks it first).
 //!
-//! `cargo test --test fuzz_scenes` runs 2,000 mutants (a few seconds); set
+//! `cargo test --test suite fuzz_scenes` runs 2,000 mutants (a few seconds); set
 //! `EMERGENCE_FUZZ_CASES` for a longer run, e.g. `EMERGENCE_FUZZ_CASES=200000`.
 
 use emergence::load::parse_scene;

@@ -1,5 +1,5 @@
 //! The window (feature `gui`), run off-screen under a virtual display:
-//! `xvfb-run -a -s "-screen 0 1920x1080x24" cargo test --features gui --test gui`.
+//! `xvfb-run -a -s "-screen 0 1920x1080x24" cargo test --features gui --test suite gui::`.
 //!
 //! - One scene of every family: the screenshot shows each agent's team colour at the cell
 //!   where the replay (recorded by the window itself) says it stands, and the egui panel is
@@ -24,7 +24,7 @@ fn emergence() -> Command {
     assert!(
         std::env::var_os("DISPLAY").is_some(),
         "the window tests need a display: run them under \
-         xvfb-run -a -s \"-screen 0 1920x1080x24\" cargo test --features gui --test gui"
+         xvfb-run -a -s \"-screen 0 1920x1080x24\" cargo test --features gui --test suite gui::"
     );
     let mut c = Command::new(env!("CARGO_BIN_EXE_emergence"));
     c.current_dir(root());

@@ -1,7 +1,7 @@
 //! The language-model policy: a padded batch decides exactly as each agent alone would,
 //! illegal actions get no probability, and runs are reproducible from their seed.
 
-mod common;
+use crate::common;
 
 use common::*;
 use emergence::core::*;

@@ -165,7 +165,7 @@ fn violations(files: &[(String, String)]) -> Vec<String> {
         }
         let Some(mine) = layer_of(&module) else {
             bad.push(format!(
-                "{rel}: module `{module}` is in no layer of tests/layering.rs"
+                "{rel}: module `{module}` is in no layer of tests/suite/layering.rs"
             ));
             continue;
         };

@@ -2,7 +2,7 @@
 //! frequencies against the stated probabilities, zapping and cooldowns, pollution and
 //! growth, and the episode metrics.
 
-mod common;
+use crate::common;
 
 use bevy::prelude::*;
 use common::*;

@@ -1,6 +1,6 @@
 //! Golden texts: the observation text of each family on hand-built states, pinned exactly.
 
-mod common;
+use crate::common;
 
 use common::*;
 use emergence::core::*;
