@@ -169,6 +169,57 @@ fn update_mlp(c: &mut Criterion) {
             opt.step(&grads).expect("step");
         })
     });
+    // The same minibatch on the fused path the trainer takes for an `mlp`
+    // (`policy::mlp::Fused`: forward, the whole trainer loss with masks and the entropy bonus,
+    // backward into plain buffers), then the same optimizer step over the gradients.
+    group.bench_function("hide_and_seek1024_fused", |b| {
+        use emergence::policy::mlp::{Fused, LossSpec, Row, ValueSpec};
+        let dev = Device::Cpu;
+        let rows: Vec<Encoded> = (0..ROWS)
+            .map(|i| Encoded {
+                cells: (0..91).map(|k| ((i * 7 + k * 3) % 16) as u8).collect(),
+                dense: (0..69).map(|k| ((i + k) % 5) as f32 / 5.0).collect(),
+            })
+            .collect();
+        let legal = vec![true; 9];
+        let batch: Vec<Row<'_>> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, e)| Row {
+                encoded: e,
+                legal: &legal,
+                action: (i % 9) as u8,
+                said: None,
+                adv: if i % 2 == 0 { 1.0 } else { -1.0 },
+                old_logprob: -(9f32).ln(),
+                old_value: 0.0,
+                target: (i % 3) as f32,
+            })
+            .collect();
+        let net = MlpNet::new(91, 69, 9, 0, &dev).expect("net");
+        let mut opt = AdamW::new(net.vars().to_vec(), AdamParams::default()).expect("adamw");
+        let mut fused = Fused::new(&net);
+        let spec = LossSpec {
+            ppo_clip: Some(0.2),
+            value: Some(ValueSpec {
+                coef: 0.5,
+                clip: Some(0.2),
+                scale: 1.0,
+            }),
+            entropy_coef: 0.01,
+        };
+        b.iter(|| {
+            fused.step(&net, &batch, spec).expect("fused step");
+            let mut grads = candle_core::backprop::GradStore::default();
+            for ((_, var), g) in net.vars().iter().zip(fused.grads()) {
+                if let Some(g) = g {
+                    let t = Tensor::from_slice(g, var.shape(), &dev).expect("grad");
+                    grads.insert(var.as_tensor(), t);
+                }
+            }
+            opt.step(&grads).expect("step");
+        })
+    });
     group.finish();
 }
 

@@ -5,6 +5,7 @@
 
 pub mod bots;
 mod check;
+pub(crate) mod gemm;
 pub mod lm;
 pub mod mlp;
 pub mod sampling;

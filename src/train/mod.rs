@@ -26,6 +26,8 @@ mod config;
 pub mod critic;
 pub mod dist;
 pub mod eval;
+#[cfg(test)]
+mod fused_tests;
 mod hyper;
 pub mod loss;
 mod metrics_files;

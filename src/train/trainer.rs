@@ -25,7 +25,7 @@ use super::rollout::Batch;
 use super::{Algo, Hyper, TrainError};
 use crate::policy::lm::Pass;
 use crate::policy::lm::{Decoder, Lora, TrainHandle, Weights};
-use crate::policy::mlp::{Encoded, MlpHandle, MlpNet};
+use crate::policy::mlp::{Encoded, Fused, LossSpec, MlpHandle, MlpNet, Row, ValueSpec};
 
 /// What one update measured (means over its gradient steps).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -146,6 +146,8 @@ struct MlpModel {
     net: Option<MlpNet>,
     /// The starting network (the same seed), for the KL term.
     reference: Option<MlpNet>,
+    /// The fused training step's buffers ([`Fused`]), made at the first step it takes.
+    fused: Option<Fused>,
 }
 
 /// What a trainer updates.
@@ -315,6 +317,7 @@ impl Trainer {
                 handle: handle.clone(),
                 net: None,
                 reference: None,
+                fused: None,
             }),
             vars: Vec::new(),
             opt: AdamW::new(
@@ -758,6 +761,9 @@ impl Trainer {
         if self.ranks.parallel() {
             return self.parallel_step(mb, value_scale);
         }
+        if let Some(done) = self.fused_step(mb, value_scale)? {
+            return Ok(done);
+        }
         let (loss, out) = self.loss(mb, value_scale)?;
         let l = loss.to_scalar::<f32>()?;
         if !l.is_finite() {
@@ -766,6 +772,78 @@ impl Trainer {
         }
         let mut grads = loss.backward()?;
         self.apply(&mut grads, out)
+    }
+
+    /// An `mlp`'s step on the fused path ([`Fused`]: the forward, the loss and the backward
+    /// over plain buffers, the same maths as [`Trainer::loss`] and its candle backward,
+    /// checked against them in `fused_tests.rs`), then the same clipping and optimizer step.
+    /// `None` where it does not apply: a language model, or a KL term to the reference (the
+    /// candle path computes those). Data-parallel steps keep the candle path too.
+    fn fused_step(
+        &mut self,
+        mb: &[&Sample],
+        value_scale: f32,
+    ) -> Result<Option<Option<UpdateStats>>, TrainError> {
+        let Model::Mlp(m) = &mut self.model else {
+            return Ok(None);
+        };
+        let Some(net) = &m.net else {
+            return Ok(None);
+        };
+        if !Fused::supports(self.hyper.kl_coef) {
+            return Ok(None);
+        }
+        let fused = match &mut m.fused {
+            Some(f) if f.fits(net) => f,
+            slot => slot.insert(Fused::new(net)),
+        };
+        let rows: Vec<Row<'_>> = mb
+            .iter()
+            .map(|s| Row {
+                encoded: &s.encoded,
+                legal: &s.legal,
+                action: s.action,
+                said: s.said,
+                adv: s.adv,
+                old_logprob: s.logprob,
+                old_value: s.value,
+                target: s.target,
+            })
+            .collect();
+        let ppo = self.algo != Algo::Reinforce;
+        let clip = ppo.then_some(self.hyper.clip as f32);
+        let spec = LossSpec {
+            ppo_clip: clip,
+            value: self.algo.uses_value_head().then_some(ValueSpec {
+                coef: self.hyper.value_coef as f32,
+                clip,
+                scale: value_scale,
+            }),
+            entropy_coef: self.hyper.entropy_coef as f32,
+        };
+        let st = fused.step(net, &rows, spec).map_err(TrainError::Config)?;
+        if !st.loss.is_finite() {
+            self.skip_reason = Some(format!("the loss is {}", st.loss));
+            return Ok(Some(None));
+        }
+        let mut grads = candle_core::backprop::GradStore::default();
+        for ((_, var), g) in net.vars().iter().zip(fused.grads()) {
+            if let Some(g) = g {
+                grads.insert(
+                    var.as_tensor(),
+                    Tensor::from_slice(g, var.shape(), var.device())?,
+                );
+            }
+        }
+        let out = UpdateStats {
+            policy_loss: st.policy_loss,
+            value_loss: st.value_loss,
+            entropy: st.entropy,
+            approx_kl: st.approx_kl,
+            clip_frac: if ppo { st.clip_frac } else { 0.0 },
+            ..Default::default()
+        };
+        self.apply(&mut grads, out).map(Some)
     }
 
     /// Clips `grads` and takes the optimizer's step (or skips it, saying why).

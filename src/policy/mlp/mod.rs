@@ -9,8 +9,10 @@
 //! update is seen by the next decision. A trained network is a folder of `mlp.json` (its
 //! sizes) and `mlp.safetensors`; a scene or `--eval-against` names it `mlp:DIR`.
 
+mod fused;
 mod net;
 
+pub use fused::{Fused, LossSpec, Row, StepStats, ValueSpec};
 pub use net::{CONFIG_FILE, Heads, MlpConfig, MlpNet, WEIGHTS_FILE, features, first_layer};
 
 use candle_core::Device;

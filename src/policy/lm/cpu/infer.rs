@@ -12,8 +12,8 @@ use candle_core::{CpuStorage, Storage, Tensor};
 use rayon::prelude::*;
 use std::ops::Deref;
 
-use super::gemm::matmul_wt;
 use super::kernels::{self, RopeTables, Segments};
+use crate::policy::gemm::matmul_wt;
 
 /// A tensor's f32 data on the CPU, held for reading (`G`: candle's storage read guard).
 pub(crate) struct Locked<G> {

@@ -24,12 +24,12 @@ use rayon::prelude::*;
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
-use super::gemm::{Mat, MatMut, Threads, gemm, gemm_long, matmul_wt};
 use super::infer::{
     LoraData, ModelData, ModelIx, Packed, Project, Runs, add_bias, embed_rows, gather, runs,
 };
 use super::kernels::{self, RopeTables};
 use super::pool::{buffer, copy, recycle, zeros};
+use crate::policy::gemm::{Mat, MatMut, Threads, gemm, gemm_long, matmul_wt};
 
 /// Where each prompt's rows lie once packed end to end, and the keys each query row sees.
 struct Rows {

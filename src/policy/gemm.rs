@@ -1,11 +1,12 @@
 //! Matrix views over plain `f32` slices (any row and column stride, so a transpose or a
 //! block of columns is a view, not a copy) and one checked call of the `gemm` candle's
-//! matmul uses, writing into a view. The packed decoders of `infer.rs` and `train/` do
-//! all their products through [`gemm`].
+//! matmul uses, writing into a view. The language model's packed decoders (`lm/cpu/infer.rs`
+//! and `lm/cpu/train/`) and the `mlp`'s fused update (`mlp/fused.rs`) do all their products
+//! through [`gemm`].
 
 /// A read-only matrix: element `(i, j)` at `data[i · rs + j · cs]`.
 #[derive(Clone, Copy)]
-pub(in crate::policy::lm) struct Mat<'a> {
+pub(crate) struct Mat<'a> {
     data: &'a [f32],
     rows: usize,
     cols: usize,
@@ -15,18 +16,13 @@ pub(in crate::policy::lm) struct Mat<'a> {
 
 impl<'a> Mat<'a> {
     /// `rows × cols`, row-major and dense.
-    pub(in crate::policy::lm) fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
+    pub(crate) fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
         Self::strided(data, rows, cols, cols)
     }
 
     /// `rows × cols` whose rows start every `rs` elements (a block of columns of a wider
     /// row-major matrix, `data` starting at the block's first element).
-    pub(in crate::policy::lm) fn strided(
-        data: &'a [f32],
-        rows: usize,
-        cols: usize,
-        rs: usize,
-    ) -> Self {
+    pub(crate) fn strided(data: &'a [f32], rows: usize, cols: usize, rs: usize) -> Self {
         Self {
             data,
             rows,
@@ -55,7 +51,7 @@ impl<'a> Mat<'a> {
     }
 
     /// The transpose, as a view.
-    pub(in crate::policy::lm) fn t(self) -> Self {
+    pub(crate) fn t(self) -> Self {
         Self {
             rows: self.cols,
             cols: self.rows,
@@ -67,7 +63,7 @@ impl<'a> Mat<'a> {
 }
 
 /// A matrix written by [`gemm`]: element `(i, j)` at `data[i · rs + j]`.
-pub(in crate::policy::lm) struct MatMut<'a> {
+pub(crate) struct MatMut<'a> {
     data: &'a mut [f32],
     rows: usize,
     cols: usize,
@@ -76,17 +72,12 @@ pub(in crate::policy::lm) struct MatMut<'a> {
 
 impl<'a> MatMut<'a> {
     /// `rows × cols`, row-major and dense.
-    pub(in crate::policy::lm) fn new(data: &'a mut [f32], rows: usize, cols: usize) -> Self {
+    pub(crate) fn new(data: &'a mut [f32], rows: usize, cols: usize) -> Self {
         Self::strided(data, rows, cols, cols)
     }
 
     /// `rows × cols` whose rows start every `rs` elements.
-    pub(in crate::policy::lm) fn strided(
-        data: &'a mut [f32],
-        rows: usize,
-        cols: usize,
-        rs: usize,
-    ) -> Self {
+    pub(crate) fn strided(data: &'a mut [f32], rows: usize, cols: usize, rs: usize) -> Self {
         Self {
             data,
             rows,
@@ -107,7 +98,7 @@ fn reach(rows: usize, cols: usize, rs: usize, cs: usize) -> usize {
 
 /// How a product may use threads.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(in crate::policy::lm) enum Threads {
+pub(crate) enum Threads {
     /// Rayon's pool (`gemm` splits the output, never the sum, so the result does not depend
     /// on the thread count).
     Pool,
@@ -118,7 +109,7 @@ pub(in crate::policy::lm) enum Threads {
 /// `dst = [dst +] scale · a · b`. Panics when the shapes disagree or a view reaches past
 /// its slice (a bug in the caller, not bad input).
 #[allow(unsafe_code)]
-pub(in crate::policy::lm) fn gemm(
+pub(crate) fn gemm(
     dst: MatMut<'_>,
     a: Mat<'_>,
     b: Mat<'_>,
@@ -194,13 +185,7 @@ const SPLIT_MAX: usize = 512 * 512;
 /// computed side by side on one thread each (one after the other where rayon has one
 /// thread, which still beats one long sum) and added in order, so the result does not
 /// depend on the thread count either.
-pub(in crate::policy::lm) fn gemm_long(
-    dst: &mut [f32],
-    a: Mat<'_>,
-    b: Mat<'_>,
-    add: bool,
-    scale: f32,
-) {
+pub(crate) fn gemm_long(dst: &mut [f32], a: Mat<'_>, b: Mat<'_>, add: bool, scale: f32) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     let half = k / 2;
     if half == 0 || m * n > SPLIT_MAX {
@@ -241,7 +226,7 @@ pub(in crate::policy::lm) fn gemm_long(
 
 /// `dst (m × n) = [dst +] scale · a (m × k) · wᵀ` with `w` an `(n, k)` weight (Hugging
 /// Face layout), all row-major.
-pub(in crate::policy::lm) fn matmul_wt(
+pub(crate) fn matmul_wt(
     dst: &mut [f32],
     a: &[f32],
     w: &[f32],

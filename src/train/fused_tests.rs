@@ -1,0 +1,330 @@
+//! The `mlp`'s fused training step ([`crate::policy::mlp::Fused`]) against the candle path
+//! it replaces (the loss of `trainer.rs`, written out here with the same functions of
+//! [`super::loss`]) on the same minibatch: the same loss and gradients to 1e-5, the same
+//! variables with a gradient; and against finite differences.
+use crate::core::{CODES, Encoded};
+use crate::policy::mlp::{Fused, LossSpec, MlpNet, Row, ValueSpec};
+use crate::policy::sampling::{illegal_bias, masked_log_softmax};
+use crate::train::loss::{chosen, entropy, ppo_clip, reinforce, value_loss};
+use candle_core::{Device, Tensor, Var};
+use rand::{Rng, SeedableRng};
+
+/// A minibatch of `m` decisions for `net`: random cells, header fields, legal sets (the
+/// action always legal, sometimes every action), advantages, old log-probs near today's,
+/// values and targets; words said on about half the rows when the net talks.
+fn batch(net: &MlpNet, m: usize, seed: u64) -> (Vec<Encoded>, Vec<Vec<bool>>, Vec<RowData>) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut enc = Vec::new();
+    let mut legal = Vec::new();
+    let mut data = Vec::new();
+    for i in 0..m {
+        enc.push(Encoded {
+            cells: (0..net.cells)
+                .map(|_| rng.random_range(0..CODES as u8))
+                .collect(),
+            dense: (0..net.dense)
+                .map(|_| rng.random_range(-1.0f32..1.0))
+                .collect(),
+        });
+        let action = rng.random_range(0..net.actions as u8);
+        let mut l: Vec<bool> = (0..net.actions)
+            .map(|_| i % 3 == 0 || rng.random::<bool>())
+            .collect();
+        l[usize::from(action)] = true;
+        legal.push(l);
+        let said =
+            (net.words > 0 && rng.random::<bool>()).then(|| rng.random_range(0..=net.words as u8));
+        data.push(RowData {
+            action,
+            said,
+            adv: rng.random_range(-2.0f32..2.0),
+            old_shift: rng.random_range(-0.4f32..0.4),
+            old_value: rng.random_range(-1.0f32..1.0),
+            target: rng.random_range(-3.0f32..3.0),
+        });
+    }
+    (enc, legal, data)
+}
+
+struct RowData {
+    action: u8,
+    said: Option<u8>,
+    adv: f32,
+    /// The old log-prob is today's plus this (ratios inside and outside PPO's range).
+    old_shift: f32,
+    old_value: f32,
+    target: f32,
+}
+
+/// The candle path's loss of `trainer.rs` for this minibatch, and its gradients.
+fn reference(
+    net: &MlpNet,
+    enc: &[Encoded],
+    legal: &[Vec<bool>],
+    data: &[RowData],
+    old: &[f32],
+    spec: LossSpec,
+) -> (f32, Vec<Option<Vec<f32>>>) {
+    let dev = Device::Cpu;
+    let (m, a) = (enc.len(), net.actions);
+    let rows: Vec<&Encoded> = enc.iter().collect();
+    let h = net.heads(&rows).unwrap();
+    let lr: Vec<&[bool]> = legal.iter().map(|l| l.as_slice()).collect();
+    let bias = illegal_bias(&lr, a, &dev).unwrap();
+    let alp = masked_log_softmax(&h.logits, &bias).unwrap();
+    let mut one_hot = vec![0f32; m * a];
+    let mut legal_f = vec![0f32; m * a];
+    for (i, d) in data.iter().enumerate() {
+        one_hot[i * a + usize::from(d.action)] = 1.0;
+        for j in 0..a {
+            legal_f[i * a + j] = f32::from(u8::from(legal[i][j]));
+        }
+    }
+    let one_hot = Tensor::from_vec(one_hot, (m, a), &dev).unwrap();
+    let legal_t = Tensor::from_vec(legal_f, (m, a), &dev).unwrap();
+    let mut logp = chosen(&alp, &one_hot).unwrap();
+    let mut ent = entropy(&alp, &legal_t).unwrap();
+    if let Some(w) = &h.words {
+        let wlp = candle_nn::ops::log_softmax(w, 1).unwrap();
+        let k = net.words + 1;
+        let mut said = vec![0f32; m * k];
+        let mut has = vec![0f32; m];
+        for (i, d) in data.iter().enumerate() {
+            if let Some(c) = d.said {
+                said[i * k + usize::from(c)] = 1.0;
+                has[i] = 1.0;
+            }
+        }
+        let said = Tensor::from_vec(said, (m, k), &dev).unwrap();
+        let has = Tensor::from_vec(has, (m, 1), &dev)
+            .unwrap()
+            .broadcast_as((m, k))
+            .unwrap();
+        logp = (logp + chosen(&wlp, &said).unwrap()).unwrap();
+        ent = (ent + entropy(&wlp, &has).unwrap()).unwrap();
+    }
+    let ent = ent.mean_all().unwrap();
+    let col = |v: Vec<f32>| Tensor::from_vec(v, m, &dev).unwrap();
+    let adv = col(data.iter().map(|d| d.adv).collect());
+    let mut loss = match spec.ppo_clip {
+        None => reinforce(&logp, &adv).unwrap(),
+        Some(e) => {
+            ppo_clip(&logp, &col(old.to_vec()), &adv, f64::from(e))
+                .unwrap()
+                .0
+        }
+    };
+    if let Some(vs) = spec.value {
+        let k = 1.0 / f64::from(vs.scale);
+        let old_v = col(data.iter().map(|d| d.old_value).collect());
+        let target = col(data.iter().map(|d| d.target).collect());
+        let vl = value_loss(
+            &(&h.values * k).unwrap(),
+            &(old_v * k).unwrap(),
+            &(target * k).unwrap(),
+            vs.clip.map(f64::from),
+        )
+        .unwrap();
+        loss = (loss + (vl * f64::from(vs.coef)).unwrap()).unwrap();
+    }
+    loss = (loss - (ent * f64::from(spec.entropy_coef)).unwrap()).unwrap();
+    let grads = loss.backward().unwrap();
+    let g = net
+        .vars()
+        .iter()
+        .map(|(_, v)| {
+            grads
+                .get(v.as_tensor())
+                .map(|g| g.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+        })
+        .collect();
+    (loss.to_scalar::<f32>().unwrap(), g)
+}
+
+/// Today's log-probability of each row's decision (so that old log-probs can sit near).
+fn today(net: &MlpNet, enc: &[Encoded], legal: &[Vec<bool>], data: &[RowData]) -> Vec<f32> {
+    let mut f = Fused::new(net);
+    let rows = rows(enc, legal, data, &vec![0.0; enc.len()]);
+    let spec = LossSpec {
+        ppo_clip: None,
+        value: None,
+        entropy_coef: 0.0,
+    };
+    // With A = 1 for one row at a time the REINFORCE loss is −log π / m.
+    rows.iter()
+        .map(|r| {
+            let one = [Row { adv: 1.0, ..*r }];
+            -f.step(net, &one, spec).unwrap().policy_loss
+        })
+        .collect()
+}
+
+fn rows<'a>(
+    enc: &'a [Encoded],
+    legal: &'a [Vec<bool>],
+    data: &[RowData],
+    old: &[f32],
+) -> Vec<Row<'a>> {
+    enc.iter()
+        .zip(legal)
+        .zip(data)
+        .zip(old)
+        .map(|(((e, l), d), &o)| Row {
+            encoded: e,
+            legal: l,
+            action: d.action,
+            said: d.said,
+            adv: d.adv,
+            old_logprob: o,
+            old_value: d.old_value,
+            target: d.target,
+        })
+        .collect()
+}
+
+fn specs() -> Vec<LossSpec> {
+    let value = |clip| {
+        Some(ValueSpec {
+            coef: 0.5,
+            clip,
+            scale: 1.7,
+        })
+    };
+    vec![
+        // REINFORCE with its unclipped value loss.
+        LossSpec {
+            ppo_clip: None,
+            value: value(None),
+            entropy_coef: 0.3,
+        },
+        // IPPO: clipped policy and value.
+        LossSpec {
+            ppo_clip: Some(0.2),
+            value: value(Some(0.2)),
+            entropy_coef: 0.2,
+        },
+        // MAPPO / MAGRPO: no value head in the loss.
+        LossSpec {
+            ppo_clip: Some(0.2),
+            value: None,
+            entropy_coef: 0.5,
+        },
+    ]
+}
+
+#[test]
+fn the_fused_step_equals_the_candle_path_loss_and_gradients() {
+    for (words, seed) in [(0, 1), (3, 2)] {
+        let net = MlpNet::with_words(6, 5, 7, words, seed, &Device::Cpu).unwrap();
+        // Larger weights than the initial ones, so that every term matters.
+        for (_, v) in net.vars() {
+            let t = (v.as_tensor() * 3.0).unwrap();
+            let t = (t.clone() + t.ones_like().unwrap().affine(0.05, 0.0).unwrap()).unwrap();
+            v.set(&t).unwrap();
+        }
+        let (enc, legal, data) = batch(&net, 37, seed + 10);
+        let now = today(&net, &enc, &legal, &data);
+        let old: Vec<f32> = now
+            .iter()
+            .zip(&data)
+            .map(|(l, d)| l + d.old_shift)
+            .collect();
+        for spec in specs() {
+            let (want_loss, want) = reference(&net, &enc, &legal, &data, &old, spec);
+            let mut f = Fused::new(&net);
+            let got = f
+                .step(&net, &rows(&enc, &legal, &data, &old), spec)
+                .unwrap();
+            assert!(
+                (got.loss - want_loss).abs() <= 1e-5 * want_loss.abs().max(1.0),
+                "{spec:?}: loss {} against {want_loss}",
+                got.loss
+            );
+            for (((name, _), g), w) in net.vars().iter().zip(f.grads()).zip(&want) {
+                match (g, w) {
+                    (None, None) => {}
+                    (Some(g), Some(w)) => {
+                        // To 1e-5 of the variable's largest gradient entry.
+                        let scale = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+                        assert!(scale > 0.0, "{spec:?}: {name}'s gradient is zero");
+                        for (i, (x, y)) in g.iter().zip(w).enumerate() {
+                            assert!(
+                                (x - y).abs() <= 1e-5 * scale,
+                                "{spec:?} words {words}: {name}[{i}] {x} against {y}"
+                            );
+                        }
+                    }
+                    _ => panic!("{spec:?}: {name} has a gradient on one path only"),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_fused_gradients_match_finite_differences() {
+    let net = MlpNet::with_words(4, 3, 5, 2, 7, &Device::Cpu).unwrap();
+    for (_, v) in net.vars() {
+        v.set(&(v.as_tensor() * 4.0).unwrap()).unwrap();
+    }
+    let (enc, legal, data) = batch(&net, 11, 3);
+    let now = today(&net, &enc, &legal, &data);
+    // Ratios inside PPO's range, so that the loss is smooth around the point.
+    let old: Vec<f32> = now
+        .iter()
+        .zip(&data)
+        .map(|(l, d)| l + 0.1 * d.old_shift)
+        .collect();
+    let spec = LossSpec {
+        ppo_clip: Some(0.2),
+        value: Some(ValueSpec {
+            coef: 0.5,
+            clip: None,
+            scale: 1.0,
+        }),
+        entropy_coef: 0.5,
+    };
+    let rows = rows(&enc, &legal, &data, &old);
+    let mut f = Fused::new(&net);
+    f.step(&net, &rows, spec).unwrap();
+    let grads: Vec<Vec<f32>> = f.grads().map(|g| g.unwrap().to_vec()).collect();
+    let loss_at = |var: &Var, i: usize, x: f32| {
+        let mut vals = var
+            .as_tensor()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let keep = vals[i];
+        vals[i] = x;
+        var.set(&Tensor::from_vec(vals.clone(), var.shape(), &Device::Cpu).unwrap())
+            .unwrap();
+        let l = Fused::new(&net).step(&net, &rows, spec).unwrap().loss;
+        vals[i] = keep;
+        var.set(&Tensor::from_vec(vals, var.shape(), &Device::Cpu).unwrap())
+            .unwrap();
+        l
+    };
+    let eps = 1e-2f32;
+    for ((name, var), g) in net.vars().iter().zip(&grads) {
+        assert!(g.iter().any(|&x| x != 0.0), "{name} got no gradient");
+        let vals = var
+            .as_tensor()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let top = g.iter().fold(0f32, |m, x| m.max(x.abs()));
+        // Every entry of the small ones, a spread of the first layer's.
+        let step = (vals.len() / 40).max(1);
+        for i in (0..vals.len()).step_by(step) {
+            let fd =
+                (loss_at(var, i, vals[i] + eps) - loss_at(var, i, vals[i] - eps)) / (2.0 * eps);
+            assert!(
+                (fd - g[i]).abs() <= 0.005 * top + 1e-4,
+                "{name}[{i}]: finite difference {fd} against {}",
+                g[i]
+            );
+        }
+    }
+}
