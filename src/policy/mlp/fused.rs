@@ -242,14 +242,54 @@ impl Fused {
         self.cells * CODES + self.dense
     }
 
+    /// The forward pass alone, for deciding: `rows`' action logits, values and (with talk)
+    /// word logits under `net`'s current weights, read with [`Fused::logits`],
+    /// [`Fused::value`] and [`Fused::words`]. The same numbers as [`Fused::step`]'s forward.
+    pub fn infer(&mut self, net: &MlpNet, rows: &[&Encoded]) -> Result<(), String> {
+        if !self.fits(net) {
+            return Err("mlp: the fused forward was made for another network's shapes".into());
+        }
+        if let Some(r) = rows
+            .iter()
+            .find(|r| r.cells.len() != self.cells || r.dense.len() != self.dense)
+        {
+            return Err(format!(
+                "mlp: an observation of {} cells and {} header fields for a network of {} and {}",
+                r.cells.len(),
+                r.dense.len(),
+                self.cells,
+                self.dense
+            ));
+        }
+        self.load(net)?;
+        self.forward(rows);
+        Ok(())
+    }
+
+    /// Row `i`'s action logits from the last forward pass.
+    pub fn logits(&self, i: usize) -> &[f32] {
+        &self.z[i * self.actions..(i + 1) * self.actions]
+    }
+
+    /// Row `i`'s value from the last forward pass.
+    pub fn value(&self, i: usize) -> f32 {
+        self.v[i]
+    }
+
+    /// Row `i`'s word logits (silence first) from the last forward pass; `None` without talk.
+    pub fn words(&self, i: usize) -> Option<&[f32]> {
+        let c = self.choices;
+        (c > 0).then(|| &self.w[i * c..(i + 1) * c])
+    }
+
     /// The forward pass of `rows` into `h1`, `h2`, `z`, `v` and (with talk) `w`.
-    fn forward(&mut self, rows: &[Row<'_>]) {
+    fn forward(&mut self, rows: &[&Encoded]) {
         let (m, d, a, c) = (rows.len(), self.dense, self.actions, self.choices);
         let inputs = self.inputs();
         let cols = self.cells * CODES;
         let x = sized(&mut self.x, m * d);
         for (xr, r) in x.chunks_exact_mut(d.max(1)).zip(rows) {
-            xr.copy_from_slice(&r.encoded.dense);
+            xr.copy_from_slice(&r.dense);
         }
         let h1 = sized(&mut self.h1, m * H);
         // The header fields' product, then each cell's column added: as the candle path.
@@ -265,7 +305,7 @@ impl Fused {
         vectorised(|| {
             for (hr, r) in h1.chunks_exact_mut(H).zip(rows) {
                 let mut cell = [0f32; H];
-                for (k, &code) in r.encoded.cells.iter().enumerate() {
+                for (k, &code) in r.cells.iter().enumerate() {
                     let col = (k * CODES + usize::from(code & 0x0f)) * H;
                     for (y, &w) in cell.iter_mut().zip(&w1t[col..col + H]) {
                         *y += w;
@@ -333,9 +373,10 @@ impl Fused {
             ));
         }
         self.load(net)?;
-        self.forward(rows);
+        let encoded: Vec<&Encoded> = rows.iter().map(|r| r.encoded).collect();
+        self.forward(&encoded);
         let stats = self.loss_gradient(rows, spec);
-        self.backward(rows);
+        self.backward(&encoded);
         self.value_grads = spec.value.is_some();
         Ok(stats)
     }
@@ -482,7 +523,7 @@ impl Fused {
     }
 
     /// The backward pass from `dz`, `dv`, `dw` into every variable's gradient.
-    fn backward(&mut self, rows: &[Row<'_>]) {
+    fn backward(&mut self, rows: &[&Encoded]) {
         let (m, d, a, c) = (rows.len(), self.dense, self.actions, self.choices);
         let inputs = self.inputs();
         let cols = self.cells * CODES;
@@ -550,7 +591,7 @@ impl Fused {
         g1t.fill(0.0);
         vectorised(|| {
             for (g, r) in dh1.chunks_exact(H).zip(rows) {
-                for (k, &code) in r.encoded.cells.iter().enumerate() {
+                for (k, &code) in r.cells.iter().enumerate() {
                     let col = (k * CODES + usize::from(code & 0x0f)) * H;
                     for (y, &x) in g1t[col..col + H].iter_mut().zip(g) {
                         *y += x;

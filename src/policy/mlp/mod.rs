@@ -60,6 +60,8 @@ pub struct MlpPolicy {
     folder: Option<PathBuf>,
     stats: PolicyStats,
     failure: Option<String>,
+    /// The fused forward's buffers ([`Fused`]), made at the first decision.
+    fused: Option<Fused>,
 }
 
 impl MlpPolicy {
@@ -80,6 +82,7 @@ impl MlpPolicy {
             folder: None,
             stats: PolicyStats::default(),
             failure: None,
+            fused: None,
         }
     }
 
@@ -177,24 +180,22 @@ impl Policy for MlpPolicy {
             return;
         }
         let refs: Vec<&Encoded> = rows.iter().collect();
-        let out = net.heads(&refs).and_then(|h| {
-            Ok((
-                h.logits.to_vec2::<f32>()?,
-                h.values.to_vec1::<f32>()?,
-                h.words.map(|w| w.to_vec2::<f32>()).transpose()?,
-            ))
-        });
-        let (logits, values, words) = match out {
-            Ok(out) => out,
-            Err(e) => {
-                self.stats.errors += 1;
-                self.failure.get_or_insert(format!("forward pass: {e}"));
-                return;
-            }
+        // The fused forward (plain buffers, kept across steps): the numbers the trainer's
+        // fused step computes, without a tensor per operation.
+        let fused = match &mut self.fused {
+            Some(f) if f.fits(&net) => f,
+            slot => slot.insert(Fused::new(&net)),
         };
-        if let Some((d, (i, v))) = batch.iter().zip(&logits).find_map(|(d, l)| {
+        if let Err(e) = fused.infer(&net, &refs) {
+            self.stats.errors += 1;
+            self.failure.get_or_insert(format!("forward pass: {e}"));
+            return;
+        }
+        let fused = &*fused;
+        if let Some((d, (i, v))) = batch.iter().enumerate().find_map(|(k, d)| {
             let mask = d.mask;
-            super::sampling::first_non_finite(l, |i| mask.allows(i as u8)).map(|bad| (d, bad))
+            super::sampling::first_non_finite(fused.logits(k), |i| mask.allows(i as u8))
+                .map(|bad| (d, bad))
         }) {
             self.stats.errors += 1;
             self.failure.get_or_insert(format!(
@@ -204,7 +205,8 @@ impl Policy for MlpPolicy {
             ));
             return;
         }
-        for ((d, l), v) in batch.iter_mut().zip(&logits).zip(&values) {
+        for (k, d) in batch.iter_mut().enumerate() {
+            let (l, v) = (fused.logits(k), fused.value(k));
             let mask = d.mask;
             let (pick, probs, logprob, entropy) = sample(l, |i| mask.allows(i as u8), d.rng);
             d.action.0 = pick as u8;
@@ -212,13 +214,16 @@ impl Policy for MlpPolicy {
             d.trace.logprob = logprob;
             d.trace.entropy = entropy;
             d.trace.probs = probs;
-            d.trace.value = Some(*v);
+            d.trace.value = Some(v);
             d.trace.said = None;
             d.trace.said_logprob = 0.0;
         }
         // Then what to say: silence (choice 0) or word k (choice k + 1), from its own head.
-        if let Some(words) = &words {
-            for (d, w) in batch.iter_mut().zip(words) {
+        if fused.words(0).is_some() {
+            for (k, d) in batch.iter_mut().enumerate() {
+                let Some(w) = fused.words(k) else {
+                    continue;
+                };
                 let Some(say) = d.say.as_deref_mut() else {
                     continue;
                 };
