@@ -1,7 +1,9 @@
 //! `mlp`: the classic-MARL baseline. The same observations as the language model, as
 //! feature rows (one-hot view cells plus header fields), through a small two-layer tanh
-//! network in candle with a policy head and a value head; all its agents, across all arenas,
-//! in one batched forward per step. Weights come from a seeded stream. It is the fast path
+//! network with a policy head and a value head; all its agents, across all arenas, in one
+//! batched forward per step. Its weights are candle variables ([`MlpNet`]); deciding and
+//! training run the fused path ([`Fused`]: plain buffers, one `gemm` per product, a
+//! hand-written backward), checked against the candle path it replaced. Weights come from a seeded stream. It is the fast path
 //! for long CPU runs, and an `mlp` agent can share an arena with a language-model agent.
 //!
 //! It learns with the same trainer as the language model (`train --learner mlp`): the
