@@ -147,7 +147,7 @@ struct MlpModel {
     /// The starting network (the same seed), for the KL term.
     reference: Option<MlpNet>,
     /// The fused training step's buffers ([`Fused`]), made at the first step it takes.
-    fused: Option<Fused>,
+    fused: Option<Box<Fused>>,
 }
 
 /// What a trainer updates.
@@ -795,7 +795,7 @@ impl Trainer {
         }
         let fused = match &mut m.fused {
             Some(f) if f.fits(net) => f,
-            slot => slot.insert(Fused::new(net)),
+            slot => slot.insert(Box::new(Fused::new(net))),
         };
         let rows: Vec<Row<'_>> = mb
             .iter()
