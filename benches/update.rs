@@ -131,6 +131,16 @@ impl Step {
     }
 }
 
+/// `n` feature rows of the hide-and-seek quadrant's sizes (91 view cells, 69 header fields).
+fn hide_and_seek_rows(n: usize) -> Vec<emergence::policy::mlp::Encoded> {
+    (0..n)
+        .map(|i| emergence::policy::mlp::Encoded {
+            cells: (0..91).map(|k| ((i * 7 + k * 3) % 16) as u8).collect(),
+            dense: (0..69).map(|k| ((i + k) % 5) as f32 / 5.0).collect(),
+        })
+        .collect()
+}
+
 fn update_mlp(c: &mut Criterion) {
     use emergence::policy::mlp::{Encoded, MlpNet};
     use emergence::train::loss::{chosen, ppo_clip, value_loss};
@@ -140,12 +150,7 @@ fn update_mlp(c: &mut Criterion) {
     group.throughput(Throughput::Elements(ROWS as u64));
     group.bench_function("hide_and_seek1024", |b| {
         let dev = Device::Cpu;
-        let rows: Vec<Encoded> = (0..ROWS)
-            .map(|i| Encoded {
-                cells: (0..91).map(|k| ((i * 7 + k * 3) % 16) as u8).collect(),
-                dense: (0..69).map(|k| ((i + k) % 5) as f32 / 5.0).collect(),
-            })
-            .collect();
+        let rows = hide_and_seek_rows(ROWS);
         let refs: Vec<&Encoded> = rows.iter().collect();
         let net = MlpNet::new(91, 69, 9, 0, &dev).expect("net");
         let mut opt = AdamW::new(net.vars().to_vec(), AdamParams::default()).expect("adamw");
@@ -175,12 +180,7 @@ fn update_mlp(c: &mut Criterion) {
     group.bench_function("hide_and_seek1024_fused", |b| {
         use emergence::policy::mlp::{Fused, LossSpec, Row, ValueSpec};
         let dev = Device::Cpu;
-        let rows: Vec<Encoded> = (0..ROWS)
-            .map(|i| Encoded {
-                cells: (0..91).map(|k| ((i * 7 + k * 3) % 16) as u8).collect(),
-                dense: (0..69).map(|k| ((i + k) % 5) as f32 / 5.0).collect(),
-            })
-            .collect();
+        let rows = hide_and_seek_rows(ROWS);
         let legal = vec![true; 9];
         let batch: Vec<Row<'_>> = rows
             .iter()

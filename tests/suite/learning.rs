@@ -196,9 +196,10 @@ const AA_ITERATIONS: u32 = 50;
 /// IPPO (100 updates) and MAPPO (60) train the `mlp` learner to get both agents through the
 /// corridor maze, which needs two: one holds the door open from a plate while the other
 /// crosses, then the one across holds it from the far plate. Measured, seeds 3 / 4 / 5:
-/// IPPO 0.65 / 0.56 / 0.66, MAPPO 0.58 / 0.52 / 0.47 per agent (the fused path). A failed episode returns −1 per agent (the step
-/// cost of 100 steps) and a successful one at most +1, so a mean return of −0.2 or more means
-/// that at least 40% of the episodes got both out. The untrained network never does (−1.0),
+/// IPPO 0.65 / 0.56 / 0.66, MAPPO 0.58 / 0.52 / 0.47 per agent (the fused path). A failed
+/// episode returns −1 per agent (the step cost of 100 steps) and a successful one at most +1,
+/// so a mean return of −0.2 or more means that at least 40% of the episodes got both out.
+/// The untrained network never does (−1.0),
 /// and neither does a policy that only walks to the exit or only sits on a plate.
 #[test]
 fn ippo_and_mappo_teach_the_mlp_pair_to_hold_the_door_for_each_other() {

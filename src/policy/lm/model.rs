@@ -502,16 +502,11 @@ impl Decoder {
     }
 }
 
-/// A projection of rows `(n, in)`, plus the adapters' low-rank updates where they adapt
-/// `name`: one 2-d matmul of the base weight over every row (candle's `Linear` would
-/// broadcast its weight over a 3-d input as a batch of small matmuls, and on the training
-/// path its backward would then materialise one weight gradient per batch row before summing
-/// them), and one small pair per run of rows that share an adapter.
 /// The `nkv` key/value heads of `xs` `(b, nkv, t, dim)` each repeated `rep` times in place,
 /// `(b, nkv · rep, t, dim)`, as Hugging Face's `repeat_kv` (and candle-transformers'
-/// `utils::repeat_kv`, the reference tests/suite/lm.rs checks against): head `h` of the result is
-/// key/value head `h / rep`. Written here so that the library does not depend on
-/// candle-transformers (on the build's critical path; now a dev-dependency for that reference).
+/// `utils::repeat_kv`, the reference tests/suite/lm.rs checks against): head `h` of the
+/// result is key/value head `h / rep`. Written here so that the library does not depend on
+/// candle-transformers (on the build's critical path; a dev-dependency for that reference).
 fn repeat_kv(xs: Tensor, rep: usize) -> candle_core::Result<Tensor> {
     if rep == 1 {
         return Ok(xs);
@@ -521,6 +516,11 @@ fn repeat_kv(xs: Tensor, rep: usize) -> candle_core::Result<Tensor> {
     Tensor::cat(&vec![&xs; rep], 2)?.reshape((b, nkv * rep, t, dim))
 }
 
+/// A projection of rows `(n, in)`, plus the adapters' low-rank updates where they adapt
+/// `name`: one 2-d matmul of the base weight over every row (candle's `Linear` would
+/// broadcast its weight over a 3-d input as a batch of small matmuls, and on the training
+/// path its backward would then materialise one weight gradient per batch row before summing
+/// them), and one small pair per run of rows that share an adapter.
 pub(super) fn proj(
     lin: &Linear,
     name: &str,

@@ -276,6 +276,11 @@ impl Fused {
         self.v[i]
     }
 
+    /// Whether the network has a talk head.
+    pub fn talks(&self) -> bool {
+        self.choices > 0
+    }
+
     /// Row `i`'s word logits (silence first) from the last forward pass; `None` without talk.
     pub fn words(&self, i: usize) -> Option<&[f32]> {
         let c = self.choices;

@@ -1,10 +1,11 @@
 //! `mlp`: the classic-MARL baseline. The same observations as the language model, as
 //! feature rows (one-hot view cells plus header fields), through a small two-layer tanh
 //! network with a policy head and a value head; all its agents, across all arenas, in one
-//! batched forward per step. Its weights are candle variables ([`MlpNet`]); deciding and
-//! training run the fused path ([`Fused`]: plain buffers, one `gemm` per product, a
-//! hand-written backward), checked against the candle path it replaced. Weights come from a seeded stream. It is the fast path
-//! for long CPU runs, and an `mlp` agent can share an arena with a language-model agent.
+//! batched forward per step. Its weights are candle variables ([`MlpNet`]) drawn from a
+//! seeded stream; deciding and training run the fused path ([`Fused`]: plain buffers, one
+//! `gemm` per product, a hand-written backward), checked against the candle path it
+//! replaced. It is the fast path for long CPU runs, and an `mlp` agent can share an arena
+//! with a language-model agent.
 //!
 //! It learns with the same trainer as the language model (`train --learner mlp`): the
 //! network lives behind an [`MlpHandle`] that the policy and the trainer share, so an
@@ -221,12 +222,9 @@ impl Policy for MlpPolicy {
             d.trace.said_logprob = 0.0;
         }
         // Then what to say: silence (choice 0) or word k (choice k + 1), from its own head.
-        if fused.words(0).is_some() {
+        if fused.talks() {
             for (k, d) in batch.iter_mut().enumerate() {
-                let Some(w) = fused.words(k) else {
-                    continue;
-                };
-                let Some(say) = d.say.as_deref_mut() else {
+                let (Some(w), Some(say)) = (fused.words(k), d.say.as_deref_mut()) else {
                     continue;
                 };
                 let (pick, _, logprob, _) = sample(w, |_| true, d.rng);
