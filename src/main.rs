@@ -95,9 +95,33 @@ fn launch_refusal(launched: Option<usize>, with_mpi: bool, spreads: bool) -> Opt
     })
 }
 
+/// candle 0.11 runs its element-wise operations on a pool of its own, sized by
+/// `CANDLE_NUM_THREADS` (else `RAYON_NUM_THREADS`, else every core) when it is first used,
+/// whose workers spin for a while after each operation: with `--threads 1` on two cores a
+/// spinning worker took a tenth of a training run's CPU time. `--threads` sizes it too.
+fn bound_candle_threads(n: u16) {
+    // SAFETY: called first thing in `main`, before any other thread exists (MPI's, Bevy's,
+    // rayon's, candle's), so nothing reads the environment while it changes.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::env::set_var("CANDLE_NUM_THREADS", n.max(1).to_string());
+    }
+}
+
 fn main() -> ExitCode {
     cli::allocator::keep_freed_memory();
     let cli = Cli::parse();
+    let threads = match &cli.command {
+        Command::Run(a) => a.threads,
+        Command::Train(a) => a.threads,
+        Command::Eval(a) => a.threads,
+        Command::View(a) => a.threads,
+        Command::Reproduce(a) => a.threads,
+        _ => None,
+    };
+    if let Some(n) = threads {
+        bound_candle_threads(n);
+    }
     // Under mpirun: MPI stays initialised while `_universe` lives (to the end of main).
     let launched = launched_ranks().filter(|&n| n > 1);
     #[cfg(feature = "mpi")]
@@ -130,16 +154,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    let threads = match &cli.command {
-        Command::Run(a) => a.threads,
-        Command::Train(a) => a.threads,
-        Command::Eval(a) => a.threads,
-        Command::View(a) => a.threads,
-        Command::Reproduce(a) => a.threads,
-        _ => None,
-    };
-    // --threads bounds all the compute: Bevy's pools (through the run's settings) and rayon's
-    // global pool, which the model's kernels and candle's gemm run on.
+    // --threads bounds all the compute: Bevy's pools (through the run's settings), candle's
+    // own pool (above) and rayon's global pool, which the model's kernels and candle's gemm
+    // run on.
     if let Some(n) = threads
         && let Err(e) = rayon::ThreadPoolBuilder::new()
             .num_threads(usize::from(n))

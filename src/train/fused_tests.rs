@@ -46,6 +46,22 @@ fn batch(net: &MlpNet, m: usize, seed: u64) -> (Vec<Encoded>, Vec<Vec<bool>>, Ve
     (enc, legal, data)
 }
 
+/// `net`'s weights multiplied by `k` (larger than the initial ones, so that every term of the
+/// loss matters).
+fn scale(net: &MlpNet, k: f64) {
+    for (_, v) in net.vars() {
+        v.set(&(v.as_tensor() * k).unwrap()).unwrap();
+    }
+}
+
+/// Old log-probabilities: today's plus `k` times each row's shift.
+fn old_near(now: &[f32], data: &[RowData], k: f32) -> Vec<f32> {
+    now.iter()
+        .zip(data)
+        .map(|(l, d)| l + k * d.old_shift)
+        .collect()
+}
+
 struct RowData {
     action: u8,
     said: Option<u8>,
@@ -224,39 +240,53 @@ fn the_fused_step_equals_the_candle_path_loss_and_gradients() {
         }
         let (enc, legal, data) = batch(&net, 37, seed + 10);
         let now = today(&net, &enc, &legal, &data);
-        let old: Vec<f32> = now
-            .iter()
-            .zip(&data)
-            .map(|(l, d)| l + d.old_shift)
-            .collect();
+        let old = old_near(&now, &data, 1.0);
         for spec in specs() {
             let (want_loss, want) = reference(&net, &enc, &legal, &data, &old, spec);
             let mut f = Fused::new(&net);
             let got = f
                 .step(&net, &rows(&enc, &legal, &data, &old), spec)
                 .unwrap();
-            assert!(
-                (got.loss - want_loss).abs() <= 1e-5 * want_loss.abs().max(1.0),
-                "{spec:?}: loss {} against {want_loss}",
-                got.loss
+            let grads: Vec<Option<&[f32]>> = f.grads().collect();
+            agrees(
+                &net,
+                (got.loss, &grads),
+                (want_loss, &want),
+                &format!("{spec:?} words {words}"),
             );
-            for (((name, _), g), w) in net.vars().iter().zip(f.grads()).zip(&want) {
-                match (g, w) {
-                    (None, None) => {}
-                    (Some(g), Some(w)) => {
-                        // To 1e-5 of the variable's largest gradient entry.
-                        let scale = w.iter().fold(0f32, |m, x| m.max(x.abs()));
-                        assert!(scale > 0.0, "{spec:?}: {name}'s gradient is zero");
-                        for (i, (x, y)) in g.iter().zip(w).enumerate() {
-                            assert!(
-                                (x - y).abs() <= 1e-5 * scale,
-                                "{spec:?} words {words}: {name}[{i}] {x} against {y}"
-                            );
-                        }
-                    }
-                    _ => panic!("{spec:?}: {name} has a gradient on one path only"),
+        }
+    }
+}
+
+/// A fused step's loss and gradients (`got`) against the candle path's (`want`): the loss to
+/// 1e-5 of itself, each gradient entry to 1e-5 of its variable's largest, a gradient on both
+/// paths or on neither, and none that is zero throughout.
+fn agrees(
+    net: &MlpNet,
+    got: (f32, &[Option<&[f32]>]),
+    want: (f32, &[Option<Vec<f32>>]),
+    what: &str,
+) {
+    assert!(
+        (got.0 - want.0).abs() <= 1e-5 * want.0.abs().max(1.0),
+        "{what}: loss {} against {}",
+        got.0,
+        want.0
+    );
+    for (((name, _), g), w) in net.vars().iter().zip(got.1).zip(want.1) {
+        match (g, w) {
+            (None, None) => {}
+            (Some(g), Some(w)) => {
+                let scale = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+                assert!(scale > 0.0, "{what}: {name}'s gradient is zero");
+                for (i, (x, y)) in g.iter().zip(w).enumerate() {
+                    assert!(
+                        (x - y).abs() <= 1e-5 * scale,
+                        "{what}: {name}[{i}] {x} against {y}"
+                    );
                 }
             }
+            _ => panic!("{what}: {name} has a gradient on one path only"),
         }
     }
 }
@@ -264,17 +294,11 @@ fn the_fused_step_equals_the_candle_path_loss_and_gradients() {
 #[test]
 fn the_fused_gradients_match_finite_differences() {
     let net = MlpNet::with_words(4, 3, 5, 2, 7, &Device::Cpu).unwrap();
-    for (_, v) in net.vars() {
-        v.set(&(v.as_tensor() * 4.0).unwrap()).unwrap();
-    }
+    scale(&net, 4.0);
     let (enc, legal, data) = batch(&net, 11, 3);
     let now = today(&net, &enc, &legal, &data);
     // Ratios inside PPO's range, so that the loss is smooth around the point.
-    let old: Vec<f32> = now
-        .iter()
-        .zip(&data)
-        .map(|(l, d)| l + 0.1 * d.old_shift)
-        .collect();
+    let old = old_near(&now, &data, 0.1);
     let spec = LossSpec {
         ppo_clip: Some(0.2),
         value: Some(ValueSpec {
@@ -327,4 +351,43 @@ fn the_fused_gradients_match_finite_differences() {
             );
         }
     }
+}
+
+/// A minibatch of several parts (the step cuts 600 rows into 3 of 200, summed in order):
+/// the candle path's loss and gradients still, and the same bits on one thread and on
+/// three.
+#[test]
+fn a_minibatch_in_parts_equals_the_candle_path_on_any_thread_count() {
+    let net = MlpNet::with_words(9, 4, 6, 2, 5, &Device::Cpu).unwrap();
+    scale(&net, 3.0);
+    let (enc, legal, data) = batch(&net, 600, 21);
+    let now = today(&net, &enc, &legal, &data);
+    let old = old_near(&now, &data, 1.0);
+    let spec = specs()[1];
+    let rows = rows(&enc, &legal, &data, &old);
+    let on = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut f = Fused::new(&net);
+            let st = f.step(&net, &rows, spec).unwrap();
+            let g: Vec<Vec<f32>> = f.grads().map(|g| g.unwrap().to_vec()).collect();
+            (st, g)
+        })
+    };
+    let (one, g1) = on(1);
+    let (three, g3) = on(3);
+    assert_eq!(
+        one, three,
+        "the step's statistics differ between thread counts"
+    );
+    for (((name, _), a), b) in net.vars().iter().zip(&g1).zip(&g3) {
+        let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "{name}'s gradient differs between 1 and 3 threads");
+    }
+    let (want_loss, want) = reference(&net, &enc, &legal, &data, &old, spec);
+    let grads: Vec<Option<&[f32]>> = g1.iter().map(|g| Some(g.as_slice())).collect();
+    agrees(&net, (one.loss, &grads), (want_loss, &want), "600 rows");
 }

@@ -73,6 +73,9 @@ pub struct AdamW {
     pub params: AdamParams,
     step: u64,
     slots: Vec<Slot>,
+    /// [`AdamW::step_host`]'s new weights and moments, staged until all are checked (kept
+    /// across steps).
+    staged: Vec<[Vec<f32>; 3]>,
 }
 
 impl AdamW {
@@ -89,6 +92,7 @@ impl AdamW {
             params,
             step: 0,
             slots,
+            staged: Vec::new(),
         })
     }
 
@@ -164,6 +168,81 @@ impl AdamW {
                 (Moments::Device(..), None) => continue,
             };
             s.var.set(&theta)?;
+        }
+        Ok(None)
+    }
+
+    /// [`AdamW::step`] from gradients given as plain slices, one per variable in the order
+    /// they were given to [`AdamW::new`] (`None`: no gradient), each multiplied by `scale`
+    /// first (a norm clip's factor; 1 leaves them as they are): the same arithmetic, without
+    /// a tensor per gradient, each weight written in place. For f32 variables on the CPU (an
+    /// error otherwise). As `step`, a step that would leave NaN or an infinity changes
+    /// nothing and names the variable.
+    pub fn step_host(&mut self, grads: &[Option<&[f32]>], scale: f32) -> Result<Option<String>> {
+        if grads.len() != self.slots.len() {
+            bail!(
+                "AdamW: {} gradients for {} variables",
+                grads.len(),
+                self.slots.len()
+            );
+        }
+        let p = self.params;
+        let t = i32::try_from(self.step + 1).unwrap_or(i32::MAX);
+        let k = HostAdam::new(
+            p,
+            (1.0 / (1.0 - p.beta1.powi(t)), 1.0 / (1.0 - p.beta2.powi(t))),
+        );
+        self.staged.resize_with(self.slots.len(), Default::default);
+        for ((s, g), [theta2, m2, v2]) in self.slots.iter().zip(grads).zip(&mut self.staged) {
+            let Some(g) = g else { continue };
+            let Moments::Host(m, v) = &s.moments else {
+                bail!("AdamW: {} is not an f32 variable on the CPU", s.name);
+            };
+            let Some(theta) = lock(s.var.as_tensor()) else {
+                bail!(
+                    "AdamW: {} is not a contiguous f32 tensor on the CPU",
+                    s.name
+                );
+            };
+            let theta = theta.data();
+            if theta.len() != g.len() || m.len() != g.len() {
+                bail!(
+                    "AdamW: the gradient of {} has {} values, the variable {}",
+                    s.name,
+                    g.len(),
+                    theta.len()
+                );
+            }
+            let n = g.len();
+            theta2.resize(n, 0.0);
+            m2.resize(n, 0.0);
+            v2.resize(n, 0.0);
+            let finite = crate::policy::lm::cpu::kernels::simd::vectorised(
+                #[inline(always)]
+                || {
+                    let mut finite = true;
+                    for i in 0..n {
+                        let (a, b, c) = k.apply(theta[i], g[i] * scale, m[i], v[i]);
+                        (theta2[i], m2[i], v2[i]) = (a, b, c);
+                        finite &= a.is_finite() & b.is_finite() & c.is_finite();
+                    }
+                    finite
+                },
+            );
+            if !finite {
+                return Ok(Some(s.name.clone()));
+            }
+        }
+        self.step += 1;
+        for ((s, g), [theta2, m2, v2]) in self.slots.iter_mut().zip(grads).zip(&mut self.staged) {
+            if g.is_none() {
+                continue;
+            }
+            if let Moments::Host(m, v) = &mut s.moments {
+                std::mem::swap(m, m2);
+                std::mem::swap(v, v2);
+            }
+            s.var.as_tensor().inplace_op1(&Overwrite(theta2))?;
         }
         Ok(None)
     }
@@ -265,12 +344,38 @@ impl HostAdam {
     }
 
     /// The new (θ, m, v) of one element.
-    #[inline]
+    #[inline(always)]
     fn apply(&self, theta: f32, g: f32, m: f32, v: f32) -> (f32, f32, f32) {
         let m = m * self.b1 + g * self.c1;
         let v = v * self.b2 + (g * g) * self.c2;
         let update = (m * self.sm) / ((v * self.sv).sqrt() + self.eps);
         (theta * self.decay - update * self.lr, m, v)
+    }
+}
+
+/// Writes its values over a contiguous f32 tensor on the CPU, in place.
+struct Overwrite<'a>(&'a [f32]);
+
+impl candle_core::InplaceOp1 for Overwrite<'_> {
+    fn name(&self) -> &'static str {
+        "adamw-overwrite"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &mut candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<()> {
+        let (candle_core::CpuStorage::F32(data), Some((a, b))) =
+            (storage, layout.contiguous_offsets())
+        else {
+            bail!("AdamW: a weight that is not a contiguous f32 tensor");
+        };
+        if b - a != self.0.len() {
+            bail!("AdamW: {} new values for {} weights", self.0.len(), b - a);
+        }
+        data[a..b].copy_from_slice(self.0);
+        Ok(())
     }
 }
 
@@ -430,6 +535,75 @@ mod tests {
                 "{dtype:?}: m = {m}, v = {v}"
             );
         }
+        Ok(())
+    }
+
+    /// `step_host` (slices, a scale) takes the same steps as `step` (a gradient store with
+    /// the gradients already scaled), bit for bit, a variable without a gradient left alone;
+    /// a step that would leave an infinity changes nothing and names the variable.
+    #[test]
+    fn the_host_step_equals_the_tensor_step() -> Result<()> {
+        let dev = Device::Cpu;
+        let make = || -> Result<(Var, Var, AdamW)> {
+            let a = Var::new(&[1.0f32, -2.0, 0.5], &dev)?;
+            let b = Var::new(&[3.0f32, 0.25], &dev)?;
+            let opt = AdamW::new(
+                vec![("a".into(), a.clone()), ("b".into(), b.clone())],
+                AdamParams {
+                    lr: 0.05,
+                    weight_decay: 0.1,
+                    ..Default::default()
+                },
+            )?;
+            Ok((a, b, opt))
+        };
+        let (a1, b1, mut tensor) = make()?;
+        let (a2, b2, mut host) = make()?;
+        for (k, scale) in [1.0f32, 0.37, 1.0].into_iter().enumerate() {
+            let ga = [0.3f32 * (k as f32 + 1.0), -1.25, 2.0];
+            let gb = [-0.5f32, 0.125];
+            // b has a gradient at the second step only.
+            let with_b = k == 1;
+            let mut store = a1.as_tensor().sqr()?.sum_all()?.backward()?;
+            let scaled = |g: &[f32]| g.iter().map(|x| x * scale).collect::<Vec<f32>>();
+            store.insert(a1.as_tensor(), Tensor::new(scaled(&ga), &dev)?);
+            if with_b {
+                store.insert(b1.as_tensor(), Tensor::new(scaled(&gb), &dev)?);
+            } else {
+                store.remove(b1.as_tensor());
+            }
+            assert_eq!(tensor.step(&store)?, None);
+            let gs = [Some(&ga[..]), with_b.then_some(&gb[..])];
+            assert_eq!(host.step_host(&gs, scale)?, None);
+            for (x, y) in [(&a1, &a2), (&b1, &b2)] {
+                let (x, y) = (
+                    x.as_tensor().to_vec1::<f32>()?,
+                    y.as_tensor().to_vec1::<f32>()?,
+                );
+                let same = x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits());
+                assert!(same, "step {k}: {x:?} against {y:?}");
+            }
+        }
+        assert_eq!(host.steps(), tensor.steps());
+        let before = (
+            a2.as_tensor().to_vec1::<f32>()?,
+            b2.as_tensor().to_vec1::<f32>()?,
+        );
+        let bad = [
+            Some(&[1.0f32, 1.0, 1.0][..]),
+            Some(&[f32::INFINITY, 0.0][..]),
+        ];
+        assert_eq!(host.step_host(&bad, 1.0)?, Some("b".to_string()));
+        let after = (
+            a2.as_tensor().to_vec1::<f32>()?,
+            b2.as_tensor().to_vec1::<f32>()?,
+        );
+        assert_eq!(before, after, "a refused step changed a weight");
+        assert_eq!(host.steps(), 3);
+        assert!(
+            host.step_host(&bad[..1], 1.0).is_err(),
+            "one gradient for two variables"
+        );
         Ok(())
     }
 

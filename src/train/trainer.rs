@@ -826,15 +826,6 @@ impl Trainer {
             self.skip_reason = Some(format!("the loss is {}", st.loss));
             return Ok(Some(None));
         }
-        let mut grads = candle_core::backprop::GradStore::default();
-        for ((_, var), g) in net.vars().iter().zip(fused.grads()) {
-            if let Some(g) = g {
-                grads.insert(
-                    var.as_tensor(),
-                    Tensor::from_slice(g, var.shape(), var.device())?,
-                );
-            }
-        }
         let out = UpdateStats {
             policy_loss: st.policy_loss,
             value_loss: st.value_loss,
@@ -843,7 +834,31 @@ impl Trainer {
             clip_frac: if ppo { st.clip_frac } else { 0.0 },
             ..Default::default()
         };
-        self.apply(&mut grads, out).map(Some)
+        // The gradients' norm and its clip as `clip_grad_norm` takes them (the squares summed
+        // in f64), and the optimizer's step on the buffers: no tensor in between.
+        let grads: Vec<Option<&[f32]>> = fused.grads().collect();
+        let norm = grads
+            .iter()
+            .flatten()
+            .map(|g| g.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>())
+            .sum::<f64>()
+            .sqrt() as f32;
+        let max = self.hyper.max_grad_norm;
+        if !norm.is_finite() {
+            self.skip_reason = Some(format!("the gradient's norm is {norm}"));
+            return Ok(Some(None));
+        }
+        let scale = if norm > max { max / norm } else { 1.0 };
+        if let Some(name) = self.opt.step_host(&grads, scale)? {
+            self.skip_reason = Some(format!(
+                "the step would leave NaN or an infinity in {name} or its optimizer moments"
+            ));
+            return Ok(Some(None));
+        }
+        Ok(Some(Some(UpdateStats {
+            grad_norm: norm,
+            ..out
+        })))
     }
 
     /// Clips `grads` and takes the optimizer's step (or skips it, saying why).

@@ -26,9 +26,12 @@
 //! very edges (`r = 1 ± ε` exactly, a set of measure zero): there candle gives three quarters
 //! of the unclipped gradient and this gives all of it.
 //!
-//! The products run on the calling thread ([`Threads::One`]): at these sizes (1024 × 64)
-//! splitting them over rayon's threads cost more than it gave (measured: 3.3 against 2.9 ms
-//! a minibatch on two threads).
+//! A minibatch is cut into parts of at most 256 rows (decisions: 128), computed side by side
+//! on rayon's threads, each product within a part on the thread that runs it
+//! ([`Threads::One`]: at these sizes splitting one product over threads cost more than it
+//! gave, 3.3 against 2.9 ms a minibatch on two threads); the parts' gradients are summed in
+//! part order. The cut depends on the minibatch's size alone, so the numbers are the same on
+//! any thread count.
 //!
 //! Not here (the trainer keeps the candle path for them, [`Fused::supports`]): a KL term to
 //! a frozen reference (`--kl-coef` > 0), and data-parallel (MPI) steps.
@@ -102,24 +105,94 @@ pub struct StepStats {
     pub approx_kl: f32,
 }
 
-/// The network's parameters and gradients as flat buffers in [`MlpNet::vars`]' order and
-/// layouts (`l1.weight (H, inputs)` row-major, ...), and the activations of the last
-/// minibatch, all kept for the next one.
-pub struct Fused {
+/// The network's sizes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Shape {
     cells: usize,
     dense: usize,
     actions: usize,
     /// Word-head choices (`words + 1`), or 0 without talk.
     choices: usize,
+}
+
+impl Shape {
+    fn of(net: &MlpNet) -> Self {
+        Self {
+            cells: net.cells,
+            dense: net.dense,
+            actions: net.actions,
+            choices: if net.words > 0 { net.words + 1 } else { 0 },
+        }
+    }
+
+    /// The first layer's input width (one-hot cells, then header fields).
+    fn inputs(self) -> usize {
+        self.cells * CODES + self.dense
+    }
+
+    /// The one-hot cells' columns of the first layer.
+    fn cols(self) -> usize {
+        self.cells * CODES
+    }
+
+    /// Each variable's size, in [`MlpNet::vars`]' order.
+    fn sizes(self) -> Vec<usize> {
+        let mut sizes = vec![
+            H * self.inputs(),
+            H,
+            H * H,
+            H,
+            self.actions * H,
+            self.actions,
+            H,
+            1,
+        ];
+        if self.choices > 0 {
+            sizes.extend([self.choices * H, self.choices]);
+        }
+        sizes
+    }
+}
+
+/// Rows a part of a training minibatch holds at most: a minibatch is cut into
+/// `ceil(m / STEP_ROWS)` parts of equal size (give or take a row), each computed on its own
+/// (on rayon's threads when there are several) and their gradients summed in part order.
+/// The cut depends on the minibatch alone, never on the thread count, so a step's numbers
+/// are the same on any number of threads (tested).
+const STEP_ROWS: usize = 256;
+/// The same for a decision's forward pass.
+const INFER_ROWS: usize = 128;
+
+/// The parts' row ranges: `ceil(m / most)` runs of `ceil(m / parts)` rows.
+fn part_size(m: usize, most: usize) -> usize {
+    let parts = m.div_ceil(most).max(1);
+    m.div_ceil(parts).max(1)
+}
+
+/// The network's parameters and gradients as flat buffers in [`MlpNet::vars`]' order and
+/// layouts (`l1.weight (H, inputs)` row-major, ...), and each part's activations, all kept
+/// for the next minibatch.
+pub struct Fused {
+    shape: Shape,
     /// Parameters, one buffer per variable.
     params: Vec<Vec<f32>>,
-    /// Gradients, the same shapes.
+    /// Gradients, the same shapes (the sum of the parts').
     grads: Vec<Vec<f32>>,
     /// The cells' columns of `l1.weight`, transposed: `(cells · 16, H)`, a column per row.
     w1t: Vec<f32>,
     /// Their gradient, the same layout.
     g1t: Vec<f32>,
-    // Activations and their gradients, `m` rows each.
+    /// The parts of the last minibatch, and their row count.
+    parts: Vec<Part>,
+    part_rows: usize,
+    /// Whether the last step gave the value head a gradient.
+    value_grads: bool,
+}
+
+/// One part of a minibatch: its activations, their gradients and its share of every
+/// variable's gradient.
+#[derive(Default)]
+struct Part {
     x: Vec<f32>,
     h1: Vec<f32>,
     h2: Vec<f32>,
@@ -131,8 +204,31 @@ pub struct Fused {
     dw: Vec<f32>,
     dh2: Vec<f32>,
     dh1: Vec<f32>,
-    /// Whether the last step gave the value head a gradient.
-    value_grads: bool,
+    /// Gradients in [`MlpNet::vars`]' shapes, except `l1.weight`'s slot: the header fields'
+    /// columns alone, `(H, dense)`.
+    grads: Vec<Vec<f32>>,
+    /// The cells' columns' gradient, as [`Fused::g1t`].
+    g1t: Vec<f32>,
+    /// The loss's sums over the part's rows.
+    sums: Sums,
+}
+
+/// A part's sums of the loss's terms (divided by the minibatch's size at the end).
+#[derive(Debug, Clone, Copy, Default)]
+struct Sums {
+    policy: f32,
+    value: f32,
+    entropy: f32,
+    kl: f32,
+    clipped: usize,
+}
+
+/// What a part reads: the sizes and the weights.
+#[derive(Clone, Copy)]
+struct Weights<'a> {
+    shape: Shape,
+    params: &'a [Vec<f32>],
+    w1t: &'a [f32],
 }
 
 /// Index of each variable in [`MlpNet::vars`].
@@ -156,32 +252,16 @@ fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
 impl Fused {
     /// Buffers for `net`'s shapes (its weights are read at each [`Fused::step`]).
     pub fn new(net: &MlpNet) -> Self {
-        let choices = if net.words > 0 { net.words + 1 } else { 0 };
-        let inputs = net.inputs();
-        let mut sizes = vec![H * inputs, H, H * H, H, net.actions * H, net.actions, H, 1];
-        if choices > 0 {
-            sizes.extend([choices * H, choices]);
-        }
+        let shape = Shape::of(net);
+        let table = shape.cols() * H;
         Self {
-            cells: net.cells,
-            dense: net.dense,
-            actions: net.actions,
-            choices,
-            params: sizes.iter().map(|&n| vec![0.0; n]).collect(),
-            grads: sizes.iter().map(|&n| vec![0.0; n]).collect(),
-            w1t: vec![0.0; net.cells * CODES * H],
-            g1t: vec![0.0; net.cells * CODES * H],
-            x: Vec::new(),
-            h1: Vec::new(),
-            h2: Vec::new(),
-            z: Vec::new(),
-            v: Vec::new(),
-            w: Vec::new(),
-            dz: Vec::new(),
-            dv: Vec::new(),
-            dw: Vec::new(),
-            dh2: Vec::new(),
-            dh1: Vec::new(),
+            shape,
+            params: shape.sizes().iter().map(|&n| vec![0.0; n]).collect(),
+            grads: shape.sizes().iter().map(|&n| vec![0.0; n]).collect(),
+            w1t: vec![0.0; table],
+            g1t: vec![0.0; table],
+            parts: Vec::new(),
+            part_rows: 1,
             value_grads: false,
         }
     }
@@ -194,10 +274,7 @@ impl Fused {
 
     /// Whether this was made for `net`'s shapes.
     pub fn fits(&self, net: &MlpNet) -> bool {
-        self.cells == net.cells
-            && self.dense == net.dense
-            && self.actions == net.actions
-            && self.choices == if net.words > 0 { net.words + 1 } else { 0 }
+        self.shape == Shape::of(net)
     }
 
     /// Each variable's gradient from the last [`Fused::step`], in [`MlpNet::vars`]' order,
@@ -227,10 +304,10 @@ impl Fused {
             buf.copy_from_slice(data);
         }
         // The cells' columns of l1.weight as rows of w1t.
-        let inputs = self.inputs();
+        let (inputs, cols) = (self.shape.inputs(), self.shape.cols());
         let w1 = &self.params[L1W];
         for j in 0..H {
-            let row = &w1[j * inputs..j * inputs + self.cells * CODES];
+            let row = &w1[j * inputs..j * inputs + cols];
             for (col, &x) in row.iter().enumerate() {
                 self.w1t[col * H + j] = x;
             }
@@ -238,8 +315,36 @@ impl Fused {
         Ok(())
     }
 
-    fn inputs(&self) -> usize {
-        self.cells * CODES + self.dense
+    /// Cuts `rows` into parts of at most `most` rows ([`part_size`]; the parts are made as
+    /// needed and kept) and runs `f` on each part with its rows and the loaded weights, on
+    /// rayon's threads when there are several. Returns the number of parts.
+    fn over_parts<R: Sync>(
+        &mut self,
+        rows: &[R],
+        most: usize,
+        f: impl Fn(&mut Part, Weights<'_>, &[R]) + Sync,
+    ) -> usize {
+        use rayon::prelude::*;
+        self.part_rows = part_size(rows.len(), most);
+        let n = rows.len().div_ceil(self.part_rows);
+        if self.parts.len() < n {
+            self.parts.resize_with(n, Part::default);
+        }
+        let wts = Weights {
+            shape: self.shape,
+            params: &self.params,
+            w1t: &self.w1t,
+        };
+        let parts = &mut self.parts[..n];
+        if n == 1 {
+            f(&mut parts[0], wts, rows);
+        } else {
+            parts
+                .par_iter_mut()
+                .zip(rows.par_chunks(self.part_rows))
+                .for_each(|(p, r)| f(p, wts, r));
+        }
+        n
     }
 
     /// The forward pass alone, for deciding: `rows`' action logits, values and (with talk)
@@ -249,105 +354,52 @@ impl Fused {
         if !self.fits(net) {
             return Err("mlp: the fused forward was made for another network's shapes".into());
         }
+        let sh = self.shape;
         if let Some(r) = rows
             .iter()
-            .find(|r| r.cells.len() != self.cells || r.dense.len() != self.dense)
+            .find(|r| r.cells.len() != sh.cells || r.dense.len() != sh.dense)
         {
             return Err(format!(
                 "mlp: an observation of {} cells and {} header fields for a network of {} and {}",
                 r.cells.len(),
                 r.dense.len(),
-                self.cells,
-                self.dense
+                sh.cells,
+                sh.dense
             ));
         }
         self.load(net)?;
-        self.forward(rows);
+        self.over_parts(rows, INFER_ROWS, |part, wts, rows| part.forward(wts, rows));
         Ok(())
+    }
+
+    /// The part and row within it of row `i` of the last pass.
+    fn at(&self, i: usize) -> (&Part, usize) {
+        (&self.parts[i / self.part_rows], i % self.part_rows)
     }
 
     /// Row `i`'s action logits from the last forward pass.
     pub fn logits(&self, i: usize) -> &[f32] {
-        &self.z[i * self.actions..(i + 1) * self.actions]
+        let a = self.shape.actions;
+        let (p, r) = self.at(i);
+        &p.z[r * a..(r + 1) * a]
     }
 
     /// Row `i`'s value from the last forward pass.
     pub fn value(&self, i: usize) -> f32 {
-        self.v[i]
+        let (p, r) = self.at(i);
+        p.v[r]
     }
 
     /// Whether the network has a talk head.
     pub fn talks(&self) -> bool {
-        self.choices > 0
+        self.shape.choices > 0
     }
 
     /// Row `i`'s word logits (silence first) from the last forward pass; `None` without talk.
     pub fn words(&self, i: usize) -> Option<&[f32]> {
-        let c = self.choices;
-        (c > 0).then(|| &self.w[i * c..(i + 1) * c])
-    }
-
-    /// The forward pass of `rows` into `h1`, `h2`, `z`, `v` and (with talk) `w`.
-    fn forward(&mut self, rows: &[&Encoded]) {
-        let (m, d, a, c) = (rows.len(), self.dense, self.actions, self.choices);
-        let inputs = self.inputs();
-        let cols = self.cells * CODES;
-        let x = sized(&mut self.x, m * d);
-        for (xr, r) in x.chunks_exact_mut(d.max(1)).zip(rows) {
-            xr.copy_from_slice(&r.dense);
-        }
-        let h1 = sized(&mut self.h1, m * H);
-        // The header fields' product, then each cell's column added: as the candle path.
-        gemm(
-            MatMut::new(h1, m, H),
-            Mat::new(&self.x, m, d),
-            Mat::strided(&self.params[L1W][cols..], H, d, inputs).t(),
-            false,
-            1.0,
-            Threads::One,
-        );
-        let (b1, w1t) = (&self.params[L1B], &self.w1t);
-        vectorised(|| {
-            for (hr, r) in h1.chunks_exact_mut(H).zip(rows) {
-                let mut cell = [0f32; H];
-                for (k, &code) in r.cells.iter().enumerate() {
-                    let col = (k * CODES + usize::from(code & 0x0f)) * H;
-                    for (y, &w) in cell.iter_mut().zip(&w1t[col..col + H]) {
-                        *y += w;
-                    }
-                }
-                for ((y, c), b) in hr.iter_mut().zip(cell).zip(b1) {
-                    *y = tanh((*y + c) + b);
-                }
-            }
-        });
-        let h2 = sized(&mut self.h2, m * H);
-        dense_layer(
-            h2,
-            &self.h1,
-            &self.params[L2W],
-            &self.params[L2B],
-            (m, H, H),
-        );
-        vectorised(|| {
-            for y in h2.iter_mut() {
-                *y = tanh(*y);
-            }
-        });
-        let z = sized(&mut self.z, m * a);
-        dense_layer(z, &self.h2, &self.params[PIW], &self.params[PIB], (m, H, a));
-        let v = sized(&mut self.v, m);
-        dense_layer(v, &self.h2, &self.params[VW], &self.params[VB], (m, H, 1));
-        if c > 0 {
-            let w = sized(&mut self.w, m * c);
-            dense_layer(
-                w,
-                &self.h2,
-                &self.params[SAYW],
-                &self.params[SAYB],
-                (m, H, c),
-            );
-        }
+        let c = self.shape.choices;
+        let (p, r) = self.at(i);
+        (c > 0).then(|| &p.w[r * c..(r + 1) * c])
     }
 
     /// One minibatch: the loss of `rows` under `net`'s current weights and every variable's
@@ -361,10 +413,11 @@ impl Fused {
         if !self.fits(net) {
             return Err("mlp: the fused step was made for another network's shapes".into());
         }
+        let sh = self.shape;
         if let Some(r) = rows.iter().find(|r| {
-            r.encoded.cells.len() != self.cells
-                || r.encoded.dense.len() != self.dense
-                || usize::from(r.action) >= self.actions
+            r.encoded.cells.len() != sh.cells
+                || r.encoded.dense.len() != sh.dense
+                || usize::from(r.action) >= sh.actions
         }) {
             return Err(format!(
                 "mlp: a decision of {} cells, {} header fields and action {} for a network of \
@@ -372,30 +425,156 @@ impl Fused {
                 r.encoded.cells.len(),
                 r.encoded.dense.len(),
                 r.action,
-                self.cells,
-                self.dense,
-                self.actions
+                sh.cells,
+                sh.dense,
+                sh.actions
             ));
         }
         self.load(net)?;
-        let encoded: Vec<&Encoded> = rows.iter().map(|r| r.encoded).collect();
-        self.forward(&encoded);
-        let stats = self.loss_gradient(rows, spec);
-        self.backward(&encoded);
+        let inv = 1.0 / rows.len().max(1) as f32;
+        let n = self.over_parts(rows, STEP_ROWS, |part, wts, rows| {
+            let encoded: Vec<&Encoded> = rows.iter().map(|r| r.encoded).collect();
+            part.forward(wts, &encoded);
+            part.sums = part.loss_gradient(wts.shape, rows, spec, inv);
+            part.backward(wts, &encoded);
+        });
+        self.reduce(n);
         self.value_grads = spec.value.is_some();
-        Ok(stats)
+        let mut s = Sums::default();
+        for p in &self.parts[..n] {
+            s.policy += p.sums.policy;
+            s.value += p.sums.value;
+            s.entropy += p.sums.entropy;
+            s.kl += p.sums.kl;
+            s.clipped += p.sums.clipped;
+        }
+        let mut st = StepStats {
+            policy_loss: s.policy * inv,
+            value_loss: s.value * inv,
+            entropy: s.entropy * inv,
+            approx_kl: s.kl * inv,
+            clip_frac: s.clipped as f32 * inv,
+            loss: 0.0,
+        };
+        st.loss = st.policy_loss + spec.value.map_or(0.0, |v| v.coef * st.value_loss)
+            - spec.entropy_coef * st.entropy;
+        Ok(st)
     }
 
-    /// The loss of the forward pass's outputs and its gradient in them (`dz`, `dv`, `dw`).
-    fn loss_gradient(&mut self, rows: &[Row<'_>], spec: LossSpec) -> StepStats {
-        let (m, a, c) = (rows.len(), self.actions, self.choices);
-        let inv = 1.0 / m.max(1) as f32;
+    /// The parts' gradients summed (in part order) into [`Fused::grads`], the cells' columns
+    /// written into `l1.weight`'s layout.
+    fn reduce(&mut self, n: usize) {
+        let parts = &self.parts[..n];
+        if parts.is_empty() {
+            for g in &mut self.grads {
+                g.fill(0.0);
+            }
+            return;
+        }
+        let sum = |out: &mut [f32], each: &dyn Fn(&Part) -> &[f32]| {
+            out.copy_from_slice(each(&parts[0]));
+            for p in &parts[1..] {
+                for (y, &x) in out.iter_mut().zip(each(p)) {
+                    *y += x;
+                }
+            }
+        };
+        vectorised(
+            #[inline(always)]
+            || {
+                for (i, g) in self.grads.iter_mut().enumerate().skip(1) {
+                    sum(g, &|p: &Part| p.grads[i].as_slice());
+                }
+                sum(&mut self.g1t, &|p: &Part| p.g1t.as_slice());
+            },
+        );
+        let (inputs, cols, d) = (self.shape.inputs(), self.shape.cols(), self.shape.dense);
+        let g1 = &mut self.grads[L1W];
+        for (col, row) in self.g1t.chunks_exact(H).enumerate() {
+            for (j, &x) in row.iter().enumerate() {
+                g1[j * inputs + col] = x;
+            }
+        }
+        for j in 0..H {
+            let out = &mut g1[j * inputs + cols..(j + 1) * inputs];
+            out.copy_from_slice(&parts[0].grads[L1W][j * d..(j + 1) * d]);
+            for p in &parts[1..] {
+                for (y, &x) in out.iter_mut().zip(&p.grads[L1W][j * d..(j + 1) * d]) {
+                    *y += x;
+                }
+            }
+        }
+    }
+}
+
+impl Part {
+    /// The forward pass of `rows` into `h1`, `h2`, `z`, `v` and (with talk) `w`.
+    fn forward(&mut self, wts: Weights<'_>, rows: &[&Encoded]) {
+        let sh = wts.shape;
+        let (m, d, a, c) = (rows.len(), sh.dense, sh.actions, sh.choices);
+        let (inputs, cols) = (sh.inputs(), sh.cols());
+        let params = wts.params;
+        let x = sized(&mut self.x, m * d);
+        for (xr, r) in x.chunks_exact_mut(d.max(1)).zip(rows) {
+            xr.copy_from_slice(&r.dense);
+        }
+        let h1 = sized(&mut self.h1, m * H);
+        // The header fields' product, then each cell's column added: as the candle path.
+        gemm(
+            MatMut::new(h1, m, H),
+            Mat::new(&self.x, m, d),
+            Mat::strided(&params[L1W][cols..], H, d, inputs).t(),
+            false,
+            1.0,
+            Threads::One,
+        );
+        let (b1, w1t) = (&params[L1B], wts.w1t);
+        vectorised(
+            #[inline(always)]
+            || {
+                for (hr, r) in h1.chunks_exact_mut(H).zip(rows) {
+                    let mut cell = [0f32; H];
+                    for (k, &code) in r.cells.iter().enumerate() {
+                        let col = (k * CODES + usize::from(code & 0x0f)) * H;
+                        for (y, &w) in cell.iter_mut().zip(&w1t[col..col + H]) {
+                            *y += w;
+                        }
+                    }
+                    for ((y, c), b) in hr.iter_mut().zip(cell).zip(b1) {
+                        *y = tanh((*y + c) + b);
+                    }
+                }
+            },
+        );
+        let h2 = sized(&mut self.h2, m * H);
+        dense_layer(h2, &self.h1, &params[L2W], &params[L2B], (m, H, H));
+        vectorised(
+            #[inline(always)]
+            || {
+                for y in h2.iter_mut() {
+                    *y = tanh(*y);
+                }
+            },
+        );
+        let z = sized(&mut self.z, m * a);
+        dense_layer(z, &self.h2, &params[PIW], &params[PIB], (m, H, a));
+        let v = sized(&mut self.v, m);
+        dense_layer(v, &self.h2, &params[VW], &params[VB], (m, H, 1));
+        if c > 0 {
+            let w = sized(&mut self.w, m * c);
+            dense_layer(w, &self.h2, &params[SAYW], &params[SAYB], (m, H, c));
+        }
+    }
+
+    /// The loss's sums over this part's rows and its gradient in the forward pass's outputs
+    /// (`dz`, `dv`, `dw`), each term divided by the whole minibatch's size (`inv` = 1/m).
+    fn loss_gradient(&mut self, sh: Shape, rows: &[Row<'_>], spec: LossSpec, inv: f32) -> Sums {
+        let (m, a, c) = (rows.len(), sh.actions, sh.choices);
         let dz = sized(&mut self.dz, m * a);
         let dv = sized(&mut self.dv, m);
         let dw = sized(&mut self.dw, m * c);
         dw.fill(0.0);
-        let mut st = StepStats::default();
-        let (mut policy, mut value, mut ent_sum, mut kl, mut clipped) = (0f32, 0f32, 0f32, 0f32, 0);
+        let mut s = Sums::default();
         let mut lp = vec![0f32; a.max(c)];
         for (i, r) in rows.iter().enumerate() {
             let z = &self.z[i * a..(i + 1) * a];
@@ -432,23 +611,23 @@ impl Fused {
                     .map(|&x| -(x - wlse).exp() * (x - wlse))
                     .sum::<f32>();
             }
-            ent_sum += ent;
+            s.entropy += ent;
             // ∂L/∂log π(decision).
             let log_ratio = logp - r.old_logprob;
             let ratio = log_ratio.exp();
-            kl += (ratio - 1.0) - log_ratio;
+            s.kl += (ratio - 1.0) - log_ratio;
             let g_logp = match spec.ppo_clip {
                 None => {
-                    policy -= logp * r.adv;
+                    s.policy -= logp * r.adv;
                     -r.adv * inv
                 }
                 Some(eps) => {
                     let unclipped = ratio * r.adv;
                     let clip = ratio.clamp(1.0 - eps, 1.0 + eps) * r.adv;
                     if (ratio - 1.0).abs() > eps {
-                        clipped += 1;
+                        s.clipped += 1;
                     }
-                    policy -= unclipped.min(clip);
+                    s.policy -= unclipped.min(clip);
                     // The gradient flows through the unclipped term where it is the smaller
                     // (or equal: inside the range both terms are the same value).
                     if unclipped <= clip {
@@ -513,25 +692,23 @@ impl Fused {
                         }
                     }
                 };
-                value += 0.5 * worst;
+                s.value += 0.5 * worst;
                 dv[i] = vs.coef * inv * g * k;
             }
         }
-        st.policy_loss = policy * inv;
-        st.value_loss = value * inv;
-        st.entropy = ent_sum * inv;
-        st.approx_kl = kl * inv;
-        st.clip_frac = clipped as f32 * inv;
-        st.loss = st.policy_loss + spec.value.map_or(0.0, |v| v.coef * st.value_loss)
-            - spec.entropy_coef * st.entropy;
-        st
+        s
     }
 
-    /// The backward pass from `dz`, `dv`, `dw` into every variable's gradient.
-    fn backward(&mut self, rows: &[&Encoded]) {
-        let (m, d, a, c) = (rows.len(), self.dense, self.actions, self.choices);
-        let inputs = self.inputs();
-        let cols = self.cells * CODES;
+    /// The backward pass from `dz`, `dv`, `dw` into this part's gradients.
+    fn backward(&mut self, wts: Weights<'_>, rows: &[&Encoded]) {
+        let sh = wts.shape;
+        let params = wts.params;
+        let (m, d, a, c) = (rows.len(), sh.dense, sh.actions, sh.choices);
+        if self.grads.is_empty() {
+            self.grads = sh.sizes().iter().map(|&n| vec![0.0; n]).collect();
+            self.grads[L1W] = vec![0.0; H * d];
+            self.g1t = vec![0.0; sh.cols() * H];
+        }
         // The heads: weight gradients, and the gradient into h2.
         let dh2 = sized(&mut self.dh2, m * H);
         head_backward(
@@ -540,7 +717,7 @@ impl Fused {
             (PIW, PIB),
             &self.dz,
             &self.h2,
-            &self.params[PIW],
+            &params[PIW],
             (m, a),
             false,
         );
@@ -550,7 +727,7 @@ impl Fused {
             (VW, VB),
             &self.dv,
             &self.h2,
-            &self.params[VW],
+            &params[VW],
             (m, 1),
             true,
         );
@@ -561,7 +738,7 @@ impl Fused {
                 (SAYW, SAYB),
                 &self.dw,
                 &self.h2,
-                &self.params[SAYW],
+                &params[SAYW],
                 (m, c),
                 true,
             );
@@ -574,42 +751,31 @@ impl Fused {
         gemm(
             MatMut::new(dh1, m, H),
             Mat::new(&self.dh2, m, H),
-            Mat::new(&self.params[L2W], H, H),
+            Mat::new(&params[L2W], H, H),
             false,
             1.0,
             Threads::One,
         );
         through_tanh(dh1, &self.h1);
         // Layer 1: the header fields' columns by a product, the cells' by adding each row's
-        // gradient into the columns it read; then the cells' part written into l1.weight's
-        // layout.
+        // gradient into the columns it read.
         bias_grad(&mut self.grads[L1B], &self.dh1, H);
-        gemm(
-            MatMut::strided(&mut self.grads[L1W][cols..], H, d, inputs),
-            Mat::new(&self.dh1, m, H).t(),
-            Mat::new(&self.x, m, d),
-            false,
-            1.0,
-            Threads::One,
-        );
+        weight_grad(&mut self.grads[L1W], &self.dh1, &self.x, (m, H, d));
         let (g1t, dh1) = (&mut self.g1t, &self.dh1);
         g1t.fill(0.0);
-        vectorised(|| {
-            for (g, r) in dh1.chunks_exact(H).zip(rows) {
-                for (k, &code) in r.cells.iter().enumerate() {
-                    let col = (k * CODES + usize::from(code & 0x0f)) * H;
-                    for (y, &x) in g1t[col..col + H].iter_mut().zip(g) {
-                        *y += x;
+        vectorised(
+            #[inline(always)]
+            || {
+                for (g, r) in dh1.chunks_exact(H).zip(rows) {
+                    for (k, &code) in r.cells.iter().enumerate() {
+                        let col = (k * CODES + usize::from(code & 0x0f)) * H;
+                        for (y, &x) in g1t[col..col + H].iter_mut().zip(g) {
+                            *y += x;
+                        }
                     }
                 }
-            }
-        });
-        let g1 = &mut self.grads[L1W];
-        for (col, row) in self.g1t.chunks_exact(H).enumerate() {
-            for (j, &x) in row.iter().enumerate() {
-                g1[j * inputs + col] = x;
-            }
-        }
+            },
+        );
     }
 }
 
@@ -634,11 +800,14 @@ fn tanh(x: f32) -> f32 {
 
 /// `g ⊙= 1 − h²`: a gradient through `h = tanh(·)`.
 fn through_tanh(g: &mut [f32], h: &[f32]) {
-    vectorised(|| {
-        for (g, &h) in g.iter_mut().zip(h) {
-            *g *= 1.0 - h * h;
-        }
-    });
+    vectorised(
+        #[inline(always)]
+        || {
+            for (g, &h) in g.iter_mut().zip(h) {
+                *g *= 1.0 - h * h;
+            }
+        },
+    );
 }
 
 /// `out (m × n) = inp (m × k) · wᵀ + b` with `w` an `(n, k)` weight.
