@@ -9,13 +9,14 @@ A scene is a shipped scene's name (``"commons_harvest_open"``), a path to a ``.s
 file, or the RON text itself. See ``docs/python.md``.
 """
 
-from ._native import Sim, policies as _policies
+from ._native import Sim, bench_mlp_update, policies as _policies
 from .env import EmergenceParallelEnv, VectorEnv, _shipped, features, one_hot
 
 __all__ = [
     "EmergenceParallelEnv",
     "Sim",
     "VectorEnv",
+    "bench_mlp_update",
     "features",
     "list_scenes",
     "list_policies",

@@ -1175,10 +1175,46 @@ fn policies() -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
+/// Seconds of one update of the `mlp` learner (the trainer's own, as `emergence train
+/// --learner mlp` runs it) on a synthetic batch of `samples` decisions shaped like the
+/// hide-and-seek quadrant's (91 view cells over 16 codes, 69 header fields, 9 actions),
+/// `epochs` passes in minibatches of `minibatch`, the PPO loss with a value head, on
+/// `threads` threads. The batch and the trainer are made before the clock starts.
+/// `python/benches/update_vs_torch.py` times PyTorch's update of the same shapes against it.
+#[pyfunction]
+#[pyo3(signature = (samples=51_200, epochs=4, minibatch=1024, threads=1, seed=0))]
+fn bench_mlp_update(
+    py: Python<'_>,
+    samples: usize,
+    epochs: usize,
+    minibatch: usize,
+    threads: usize,
+    seed: u64,
+) -> PyResult<f64> {
+    use emergence::train::bench::{UpdateBench, time_update};
+    if samples == 0 || epochs == 0 || minibatch == 0 || threads == 0 {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "samples, epochs, minibatch and threads must be positive",
+        ));
+    }
+    // Whole episodes of 200 steps of 4 agents: `samples` rounded up to a multiple of 800.
+    let spec = UpdateBench {
+        arenas: samples.div_ceil(800),
+        steps: 200,
+        epochs,
+        minibatch,
+        seed,
+        ..Default::default()
+    };
+    py.detach(|| time_update(spec, threads))
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Sim>()?;
     m.add_function(wrap_pyfunction!(shipped_scenes, m)?)?;
     m.add_function(wrap_pyfunction!(policies, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_mlp_update, m)?)?;
     Ok(())
 }

@@ -170,10 +170,12 @@ pub fn cmd_train(mut args: TrainArgs, ranks: emergence::train::dist::Ranks) -> R
             .map(|(t, v)| format!("{t} {v:.3}"))
             .collect();
         bar.set_message(format!(
-            "| return {} | kl {:.4} | entropy {:.3} | {:.0} agent-steps/s",
+            "| return {} | kl {:.4} | entropy {:.3} | {:.0} agent-steps/s training ({:.0} \
+             rollout)",
             returns.join(", "),
             r.update.approx_kl,
             r.update.entropy,
+            r.training_steps_per_sec,
             r.agent_steps_per_sec
         ));
         bar.set_position(u64::from(r.iteration));
@@ -272,11 +274,36 @@ pub fn cmd_train(mut args: TrainArgs, ranks: emergence::train::dist::Ranks) -> R
         ("  of which inference", 3, |r| r.inference_seconds),
         ("update s/iteration", 3, |r| r.update.update_seconds),
         ("lm tokens/s", 0, |r| r.tokens_per_sec),
-        ("agent-steps/s", 0, |r| r.agent_steps_per_sec),
+        ("agent-steps/s (rollout)", 0, |r| r.agent_steps_per_sec),
     ];
     for (label, digits, f) in rows {
         let mean = summary.iterations.iter().map(f).sum::<f64>() / n;
         println!("{label:<28} {mean:>12.digits$}");
+    }
+    // Rollout and update together, over the whole run and after the first iteration (which
+    // also pays for the memory the run grows into).
+    let training = |its: &[emergence::train::IterationReport]| {
+        let steps: f64 = its
+            .iter()
+            .map(|r| r.training_steps_per_sec * (r.rollout_seconds + r.update.update_seconds))
+            .sum();
+        let secs: f64 = its
+            .iter()
+            .map(|r| r.rollout_seconds + r.update.update_seconds)
+            .sum();
+        steps / secs.max(1e-9)
+    };
+    println!(
+        "{:<28} {:>12.0}",
+        "training agent-steps/s",
+        training(&summary.iterations)
+    );
+    if summary.iterations.len() > 1 {
+        println!(
+            "{:<28} {:>12.0}",
+            "  after the first iteration",
+            training(&summary.iterations[1..])
+        );
     }
     if cfg.ranks.parallel() {
         let reduce = summary

@@ -173,11 +173,12 @@ const LOSSES: [&str; 8] = [
 ];
 
 /// The timing series drawn in `speed.png`.
-const SPEEDS: [&str; 5] = [
+const SPEEDS: [&str; 6] = [
     "seconds",
     "rollout_seconds",
     "update_seconds",
     "agent_steps_per_sec",
+    "training_steps_per_sec",
     "tokens_per_sec",
 ];
 
@@ -230,10 +231,13 @@ pub fn plot_run(dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
         panel(
             "agent steps per second",
             None,
-            vec![(
-                "agent_steps_per_sec".to_string(),
-                flat(&rows, "agent_steps_per_sec"),
-            )],
+            vec![
+                ("rollout".to_string(), flat(&rows, "agent_steps_per_sec")),
+                (
+                    "training (rollout and update)".to_string(),
+                    flat(&rows, "training_steps_per_sec"),
+                ),
+            ],
         ),
         panel(
             "tokens per second",

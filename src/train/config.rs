@@ -232,6 +232,10 @@ pub struct IterationReport {
     pub tokens_per_sec: f64,
     /// Agent-steps per second during the rollout.
     pub agent_steps_per_sec: f64,
+    /// Agent-steps per second of training: the rollout's agent-steps over the rollout's and
+    /// the update's seconds together (what a long run sustains).
+    #[serde(default)]
+    pub training_steps_per_sec: f64,
     /// Wall seconds of the whole iteration.
     pub seconds: f64,
 }

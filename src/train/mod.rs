@@ -21,6 +21,7 @@
 
 pub mod advantage;
 pub mod algo;
+pub mod bench;
 mod checkpoint;
 mod config;
 pub mod critic;
@@ -449,6 +450,8 @@ pub fn train(
             inference_seconds,
             tokens_per_sec: tokens / inference_seconds.max(1e-9),
             agent_steps_per_sec: agent_steps / rollout_seconds.max(1e-9),
+            training_steps_per_sec: agent_steps
+                / (rollout_seconds + update.update_seconds).max(1e-9),
             seconds: iter_start.elapsed().as_secs_f64(),
             update,
         };

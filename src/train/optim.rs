@@ -217,18 +217,29 @@ impl AdamW {
             theta2.resize(n, 0.0);
             m2.resize(n, 0.0);
             v2.resize(n, 0.0);
-            let finite = crate::policy::lm::cpu::kernels::simd::vectorised(
-                #[inline(always)]
-                || {
-                    let mut finite = true;
-                    for i in 0..n {
-                        let (a, b, c) = k.apply(theta[i], g[i] * scale, m[i], v[i]);
-                        (theta2[i], m2[i], v2[i]) = (a, b, c);
-                        finite &= a.is_finite() & b.is_finite() & c.is_finite();
-                    }
-                    finite
-                },
-            );
+            // Element by element, so the chunks may run on any threads with the same result.
+            let finite = theta2
+                .par_chunks_mut(CHUNK)
+                .zip(m2.par_chunks_mut(CHUNK).zip(v2.par_chunks_mut(CHUNK)))
+                .zip(theta.par_chunks(CHUNK).zip(g.par_chunks(CHUNK)))
+                .zip(m.par_chunks(CHUNK).zip(v.par_chunks(CHUNK)))
+                .all(|(((theta2, (m2, v2)), (theta, g)), (m, v))| {
+                    crate::policy::lm::cpu::kernels::simd::vectorised(
+                        #[inline(always)]
+                        || {
+                            // Zipped slices (no bounds checks).
+                            let mut finite = true;
+                            let outs = theta2.iter_mut().zip(m2.iter_mut()).zip(v2.iter_mut());
+                            let ins = theta.iter().zip(g.iter()).zip(m.iter().zip(v.iter()));
+                            for (((t2, m2), v2), ((&t, &g), (&m, &v))) in outs.zip(ins) {
+                                let (a, b, c) = k.apply(t, g * scale, m, v);
+                                (*t2, *m2, *v2) = (a, b, c);
+                                finite &= a.is_finite() & b.is_finite() & c.is_finite();
+                            }
+                            finite
+                        },
+                    )
+                });
             if !finite {
                 return Ok(Some(s.name.clone()));
             }

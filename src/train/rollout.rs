@@ -14,7 +14,7 @@ use crate::core::{
 use crate::envs::senses::{SensesQuery, encode};
 
 /// One decision.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Step {
     /// The prompt's token ids (a language model's decision).
     pub tokens: Vec<u32>,
