@@ -11,9 +11,10 @@
 //!
 //! `update/mlp`: one gradient step of the `mlp` learner on a minibatch of 1024 decisions
 //! shaped like hide-and-seek's (91 cells, 69 header fields, 9 actions): forward, the PPO
-//! loss with a value loss, backward, AdamW. An IPPO iteration of 64 hide-and-seek arenas
-//! (51,200 decisions, 4 passes) makes 200 of them; `emergence train --learner mlp` prints
-//! the whole iteration's time and agent-steps/s.
+//! loss with a value loss, backward, AdamW, on the candle path and on the fused one. An IPPO
+//! iteration of 64 hide-and-seek arenas (51,200 decisions, 4 passes) makes 200 of them:
+//! `update/mlp/iteration51200x4` times that whole update through the trainer;
+//! `emergence train --learner mlp` prints each iteration's time and training agent-steps/s.
 
 #![expect(
     missing_docs,
@@ -210,15 +211,24 @@ fn update_mlp(c: &mut Criterion) {
         };
         b.iter(|| {
             fused.step(&net, &batch, spec).expect("fused step");
-            let mut grads = candle_core::backprop::GradStore::default();
-            for ((_, var), g) in net.vars().iter().zip(fused.grads()) {
-                if let Some(g) = g {
-                    let t = Tensor::from_slice(g, var.shape(), &dev).expect("grad");
-                    grads.insert(var.as_tensor(), t);
-                }
-            }
-            opt.step(&grads).expect("step");
+            let grads: Vec<Option<&[f32]>> = fused.grads().collect();
+            opt.step_host(&grads, 1.0).expect("step");
         })
+    });
+    group.finish();
+    // A whole IPPO update of a 64-arena quadrant iteration (51,200 decisions, 4 passes of
+    // minibatches of 1024: 200 steps) through the trainer, on rayon's threads
+    // (`RAYON_NUM_THREADS=1` for one). `python/benches/update_vs_torch.py` times the same
+    // update against PyTorch's.
+    let mut group = c.benchmark_group("update/mlp");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(10));
+    group.throughput(Throughput::Elements(51_200 * 4));
+    group.bench_function("iteration51200x4", |b| {
+        use emergence::train::bench::{MlpUpdate, UpdateBench};
+        let mut u = MlpUpdate::new(UpdateBench::default()).expect("batch");
+        b.iter(|| u.run().expect("update"))
     });
     group.finish();
 }

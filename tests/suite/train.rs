@@ -1240,3 +1240,72 @@ fn an_interrupted_experiment_resumes_to_the_same_report_experiment_resumes_to_th
         "mine"
     );
 }
+
+/// The names of the threads `emergence ARGS` ran, sampled every 10 ms from
+/// `/proc/PID/task` until it ended (it must succeed).
+#[cfg(target_os = "linux")]
+fn thread_names(args: &[&str]) -> std::collections::BTreeSet<String> {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_emergence"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the binary runs");
+    let tasks = PathBuf::from(format!("/proc/{}/task", child.id()));
+    let mut names = std::collections::BTreeSet::new();
+    loop {
+        if let Ok(entries) = std::fs::read_dir(&tasks) {
+            for e in entries.flatten() {
+                if let Ok(name) = std::fs::read_to_string(e.path().join("comm")) {
+                    names.insert(name.trim().to_string());
+                }
+            }
+        }
+        if let Some(status) = child.try_wait().expect("wait") {
+            assert!(status.success(), "emergence {args:?} failed");
+            return names;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// `--threads` bounds candle's own element-wise pool too (its workers, `candle-bp-*`, spin
+/// between operations): none with `--threads 1`, while the same run without the flag starts
+/// them on a machine of several cores (so the probe sees them when they are there).
+#[cfg(target_os = "linux")]
+#[test]
+fn threads_bounds_candles_own_pool() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let scene = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/dilemma/coordination.scene.ron");
+    let run = |name: &str, extra: &[&str]| {
+        let out = dir.path().join(name);
+        let mut args = vec![
+            "train",
+            scene.to_str().expect("utf-8"),
+            "--algo",
+            "reinforce",
+            "--iterations",
+            "3",
+            "--arenas",
+            "16",
+            "--seed",
+            "3",
+            "--out",
+            out.to_str().expect("utf-8"),
+        ];
+        args.extend(extra);
+        thread_names(&args)
+    };
+    let candle = |names: &std::collections::BTreeSet<String>| {
+        names.iter().filter(|n| n.starts_with("candle-bp")).count()
+    };
+    let bounded = run("one", &["--threads", "1"]);
+    assert_eq!(candle(&bounded), 0, "--threads 1 ran {bounded:?}");
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
+        let free = run("all", &[]);
+        assert!(
+            candle(&free) > 0,
+            "no candle worker seen without --threads: {free:?}"
+        );
+    }
+}
