@@ -103,3 +103,11 @@ def test_a_language_model_and_an_mlp_can_be_partners():
             obs, rew, term, trunc, infos = env.step({"hunter_a_0": 0})
             steps += 1
         assert steps >= 2
+
+
+def test_the_update_bench_times_an_update_and_refuses_empty_settings():
+    seconds = emergence.bench_mlp_update(samples=1600, epochs=1, minibatch=512, threads=1)
+    assert 0.0 < seconds < 60.0
+    for bad in ({"samples": 0}, {"epochs": 0}, {"minibatch": 0}, {"threads": 0}):
+        with pytest.raises(ValueError, match="must be positive"):
+            emergence.bench_mlp_update(**bad)
