@@ -758,11 +758,11 @@ impl Trainer {
         mb: &[&Sample],
         value_scale: f32,
     ) -> Result<Option<UpdateStats>, TrainError> {
-        if self.ranks.parallel() {
-            return self.parallel_step(mb, value_scale);
-        }
         if let Some(done) = self.fused_step(mb, value_scale)? {
             return Ok(done);
+        }
+        if self.ranks.parallel() {
+            return self.parallel_step(mb, value_scale);
         }
         let (loss, out) = self.loss(mb, value_scale)?;
         let l = loss.to_scalar::<f32>()?;
@@ -778,7 +778,9 @@ impl Trainer {
     /// over plain buffers, the same maths as [`Trainer::loss`] and its candle backward,
     /// checked against them in `fused_tests.rs`), then the same clipping and optimizer step.
     /// `None` where it does not apply: a language model, or a KL term to the reference (the
-    /// candle path computes those). Data-parallel steps keep the candle path too.
+    /// candle path computes those). Data-parallel: each rank's own arenas' decisions, each
+    /// term divided by the whole minibatch's count, the gradients and statistics summed over
+    /// the ranks in rank order ([`super::dist`]), then the step every rank takes alike.
     fn fused_step(
         &mut self,
         mb: &[&Sample],
@@ -797,7 +799,16 @@ impl Trainer {
             Some(f) if f.fits(net) => f,
             slot => slot.insert(Box::new(Fused::new(net))),
         };
-        let rows: Vec<Row<'_>> = mb
+        let parallel = self.ranks.parallel();
+        let mine: Vec<&Sample> = if parallel {
+            mb.iter()
+                .copied()
+                .filter(|s| self.share.contains(&s.arena))
+                .collect()
+        } else {
+            mb.to_vec()
+        };
+        let rows: Vec<Row<'_>> = mine
             .iter()
             .map(|s| Row {
                 encoded: &s.encoded,
@@ -821,7 +832,49 @@ impl Trainer {
             }),
             entropy_coef: self.hyper.entropy_coef as f32,
         };
-        let st = fused.step(net, &rows, spec).map_err(TrainError::Config)?;
+        let mut st = fused
+            .step_share(net, &rows, spec, mb.len())
+            .map_err(TrainError::Config)?;
+        // Data-parallel: which variables have a gradient, the gradients and the statistics,
+        // summed over the ranks.
+        let summed = if parallel {
+            let mut buf: Vec<f32> = Vec::new();
+            for g in fused.grads() {
+                buf.push(if g.is_some() { 1.0 } else { 0.0 });
+            }
+            for g in fused.grads() {
+                buf.extend_from_slice(g.unwrap_or(&[]));
+            }
+            buf.extend([
+                st.loss,
+                st.policy_loss,
+                st.value_loss,
+                st.entropy,
+                st.approx_kl,
+                st.clip_frac,
+            ]);
+            self.ranks.sum(&mut buf);
+            let t = buf.len() - 6;
+            [
+                st.loss,
+                st.policy_loss,
+                st.value_loss,
+                st.entropy,
+                st.approx_kl,
+                st.clip_frac,
+            ] = [
+                buf[t],
+                buf[t + 1],
+                buf[t + 2],
+                buf[t + 3],
+                buf[t + 4],
+                buf[t + 5],
+            ];
+            buf.truncate(t);
+            Some(buf)
+        } else {
+            None
+        };
         if !st.loss.is_finite() {
             self.skip_reason = Some(format!("the loss is {}", st.loss));
             return Ok(Some(None));
@@ -836,7 +889,28 @@ impl Trainer {
         };
         // The gradients' norm and its clip as `clip_grad_norm` takes them (the squares summed
         // in f64), and the optimizer's step on the buffers: no tensor in between.
-        let grads: Vec<Option<&[f32]>> = fused.grads().collect();
+        let grads: Vec<Option<&[f32]>> = match &summed {
+            None => fused.grads().collect(),
+            Some(buf) => {
+                // Every rank gives the same variables a gradient (the fused step's set does
+                // not depend on the rows), so the flags sum to the rank count or to 0.
+                let n = net.vars().len();
+                let mut at = n;
+                net.vars()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, v))| {
+                        if buf[i] > 0.0 {
+                            let g = &buf[at..at + v.elem_count()];
+                            at += v.elem_count();
+                            Some(g)
+                        } else {
+                            None
+                        }
+                    })
+                    .collect()
+            }
+        };
         let norm = grads
             .iter()
             .flatten()

@@ -36,11 +36,12 @@ fn train(ranks: usize, args: &[&str], out: &Path) {
     emergence(ranks, &all);
 }
 
-const TIMINGS: [&str; 5] = [
+const TIMINGS: [&str; 6] = [
     "rollout_seconds",
     "inference_seconds",
     "tokens_per_sec",
     "agent_steps_per_sec",
+    "training_steps_per_sec",
     "seconds",
 ];
 const LOSSES: [&str; 8] = [

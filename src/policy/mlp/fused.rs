@@ -37,8 +37,9 @@
 //! [`CellGrads`]), the rest of the element-wise loops left to the compiler under `pulp`'s
 //! run-time dispatch (AVX-512, AVX2+FMA or none).
 //!
-//! Not here (the trainer keeps the candle path for them, [`Fused::supports`]): a KL term to
-//! a frozen reference (`--kl-coef` > 0), and data-parallel (MPI) steps.
+//! Not here (the trainer keeps the candle path for it, [`Fused::supports`]): a KL term to a
+//! frozen reference (`--kl-coef` > 0). Data-parallel (MPI) steps take this path too, each rank
+//! on its share of the minibatch ([`Fused::step_share`]).
 
 use super::net::MlpNet;
 use crate::core::{CODES, Encoded};
@@ -414,6 +415,19 @@ impl Fused {
         rows: &[Row<'_>],
         spec: LossSpec,
     ) -> Result<StepStats, String> {
+        self.step_share(net, rows, spec, rows.len())
+    }
+
+    /// [`Fused::step`] on a share of a minibatch of `total` decisions (a data-parallel
+    /// rank's): every term of the loss, its statistics and gradients divided by `total`, so
+    /// that the shares' sums are the whole minibatch's.
+    pub fn step_share(
+        &mut self,
+        net: &MlpNet,
+        rows: &[Row<'_>],
+        spec: LossSpec,
+        total: usize,
+    ) -> Result<StepStats, String> {
         if !self.fits(net) {
             return Err("mlp: the fused step was made for another network's shapes".into());
         }
@@ -435,7 +449,7 @@ impl Fused {
             ));
         }
         self.load(net)?;
-        let inv = 1.0 / rows.len().max(1) as f32;
+        let inv = 1.0 / total.max(1) as f32;
         let n = self.over_parts(rows, STEP_ROWS, |part, wts, rows| {
             let encoded: Vec<&Encoded> = rows.iter().map(|r| r.encoded).collect();
             part.forward(wts, &encoded);
