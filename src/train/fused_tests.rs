@@ -391,3 +391,39 @@ fn a_minibatch_in_parts_equals_the_candle_path_on_any_thread_count() {
     let grads: Vec<Option<&[f32]>> = g1.iter().map(|g| Some(g.as_slice())).collect();
     agrees(&net, (one.loss, &grads), (want_loss, &want), "600 rows");
 }
+
+/// Observations like hide-and-seek's, where most cells hold one code (each cell's base code,
+/// which the fused path measures the others from): the candle path's loss and gradients,
+/// the base columns' included, with talk and without.
+#[test]
+fn cells_mostly_at_one_code_give_the_candle_paths_gradients() {
+    for words in [0, 2] {
+        let net = MlpNet::with_words(12, 3, 5, words, 8, &Device::Cpu).unwrap();
+        scale(&net, 3.0);
+        let (mut enc, legal, data) = batch(&net, 300, 31);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        for e in &mut enc {
+            for (k, c) in e.cells.iter_mut().enumerate() {
+                // Cell k's common code is k % 3; one cell in five holds another.
+                if rng.random::<f32>() < 0.8 {
+                    *c = (k % 3) as u8;
+                }
+            }
+        }
+        let now = today(&net, &enc, &legal, &data);
+        let old = old_near(&now, &data, 1.0);
+        let spec = specs()[0];
+        let (want_loss, want) = reference(&net, &enc, &legal, &data, &old, spec);
+        let mut f = Fused::new(&net);
+        let got = f
+            .step(&net, &rows(&enc, &legal, &data, &old), spec)
+            .unwrap();
+        let grads: Vec<Option<&[f32]>> = f.grads().collect();
+        agrees(
+            &net,
+            (got.loss, &grads),
+            (want_loss, &want),
+            &format!("skewed, words {words}"),
+        );
+    }
+}

@@ -167,6 +167,8 @@ impl Shape {
 const STEP_ROWS: usize = 256;
 /// The same for a decision's forward pass.
 const INFER_ROWS: usize = 128;
+/// Rows [`Fused::set_base`] counts the codes of.
+const BASE_ROWS: usize = 64;
 
 /// The parts' row ranges: `ceil(m / most)` runs of `ceil(m / parts)` rows.
 fn part_size(m: usize, most: usize) -> usize {
@@ -187,6 +189,14 @@ pub struct Fused {
     w1t: Vec<f32>,
     /// Their gradient, the same layout.
     g1t: Vec<f32>,
+    /// Each cell's base code ([`Fused::set_base`]): its most common code in the rows at hand.
+    base: Vec<u8>,
+    /// `w1t` less each cell's base column (zero columns at the base codes).
+    dt: Vec<f32>,
+    /// The sum of the base columns, `H`.
+    bsum: Vec<f32>,
+    /// The sum of every row's gradient into `h1`, `H`.
+    gsum: Vec<f32>,
     /// The parts of the last minibatch, and their row count.
     parts: Vec<Part>,
     part_rows: usize,
@@ -201,6 +211,10 @@ struct Part {
     x: Vec<f32>,
     /// The one-hot cells' part of the first layer (their columns summed), `m × H`.
     cs: Vec<f32>,
+    /// Each row's cells away from their base code, as columns of the table (`k · 16 +
+    /// code`), in cell order: row `r`'s are `away[starts[r]..starts[r + 1]]`.
+    away: Vec<u32>,
+    starts: Vec<u32>,
     h1: Vec<f32>,
     h2: Vec<f32>,
     z: Vec<f32>,
@@ -233,7 +247,9 @@ struct Sums {
 struct Weights<'a> {
     shape: Shape,
     params: &'a [Vec<f32>],
-    w1t: &'a [f32],
+    base: &'a [u8],
+    dt: &'a [f32],
+    bsum: &'a [f32],
 }
 
 /// Index of each variable in [`MlpNet::vars`].
@@ -265,6 +281,10 @@ impl Fused {
             grads: shape.sizes().iter().map(|&n| vec![0.0; n]).collect(),
             w1t: vec![0.0; table],
             g1t: vec![0.0; table],
+            base: vec![0; shape.cells],
+            dt: vec![0.0; table],
+            bsum: vec![0.0; H],
+            gsum: vec![0.0; H],
             parts: Vec::new(),
             part_rows: 1,
             value_grads: false,
@@ -320,6 +340,47 @@ impl Fused {
         Ok(())
     }
 
+    /// Each cell's base code: its most common code among the first [`BASE_ROWS`] of `rows`
+    /// (the lowest of equals), and the tables measured from it. A cell at its base code then
+    /// costs nothing in the forward pass and in the gradient: its column is part of
+    /// [`Fused::bsum`], and the base column's gradient is the whole gradient's sum less the
+    /// other codes' (on hide-and-seek's views 80% of the cells are at their base code).
+    fn set_base<'r>(&mut self, rows: impl Iterator<Item = &'r Encoded>) {
+        let cells = self.shape.cells;
+        let mut hist = vec![0u32; cells * CODES];
+        for r in rows.take(BASE_ROWS) {
+            for (h, &c) in hist.chunks_exact_mut(CODES).zip(&r.cells) {
+                h[usize::from(c & 0x0f)] += 1;
+            }
+        }
+        for (b, h) in self.base.iter_mut().zip(hist.chunks_exact(CODES)) {
+            let top = h.iter().copied().max().unwrap_or(0);
+            *b = h.iter().position(|&x| x == top).unwrap_or(0) as u8;
+        }
+        self.bsum.fill(0.0);
+        let (w1t, dt, bsum) = (&self.w1t, &mut self.dt, &mut self.bsum);
+        vectorised(
+            #[inline(always)]
+            || {
+                for ((w, d), &b) in w1t
+                    .chunks_exact(CODES * H)
+                    .zip(dt.chunks_exact_mut(CODES * H))
+                    .zip(&self.base)
+                {
+                    let bc = &w[usize::from(b) * H..usize::from(b) * H + H];
+                    for (y, &x) in bsum.iter_mut().zip(bc) {
+                        *y += x;
+                    }
+                    for (dc, wc) in d.chunks_exact_mut(H).zip(w.chunks_exact(H)) {
+                        for ((y, &x), &x0) in dc.iter_mut().zip(wc).zip(bc) {
+                            *y = x - x0;
+                        }
+                    }
+                }
+            },
+        );
+    }
+
     /// Cuts `rows` into parts of at most `most` rows ([`part_size`]; the parts are made as
     /// needed and kept) and runs `f` on each part with its rows and the loaded weights, on
     /// rayon's threads when there are several. Returns the number of parts.
@@ -338,7 +399,9 @@ impl Fused {
         let wts = Weights {
             shape: self.shape,
             params: &self.params,
-            w1t: &self.w1t,
+            base: &self.base,
+            dt: &self.dt,
+            bsum: &self.bsum,
         };
         let parts = &mut self.parts[..n];
         if n == 1 {
@@ -373,6 +436,7 @@ impl Fused {
             ));
         }
         self.load(net)?;
+        self.set_base(rows.iter().copied());
         self.over_parts(rows, INFER_ROWS, |part, wts, rows| part.forward(wts, rows));
         Ok(())
     }
@@ -449,6 +513,7 @@ impl Fused {
             ));
         }
         self.load(net)?;
+        self.set_base(rows.iter().map(|r| r.encoded));
         let inv = 1.0 / total.max(1) as f32;
         let n = self.over_parts(rows, STEP_ROWS, |part, wts, rows| {
             let encoded: Vec<&Encoded> = rows.iter().map(|r| r.encoded).collect();
@@ -456,7 +521,7 @@ impl Fused {
             part.sums = part.loss_gradient(wts.shape, rows, spec, inv);
             part.backward(wts, &encoded);
         });
-        self.cell_grads(rows, n);
+        self.cell_grads(n);
         self.reduce(n);
         self.value_grads = spec.value.is_some();
         let mut s = Sums::default();
@@ -481,25 +546,54 @@ impl Fused {
     }
 
     /// The cells' columns' gradient ([`Fused::g1t`]): each row's gradient into `h1` added
-    /// into the columns it read, in row order. The cells are split among rayon's threads
-    /// (each column is one thread's, so the sums do not depend on the split).
-    fn cell_grads(&mut self, rows: &[Row<'_>], n: usize) {
+    /// into the columns it read away from their base code, in row order, and each base
+    /// column's gradient as the whole sum less its cell's other columns. The cells are split
+    /// among rayon's threads (each column is one thread's, so the sums do not depend on the
+    /// split).
+    fn cell_grads(&mut self, n: usize) {
         use rayon::prelude::*;
         let cells = self.shape.cells;
-        let (parts, rows_per) = (&self.parts[..n], self.part_rows);
+        let parts = &self.parts[..n];
+        // The sum of all rows' gradients (in row order): the base columns' gradient is it,
+        // less the other codes' columns.
+        let gsum = &mut self.gsum;
+        gsum.fill(0.0);
+        for p in parts {
+            for g in p.dh1.chunks_exact(H) {
+                for (y, &x) in gsum.iter_mut().zip(g) {
+                    *y += x;
+                }
+            }
+        }
+        let (gsum, base) = (&self.gsum, &self.base);
         let per_task = cells.div_ceil(rayon::current_num_threads().max(1)).max(1);
         self.g1t
             .par_chunks_mut(per_task * CODES * H)
             .enumerate()
             .for_each(|(t, table)| {
                 table.fill(0.0);
-                for (p, rows) in parts.iter().zip(rows.chunks(rows_per)) {
+                for p in parts {
                     pulp::Arch::new().dispatch(CellGrads {
                         table: &mut *table,
-                        first: t * per_task,
-                        rows,
+                        first: (t * per_task * CODES) as u32,
+                        away: &p.away,
+                        starts: &p.starts,
                         grads: &p.dh1,
                     });
+                }
+                for (k, cell) in table.chunks_exact_mut(CODES * H).enumerate() {
+                    let b = usize::from(base[t * per_task + k]);
+                    let mut rest = [0f32; H];
+                    for (c, col) in cell.chunks_exact(H).enumerate() {
+                        if c != b {
+                            for (y, &x) in rest.iter_mut().zip(col) {
+                                *y += x;
+                            }
+                        }
+                    }
+                    for ((y, &s), r) in cell[b * H..b * H + H].iter_mut().zip(gsum).zip(rest) {
+                        *y = s - r;
+                    }
                 }
             });
     }
@@ -570,11 +664,28 @@ impl Part {
             1.0,
             Threads::One,
         );
+        // The cells away from their base code: written for every cell, kept where it differs
+        // (no branch to mispredict).
+        let cells = sh.cells;
+        self.away.resize(m * cells, 0);
+        self.starts.clear();
+        let mut at = 0usize;
+        for r in rows {
+            self.starts.push(at as u32);
+            for (k, (&c, &b)) in r.cells.iter().zip(wts.base).enumerate() {
+                let c = c & 0x0f;
+                self.away[at] = (k * CODES + usize::from(c)) as u32;
+                at += usize::from(c != b);
+            }
+        }
+        self.starts.push(at as u32);
         let cs = sized(&mut self.cs, m * H);
         pulp::Arch::new().dispatch(CellSums {
             out: cs,
-            rows,
-            table: wts.w1t,
+            away: &self.away,
+            starts: &self.starts,
+            table: wts.dt,
+            base: wts.bsum,
         });
         let (b1, cs) = (&params[L1B], &self.cs);
         vectorised(
@@ -785,15 +896,16 @@ impl Part {
     }
 }
 
-/// `out_r = Σ_k table[k · 16 + code_rk]` for each row `r` (`table`: [`Fused::w1t`], a column
-/// of `H` per cell and code): the one-hot cells' part of the first layer, the columns added
-/// in cell order. Written with `pulp`'s vector types so that the sums stay in registers
-/// across the cells (the autovectorised loop kept them in memory: a store and a load per
-/// addition, 2.5 times slower).
+/// `out_r = base + Σ table[col]` over row `r`'s columns away from their base code
+/// (`table`: [`Fused::dt`], a column of `H` per cell and code): the one-hot cells' part of the
+/// first layer. Written with `pulp`'s vector types so that the sums stay in registers across
+/// the cells (the autovectorised loop kept them in memory: a store and a load per addition).
 struct CellSums<'a> {
     out: &'a mut [f32],
-    rows: &'a [&'a Encoded],
+    away: &'a [u32],
+    starts: &'a [u32],
     table: &'a [f32],
+    base: &'a [f32],
 }
 
 impl pulp::WithSimd for CellSums<'_> {
@@ -805,13 +917,16 @@ impl pulp::WithSimd for CellSums<'_> {
         // time.
         let n = H / (std::mem::size_of::<S::f32s>() / 4);
         let (table, _) = S::as_simd_f32s(self.table);
-        for (out, r) in self.out.chunks_exact_mut(H).zip(self.rows) {
+        let (base, _) = S::as_simd_f32s(self.base);
+        for (out, w) in self.out.chunks_exact_mut(H).zip(self.starts.windows(2)) {
             let (out, _) = S::as_mut_simd_f32s(out);
+            let away = &self.away[w[0] as usize..w[1] as usize];
             for c0 in (0..n).step_by(8) {
                 let w = (n - c0).min(8);
                 let mut acc = [simd.splat_f32s(0.0); 8];
-                for (k, &code) in r.cells.iter().enumerate() {
-                    let col = (k * CODES + usize::from(code & 0x0f)) * n + c0;
+                acc[..w].copy_from_slice(&base[c0..c0 + w]);
+                for &col in away {
+                    let col = col as usize * n + c0;
                     for (a, &x) in acc[..w].iter_mut().zip(&table[col..col + w]) {
                         *a = simd.add_f32s(*a, x);
                     }
@@ -822,13 +937,14 @@ impl pulp::WithSimd for CellSums<'_> {
     }
 }
 
-/// The cells `first..` (as many as `table` holds columns for) of each row: its gradient
-/// (`grads`, `H` a row) added into the column each cell read. The row's gradient stays in
-/// vector registers; each column is loaded, added to and stored.
+/// The columns `first..` (as many as `table` holds) of each row's cells away from their
+/// base code: the row's gradient (`grads`, `H` a row) added into each. The row's gradient
+/// stays in vector registers; each column is loaded, added to and stored.
 struct CellGrads<'a> {
     table: &'a mut [f32],
-    first: usize,
-    rows: &'a [Row<'a>],
+    first: u32,
+    away: &'a [u32],
+    starts: &'a [u32],
     grads: &'a [f32],
 }
 
@@ -838,17 +954,20 @@ impl pulp::WithSimd for CellGrads<'_> {
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, simd: S) {
         let n = H / (std::mem::size_of::<S::f32s>() / 4);
-        let count = self.table.len() / (CODES * H);
+        let end = self.first + (self.table.len() / H) as u32;
         let (table, _) = S::as_mut_simd_f32s(self.table);
-        for (g, r) in self.grads.chunks_exact(H).zip(self.rows) {
+        for (g, w) in self.grads.chunks_exact(H).zip(self.starts.windows(2)) {
             let (g, _) = S::as_simd_f32s(g);
-            let cells = &r.encoded.cells[self.first..self.first + count];
+            let away = &self.away[w[0] as usize..w[1] as usize];
+            // The row's columns in this table: a run of its list (in cell order).
+            let lo = away.partition_point(|&c| c < self.first);
+            let hi = away.partition_point(|&c| c < end);
             for c0 in (0..n).step_by(8) {
                 let w = (n - c0).min(8);
                 let mut gv = [simd.splat_f32s(0.0); 8];
                 gv[..w].copy_from_slice(&g[c0..c0 + w]);
-                for (k, &code) in cells.iter().enumerate() {
-                    let col = (k * CODES + usize::from(code & 0x0f)) * n + c0;
+                for &col in &away[lo..hi] {
+                    let col = (col - self.first) as usize * n + c0;
                     for (y, &x) in table[col..col + w].iter_mut().zip(&gv[..w]) {
                         *y = simd.add_f32s(*y, x);
                     }
