@@ -239,22 +239,36 @@ fn the_fused_step_equals_the_candle_path_loss_and_gradients() {
             v.set(&t).unwrap();
         }
         let (enc, legal, data) = batch(&net, 37, seed + 10);
-        let now = today(&net, &enc, &legal, &data);
-        let old = old_near(&now, &data, 1.0);
-        for spec in specs() {
-            let (want_loss, want) = reference(&net, &enc, &legal, &data, &old, spec);
-            let mut f = Fused::new(&net);
-            let got = f
-                .step(&net, &rows(&enc, &legal, &data, &old), spec)
-                .unwrap();
-            let grads: Vec<Option<&[f32]>> = f.grads().collect();
-            agrees(
-                &net,
-                (got.loss, &grads),
-                (want_loss, &want),
-                &format!("{spec:?} words {words}"),
-            );
-        }
+        matches_candle(
+            &net,
+            (&enc, &legal, &data),
+            &specs(),
+            &format!("words {words}"),
+        );
+    }
+}
+
+/// For each of `specs`, a fresh fused step on the batch (old log-probabilities near today's)
+/// against the candle path's loss and gradients ([`agrees`]).
+fn matches_candle(
+    net: &MlpNet,
+    (enc, legal, data): (&[Encoded], &[Vec<bool>], &[RowData]),
+    specs: &[LossSpec],
+    what: &str,
+) {
+    let now = today(net, enc, legal, data);
+    let old = old_near(&now, data, 1.0);
+    for &spec in specs {
+        let (want_loss, want) = reference(net, enc, legal, data, &old, spec);
+        let mut f = Fused::new(net);
+        let got = f.step(net, &rows(enc, legal, data, &old), spec).unwrap();
+        let grads: Vec<Option<&[f32]>> = f.grads().collect();
+        agrees(
+            net,
+            (got.loss, &grads),
+            (want_loss, &want),
+            &format!("{what} {spec:?}"),
+        );
     }
 }
 
@@ -410,19 +424,10 @@ fn cells_mostly_at_one_code_give_the_candle_paths_gradients() {
                 }
             }
         }
-        let now = today(&net, &enc, &legal, &data);
-        let old = old_near(&now, &data, 1.0);
-        let spec = specs()[0];
-        let (want_loss, want) = reference(&net, &enc, &legal, &data, &old, spec);
-        let mut f = Fused::new(&net);
-        let got = f
-            .step(&net, &rows(&enc, &legal, &data, &old), spec)
-            .unwrap();
-        let grads: Vec<Option<&[f32]>> = f.grads().collect();
-        agrees(
+        matches_candle(
             &net,
-            (got.loss, &grads),
-            (want_loss, &want),
+            (&enc, &legal, &data),
+            &specs()[..1],
             &format!("skewed, words {words}"),
         );
     }
