@@ -432,3 +432,31 @@ fn cells_mostly_at_one_code_give_the_candle_paths_gradients() {
         );
     }
 }
+
+/// A decision's logits, value and word logits are the same bits whatever the other rows of
+/// its batch hold (a batch of 300 in three parts, the others random or mostly at one code):
+/// decisions measure every cell from code 0, not from the batch's commonest codes. (The
+/// batch's size still matters to the last bits: the products' kernels depend on the rows a
+/// part has. Data-parallel ranks cut equal shares into parts of the one-process sizes.)
+#[test]
+fn a_decision_does_not_depend_on_what_the_rest_of_its_batch_holds() {
+    let net = MlpNet::with_words(12, 5, 6, 3, 4, &Device::Cpu).unwrap();
+    scale(&net, 2.0);
+    let (random, _, _) = batch(&net, 300, 41);
+    let mut skewed = random.clone();
+    for e in &mut skewed[1..] {
+        e.cells.fill(7);
+    }
+    let run = |rows: &[Encoded]| {
+        let refs: Vec<&Encoded> = rows.iter().collect();
+        let mut f = Fused::new(&net);
+        f.infer(&net, &refs).unwrap();
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        (
+            bits(f.logits(0)),
+            f.value(0).to_bits(),
+            bits(f.words(0).unwrap()),
+        )
+    };
+    assert_eq!(run(&random), run(&skewed));
+}

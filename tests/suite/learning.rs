@@ -196,7 +196,7 @@ const AA_ITERATIONS: u32 = 50;
 /// IPPO (100 updates) and MAPPO (60) train the `mlp` learner to get both agents through the
 /// corridor maze, which needs two: one holds the door open from a plate while the other
 /// crosses, then the one across holds it from the far plate. Measured, seeds 3 / 4 / 5:
-/// IPPO 0.57 / 0.65 / 0.65, MAPPO 0.50 / 0.49 / 0.56 per agent (the fused path). A failed
+/// IPPO 0.59 / 0.46 / 0.67, MAPPO 0.52 / 0.48 / 0.51 per agent (the fused path). A failed
 /// episode returns −1 per agent (the step cost of 100 steps) and a successful one at most +1,
 /// so a mean return of −0.2 or more means that at least 40% of the episodes got both out.
 /// The untrained network never does (−1.0),

@@ -344,7 +344,7 @@ impl Fused {
     }
 
     /// Each cell's base code: its most common code among the first [`BASE_ROWS`] of `rows`
-    /// (the lowest of equals), and the tables measured from it. A cell at its base code then
+    /// (the lowest of equals; code 0 for no rows), and the tables measured from it. A cell at its base code then
     /// costs nothing in the forward pass and in the gradient: its column is part of
     /// [`Fused::bsum`], and the base column's gradient is the whole gradient's sum less the
     /// other codes' (on hide-and-seek's views 80% of the cells are at their base code).
@@ -439,7 +439,10 @@ impl Fused {
             ));
         }
         self.load(net)?;
-        self.set_base(rows.iter().copied());
+        // Code 0 as every cell's base (the commonest on grid views), not the batch's: a
+        // decision's numbers must not depend on which other rows share its batch (a
+        // data-parallel rank decides for its own arenas only).
+        self.set_base(std::iter::empty());
         self.over_parts(rows, INFER_ROWS, |part, wts, rows| part.forward(wts, rows));
         Ok(())
     }
