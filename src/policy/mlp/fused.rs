@@ -520,6 +520,7 @@ impl Fused {
         }
         self.load(net)?;
         self.set_base(rows.iter().map(|r| r.encoded));
+        touch(rows.iter().map(|r| r.encoded));
         let inv = 1.0 / total.max(1) as f32;
         let n = self.over_parts(rows, STEP_ROWS, |part, wts, rows| {
             let encoded: Vec<&Encoded> = rows.iter().map(|r| r.encoded).collect();
@@ -981,6 +982,23 @@ impl pulp::WithSimd for CellGrads<'_> {
             }
         }
     }
+}
+
+/// Reads a value from every cache line of `rows`' cells and fields, all at once: a
+/// minibatch's decisions lie scattered over the whole batch's memory, and independent loads
+/// in a row let the processor fetch their lines side by side, where the passes would wait
+/// for each row's in turn.
+fn touch<'r>(rows: impl Iterator<Item = &'r Encoded>) {
+    let mut sum = 0u32;
+    for r in rows {
+        for c in r.cells.iter().step_by(64) {
+            sum = sum.wrapping_add(u32::from(*c));
+        }
+        for d in r.dense.iter().step_by(16) {
+            sum = sum.wrapping_add(d.to_bits());
+        }
+    }
+    std::hint::black_box(sum);
 }
 
 /// `tanh x` without a libm call, so that loops over it vectorise: `(e^{2|x|} − 1) /
