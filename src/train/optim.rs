@@ -111,16 +111,22 @@ impl AdamW {
         let t = i32::try_from(self.step + 1).unwrap_or(i32::MAX);
         let scale_m = 1.0 / (1.0 - p.beta1.powi(t));
         let scale_v = 1.0 / (1.0 - p.beta2.powi(t));
-        // Devices' new moments and weights, staged until all are checked.
-        let mut staged: Vec<Option<(Tensor, Tensor, Tensor)>> = Vec::new();
-        for s in &self.slots {
+        let k = HostAdam::new(p, (scale_m, scale_v));
+        self.staged.resize_with(self.slots.len(), Default::default);
+        // Devices' new moments and weights, staged until all are checked (the host's in
+        // `self.staged`).
+        let mut device: Vec<Option<(Tensor, Tensor, Tensor)>> = Vec::new();
+        for (s, out) in self.slots.iter().zip(&mut self.staged) {
             let Some(g) = grads.get(s.var.as_tensor()) else {
-                staged.push(None);
+                device.push(None);
                 continue;
             };
             match &s.moments {
                 Moments::Host(m, v) => {
-                    match host_finite(s.var.as_tensor(), g, (m, v), p, (scale_m, scale_v)) {
+                    let finite = with_host_data(s.var.as_tensor(), g, m.len(), |theta, g| {
+                        stage(&k, (theta, g, 1.0), (m, v), out)
+                    });
+                    match finite {
                         Some(true) => {}
                         Some(false) => return Ok(Some(s.name.clone())),
                         None => bail!(
@@ -128,7 +134,7 @@ impl AdamW {
                             s.name
                         ),
                     }
-                    staged.push(None);
+                    device.push(None);
                 }
                 Moments::Device(sm, sv) => {
                     let m = ((sm * p.beta1)? + (g * (1.0 - p.beta1))?)?;
@@ -142,32 +148,23 @@ impl AdamW {
                             return Ok(Some(s.name.clone()));
                         }
                     }
-                    staged.push(Some((m, v, theta)));
+                    device.push(Some((m, v, theta)));
                 }
             }
         }
         self.step += 1;
-        for (s, staged) in self.slots.iter_mut().zip(staged) {
-            let Some(g) = grads.get(s.var.as_tensor()) else {
+        for ((s, out), device) in self.slots.iter_mut().zip(&mut self.staged).zip(device) {
+            if grads.get(s.var.as_tensor()).is_none() {
                 continue;
-            };
-            let theta = match (&mut s.moments, staged) {
-                (Moments::Host(m, v), _) => {
-                    match host_step(s.var.as_tensor(), g, (m, v), p, (scale_m, scale_v)) {
-                        Some(theta) => Tensor::from_vec(theta, s.var.shape(), s.var.device())?,
-                        None => bail!(
-                            "AdamW: the gradient of {} is not an f32 tensor of its shape",
-                            s.name
-                        ),
-                    }
-                }
+            }
+            match (&mut s.moments, device) {
+                (Moments::Host(m, v), _) => commit(&s.var, (m, v), out)?,
                 (Moments::Device(sm, sv), Some((m, v, theta))) => {
                     (*sm, *sv) = (m, v);
-                    theta
+                    s.var.set(&theta)?;
                 }
-                (Moments::Device(..), None) => continue,
-            };
-            s.var.set(&theta)?;
+                (Moments::Device(..), None) => {}
+            }
         }
         Ok(None)
     }
@@ -193,7 +190,7 @@ impl AdamW {
             (1.0 / (1.0 - p.beta1.powi(t)), 1.0 / (1.0 - p.beta2.powi(t))),
         );
         self.staged.resize_with(self.slots.len(), Default::default);
-        for ((s, g), [theta2, m2, v2]) in self.slots.iter().zip(grads).zip(&mut self.staged) {
+        for ((s, g), out) in self.slots.iter().zip(grads).zip(&mut self.staged) {
             let Some(g) = g else { continue };
             let Moments::Host(m, v) = &s.moments else {
                 bail!("AdamW: {} is not an f32 variable on the CPU", s.name);
@@ -213,47 +210,16 @@ impl AdamW {
                     theta.len()
                 );
             }
-            let n = g.len();
-            theta2.resize(n, 0.0);
-            m2.resize(n, 0.0);
-            v2.resize(n, 0.0);
-            // Element by element, so the chunks may run on any threads with the same result.
-            let finite = theta2
-                .par_chunks_mut(CHUNK)
-                .zip(m2.par_chunks_mut(CHUNK).zip(v2.par_chunks_mut(CHUNK)))
-                .zip(theta.par_chunks(CHUNK).zip(g.par_chunks(CHUNK)))
-                .zip(m.par_chunks(CHUNK).zip(v.par_chunks(CHUNK)))
-                .all(|(((theta2, (m2, v2)), (theta, g)), (m, v))| {
-                    crate::policy::lm::cpu::kernels::simd::vectorised(
-                        #[inline(always)]
-                        || {
-                            // Zipped slices (no bounds checks).
-                            let mut finite = true;
-                            let outs = theta2.iter_mut().zip(m2.iter_mut()).zip(v2.iter_mut());
-                            let ins = theta.iter().zip(g.iter()).zip(m.iter().zip(v.iter()));
-                            for (((t2, m2), v2), ((&t, &g), (&m, &v))) in outs.zip(ins) {
-                                let (a, b, c) = k.apply(t, g * scale, m, v);
-                                (*t2, *m2, *v2) = (a, b, c);
-                                finite &= a.is_finite() & b.is_finite() & c.is_finite();
-                            }
-                            finite
-                        },
-                    )
-                });
+            let finite = stage(&k, (theta, g, scale), (m, v), out);
             if !finite {
                 return Ok(Some(s.name.clone()));
             }
         }
         self.step += 1;
-        for ((s, g), [theta2, m2, v2]) in self.slots.iter_mut().zip(grads).zip(&mut self.staged) {
-            if g.is_none() {
-                continue;
+        for ((s, g), out) in self.slots.iter_mut().zip(grads).zip(&mut self.staged) {
+            if let (Some(_), Moments::Host(m, v)) = (g, &mut s.moments) {
+                commit(&s.var, (m, v), out)?;
             }
-            if let Moments::Host(m, v) = &mut s.moments {
-                std::mem::swap(m, m2);
-                std::mem::swap(v, v2);
-            }
-            s.var.as_tensor().inplace_op1(&Overwrite(theta2))?;
         }
         Ok(None)
     }
@@ -407,53 +373,54 @@ fn with_host_data<R>(
     (theta.len() == len && g.len() == len).then(|| f(theta, g))
 }
 
-/// Whether [`host_step`] would leave `theta`, `m` and `v` finite, computed the same way
-/// without writing anything (`None` as for [`host_step`]).
-fn host_finite(
-    theta: &Tensor,
-    g: &Tensor,
+/// One AdamW step of an f32 variable's elements (`g` multiplied by `scale` first) into `out`
+/// (the new θ, m and v), and whether they are all finite. Element by element, in chunks on
+/// rayon's threads (the same result on any number).
+fn stage(
+    k: &HostAdam,
+    (theta, g, scale): (&[f32], &[f32], f32),
     (m, v): (&[f32], &[f32]),
-    p: AdamParams,
-    scales: (f64, f64),
-) -> Option<bool> {
-    let k = HostAdam::new(p, scales);
-    with_host_data(theta, g, m.len(), |theta, g| {
-        m.par_chunks(CHUNK)
-            .zip(v.par_chunks(CHUNK))
-            .zip(theta.par_chunks(CHUNK).zip(g.par_chunks(CHUNK)))
-            .all(|((m, v), (theta, g))| {
-                (0..m.len()).all(|i| {
-                    let (t, m, v) = k.apply(theta[i], g[i], m[i], v[i]);
-                    t.is_finite() && m.is_finite() && v.is_finite()
-                })
-            })
-    })
+    out: &mut [Vec<f32>; 3],
+) -> bool {
+    let [theta2, m2, v2] = out;
+    for buf in [&mut *theta2, &mut *m2, &mut *v2] {
+        buf.resize(m.len(), 0.0);
+    }
+    theta2
+        .par_chunks_mut(CHUNK)
+        .zip(m2.par_chunks_mut(CHUNK).zip(v2.par_chunks_mut(CHUNK)))
+        .zip(theta.par_chunks(CHUNK).zip(g.par_chunks(CHUNK)))
+        .zip(m.par_chunks(CHUNK).zip(v.par_chunks(CHUNK)))
+        .all(|(((theta2, (m2, v2)), (theta, g)), (m, v))| {
+            crate::policy::lm::cpu::kernels::simd::vectorised(
+                #[inline(always)]
+                || {
+                    // Zipped slices (no bounds checks).
+                    let mut finite = true;
+                    let outs = theta2.iter_mut().zip(m2.iter_mut()).zip(v2.iter_mut());
+                    let ins = theta.iter().zip(g.iter()).zip(m.iter().zip(v.iter()));
+                    for (((t2, m2), v2), ((&t, &g), (&m, &v))) in outs.zip(ins) {
+                        let (a, b, c) = k.apply(t, g * scale, m, v);
+                        (*t2, *m2, *v2) = (a, b, c);
+                        finite &= a.is_finite() & b.is_finite() & c.is_finite();
+                    }
+                    finite
+                },
+            )
+        })
 }
 
-/// One AdamW step of an f32 variable on the CPU, in one pass over its elements: updates the
-/// moments `m` and `v` in place and returns the new values of `theta`. `None` when `theta`
-/// or `g` is not a contiguous f32 tensor on the CPU of the moments' size.
-fn host_step(
-    theta: &Tensor,
-    g: &Tensor,
-    (m, v): (&mut [f32], &mut [f32]),
-    p: AdamParams,
-    scales: (f64, f64),
-) -> Option<Vec<f32>> {
-    let k = HostAdam::new(p, scales);
-    let len = m.len();
-    with_host_data(theta, g, len, |theta, g| {
-        let mut out = vec![0f32; len];
-        out.par_chunks_mut(CHUNK)
-            .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
-            .zip(theta.par_chunks(CHUNK).zip(g.par_chunks(CHUNK)))
-            .for_each(|((out, (m, v)), (theta, g))| {
-                for i in 0..out.len() {
-                    (out[i], m[i], v[i]) = k.apply(theta[i], g[i], m[i], v[i]);
-                }
-            });
-        out
-    })
+/// Puts [`stage`]'s values in place: the moments swapped in, the weights written over the
+/// variable's.
+fn commit(
+    var: &Var,
+    (m, v): (&mut Vec<f32>, &mut Vec<f32>),
+    out: &mut [Vec<f32>; 3],
+) -> Result<()> {
+    let [theta2, m2, v2] = out;
+    std::mem::swap(m, m2);
+    std::mem::swap(v, v2);
+    var.as_tensor().inplace_op1(&Overwrite(theta2))
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use super::rollout::Batch;
 use super::{Algo, Hyper, TrainError};
 use crate::policy::lm::Pass;
 use crate::policy::lm::{Decoder, Lora, TrainHandle, Weights};
-use crate::policy::mlp::{Encoded, Fused, LossSpec, MlpHandle, MlpNet, Row, ValueSpec};
+use crate::policy::mlp::{Encoded, Fused, LossSpec, MlpHandle, MlpNet, Row, StepStats, ValueSpec};
 
 /// What one update measured (means over its gradient steps).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -835,41 +835,15 @@ impl Trainer {
         let mut st = fused
             .step_share(net, &rows, spec, mb.len())
             .map_err(TrainError::Config)?;
-        // Data-parallel: which variables have a gradient, the gradients and the statistics,
-        // summed over the ranks.
+        // Data-parallel: the gradients and the statistics, summed over the ranks. Every rank
+        // gives the same variables a gradient (the fused step's set does not depend on the
+        // rows), so only those travel.
         let summed = if parallel {
-            let mut buf: Vec<f32> = Vec::new();
-            for g in fused.grads() {
-                buf.push(if g.is_some() { 1.0 } else { 0.0 });
-            }
-            for g in fused.grads() {
-                buf.extend_from_slice(g.unwrap_or(&[]));
-            }
-            buf.extend([
-                st.loss,
-                st.policy_loss,
-                st.value_loss,
-                st.entropy,
-                st.approx_kl,
-                st.clip_frac,
-            ]);
+            let mut buf: Vec<f32> = fused.grads().flatten().flatten().copied().collect();
+            buf.extend(st.to_array());
             self.ranks.sum(&mut buf);
             let t = buf.len() - 6;
-            [
-                st.loss,
-                st.policy_loss,
-                st.value_loss,
-                st.entropy,
-                st.approx_kl,
-                st.clip_frac,
-            ] = [
-                buf[t],
-                buf[t + 1],
-                buf[t + 2],
-                buf[t + 3],
-                buf[t + 4],
-                buf[t + 5],
-            ];
+            st = StepStats::from_array(buf[t..].try_into().expect("six statistics"));
             buf.truncate(t);
             Some(buf)
         } else {
@@ -892,21 +866,14 @@ impl Trainer {
         let grads: Vec<Option<&[f32]>> = match &summed {
             None => fused.grads().collect(),
             Some(buf) => {
-                // Every rank gives the same variables a gradient (the fused step's set does
-                // not depend on the rows), so the flags sum to the rank count or to 0.
-                let n = net.vars().len();
-                let mut at = n;
-                net.vars()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (_, v))| {
-                        if buf[i] > 0.0 {
-                            let g = &buf[at..at + v.elem_count()];
-                            at += v.elem_count();
-                            Some(g)
-                        } else {
-                            None
-                        }
+                let mut at = 0;
+                fused
+                    .grads()
+                    .map(|g| {
+                        g.map(|g| {
+                            at += g.len();
+                            &buf[at - g.len()..at]
+                        })
                     })
                     .collect()
             }

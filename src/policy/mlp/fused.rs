@@ -113,6 +113,34 @@ pub struct StepStats {
     pub approx_kl: f32,
 }
 
+impl StepStats {
+    /// The fields as numbers, in declaration order (to sum them over data-parallel ranks).
+    pub fn to_array(self) -> [f32; 6] {
+        [
+            self.loss,
+            self.policy_loss,
+            self.value_loss,
+            self.entropy,
+            self.clip_frac,
+            self.approx_kl,
+        ]
+    }
+
+    /// [`StepStats::to_array`]'s inverse.
+    pub fn from_array(
+        [loss, policy_loss, value_loss, entropy, clip_frac, approx_kl]: [f32; 6],
+    ) -> Self {
+        Self {
+            loss,
+            policy_loss,
+            value_loss,
+            entropy,
+            clip_frac,
+            approx_kl,
+        }
+    }
+}
+
 /// The network's sizes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Shape {
