@@ -162,6 +162,7 @@ fn decide(c: &mut Criterion) {
                     matrix: Some(&o.1),
                     ..Default::default()
                 },
+                features: &emergence::core::NO_FEATURES,
                 mask: ActionMask::all(2),
                 rng,
                 action,

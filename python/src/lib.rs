@@ -32,11 +32,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict};
 
 use emergence::core::{
-    Action, ActionMask, ArenaAgents, ArenaPhase, Arenas, CODES, CentralState, Done, Encoded,
-    EpisodeClock, EpisodeReturn, GlobalStateSchedule, GlobalView, Hold, Observation, Reward,
-    SimSchedule, StateHash, StepPart, Team, Utterance,
+    Action, ActionMask, ArenaAgents, ArenaPhase, Arenas, CODES, CentralState, Done, EncodeFeatures,
+    Encoded, EpisodeClock, EpisodeReturn, Features, GlobalStateSchedule, GlobalView, Hold,
+    Observation, Reward, SimSchedule, StateHash, StepPart, Team, Utterance,
 };
-use emergence::envs::senses::{SensesQuery, encode};
+use emergence::envs::senses::SensesQuery;
 use emergence::frames::{Frame, FrameContext};
 use emergence::headless::{RunConfig, build_app, error_chain};
 use emergence::observe::text::{Speaker, TextFormat};
@@ -168,6 +168,8 @@ impl Sim {
         if central {
             app.insert_resource(CentralState);
         }
+        // Each step encodes every agent's observation once; `observations` copies them.
+        app.insert_resource(EncodeFeatures);
         let mut world = std::mem::take(app.world_mut());
         let arenas = world.resource::<Arenas>().entities.clone();
         let agents: Vec<Vec<Entity>> = arenas
@@ -360,13 +362,12 @@ impl Sim {
         agent_name(&self.scene, self.seats[seat])
     }
 
-    /// Agent `e`'s observation as the network reads it, into `out` (cleared first).
-    fn encode_into(&self, e: Entity, out: &mut Encoded) {
-        out.cells.clear();
-        out.dense.clear();
-        if let Ok((obs, senses, ..)) = self.view.get_manual(&self.world, e) {
-            encode(obs, senses.get(), out);
-        }
+    /// Agent `e`'s observation as the network reads it, as the step encoded it
+    /// ([`Features`]; an empty row for an entity without one).
+    fn features(&self, e: Entity) -> &Encoded {
+        self.world
+            .get::<Features>(e)
+            .map_or(&emergence::core::NO_FEATURES, |f| &f.0)
     }
 
     /// Every seat of every arena encoded into `cells` (`c` per seat) and `dense` (`d` per
@@ -393,10 +394,9 @@ impl Sim {
                     std::mem::take(&mut rest_d).split_at_mut(arenas.len() * ns * d);
                 (rest_c, rest_d) = (tail_c, tail_d);
                 scope.spawn(async move {
-                    let mut row = Encoded::default();
                     let seats = arenas.flat_map(|a| (0..ns).map(move |s| (a, s)));
                     for (i, (a, s)) in seats.enumerate() {
-                        self.encode_into(self.agent(a, s), &mut row);
+                        let row = self.features(self.agent(a, s));
                         if (row.cells.len(), row.dense.len()) != (c, d) {
                             return Some((s, row.cells.len()));
                         }
@@ -421,11 +421,7 @@ impl Sim {
     /// Arena `arena`'s seats encoded as the network reads them, checked to be alike.
     fn feature_rows(&self, arena: usize) -> PyResult<Vec<Encoded>> {
         let rows: Vec<Encoded> = (0..self.seats.len())
-            .map(|s| {
-                let mut row = Encoded::default();
-                self.encode_into(self.agent(arena, s), &mut row);
-                row
-            })
+            .map(|s| self.features(self.agent(arena, s)).clone())
             .collect();
         if let Some(first) = rows.first()
             && rows
@@ -751,11 +747,12 @@ impl Sim {
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyArray3<u8>>, Bound<'py, PyArray3<f32>>)> {
         let (na, ns) = (self.arenas.len(), self.seats.len());
-        let mut row = Encoded::default();
-        if na > 0 && ns > 0 {
-            self.encode_into(self.agent(0, 0), &mut row);
-        }
-        let (c, d) = (row.cells.len(), row.dense.len());
+        let (c, d) = if na > 0 && ns > 0 {
+            let row = self.features(self.agent(0, 0));
+            (row.cells.len(), row.dense.len())
+        } else {
+            (0, 0)
+        };
         let (mut cells, mut dense) = (vec![0u8; na * ns * c], vec![0f32; na * ns * d]);
         if let Some((s, found)) = py.detach(|| self.encode_all(c, d, &mut cells, &mut dense)) {
             return Err(PyRuntimeError::new_err(format!(

@@ -183,4 +183,7 @@ pub struct DecisionTrace {
     /// The reward of the previous step, as the observation text reported it (written for
     /// every agent by the Decide step, so the viewer can show the text the policy read).
     pub last_reward: f32,
+    /// A policy with memory (the `gru`): the state it decided from (zeros at an episode's
+    /// first step); the trainer starts its sequences from it. Empty for the others.
+    pub memory: Vec<f32>,
 }

@@ -41,6 +41,27 @@ pub struct GlobalView(pub Encoded);
 #[derive(Resource, Debug, Clone, Copy, Default)]
 pub struct CentralState;
 
+/// An agent's observation as the network reads it, encoded once per step in
+/// [`super::SimSystems::Encode`] (`envs::senses::encode_features`) while [`EncodeFeatures`]
+/// is present, and left empty otherwise. Deciding (the `mlp`), recording the step for
+/// training and the Python bindings all read this one copy, written into the same buffers
+/// every step.
+#[derive(Component, Debug, Clone, Default, PartialEq)]
+pub struct Features(pub Encoded);
+
+/// A row with nothing in it: the [`Features`] of a step that encoded none, for decisions
+/// built by hand.
+pub static NO_FEATURES: Encoded = Encoded {
+    cells: Vec::new(),
+    dense: Vec::new(),
+};
+
+/// Present while something reads [`Features`]: a policy that reads feature rows
+/// (`Policy::reads_features`; `spawn_arenas` inserts it), a training run that records them,
+/// the Python bindings. Absent, the simulator does not encode.
+#[derive(Resource, Debug, Clone, Copy, Default)]
+pub struct EncodeFeatures;
+
 /// Appends `one_hot(k, n)` to `out`.
 pub fn push_one_hot(out: &mut Vec<f32>, k: usize, n: usize) {
     out.extend((0..n).map(|i| f32::from(u8::from(i == k))));

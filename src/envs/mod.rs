@@ -112,8 +112,11 @@ pub fn spawn_agents(
                 EpisodeReturn::default(),
                 Done::default(),
                 AgentStats::default(),
-                Observation::default(),
-                GlobalView::default(),
+                (
+                    Observation::default(),
+                    GlobalView::default(),
+                    Features::default(),
+                ),
                 AgentRng(ChaCha8Rng::seed_from_u64(0)),
                 DecisionTrace::default(),
             ));

@@ -17,7 +17,9 @@ use super::dilemma::gridworld::GridSenses;
 use super::dilemma::matrix::MatrixSenses;
 use super::hide_and_seek::HnsSenses;
 use super::maze::{Heard, MazeSenses};
-use crate::core::{Encoded, MAX_WORDS, Observation, push_one_hot};
+use bevy::prelude::{Query, Without};
+
+use crate::core::{Encoded, Features, Idle, MAX_WORDS, Observation, push_one_hot};
 
 /// The family parts of one agent's observation (`None` for the families it is not in).
 #[derive(Debug, Clone, Copy, Default)]
@@ -135,4 +137,15 @@ pub fn encode(obs: &Observation, senses: Senses<'_>, out: &mut Encoded) {
     let counts = senses.other_counts();
     let total = (counts[0] + counts[1]).max(1) as f32;
     d.extend(counts.map(|c| c as f32 / total));
+}
+
+/// Encodes every active agent's observation into its [`Features`], once per step
+/// (`SimSystems::Encode`, while [`crate::core::EncodeFeatures`] is present). The buffers are
+/// reused: after the first step no allocation.
+pub fn encode_features(
+    mut agents: Query<(&Observation, SensesQuery, &mut Features), Without<Idle>>,
+) {
+    for (obs, senses, mut features) in &mut agents {
+        encode(obs, senses.get(), &mut features.0);
+    }
 }

@@ -33,6 +33,10 @@ pub struct Decision<'a> {
     pub obs: &'a Observation,
     /// Its family's part of the observation.
     pub senses: Senses<'a>,
+    /// The observation as a network reads it, encoded once this step ([`Features`]; empty
+    /// unless a policy of the run [reads features](Policy::reads_features) or a training
+    /// run records them).
+    pub features: &'a Encoded,
     /// Which actions are legal.
     pub mask: ActionMask,
     /// The agent's own random stream (the only source of randomness a policy may use).
@@ -75,6 +79,11 @@ pub trait Policy: Send + Sync + 'static {
     /// for the viewer (`None`: no adapter).
     fn adapter(&self, _role: u8, _slot: u16) -> Option<String> {
         None
+    }
+    /// Whether the policy reads [`Decision::features`] (the `mlp`): while one in the run
+    /// does, every step encodes each agent's observation once, before Decide.
+    fn reads_features(&self) -> bool {
+        false
     }
 }
 
@@ -281,6 +290,13 @@ static CATALOGUE: &[PolicyInfo] = &[
         oracle: false,
         make: |_| Box::new(mlp::MlpPolicy::new(0, candle_core::Device::Cpu)),
     },
+    PolicyInfo {
+        name: "gru",
+        doc: "the mlp with memory: its second layer a GRU cell whose state each agent carries through its episode (seed 0)",
+        families: ALL,
+        oracle: false,
+        make: |_| Box::new(mlp::MlpPolicy::new(0, candle_core::Device::Cpu).with_memory(true)),
+    },
 ];
 
 /// Every policy a scene may name.
@@ -349,6 +365,10 @@ impl PolicyRegistry {
             .filter_map(|(n, p)| p.stats().map(|s| (n.clone(), s)))
             .collect()
     }
+    /// Whether any registered policy reads feature rows ([`Policy::reads_features`]).
+    pub fn reads_features(&self) -> bool {
+        self.entries.iter().any(|(_, p)| p.reads_features())
+    }
     /// Runs every registered policy's [`Policy::setup`] for `scene`.
     pub fn setup(&mut self, scene: &crate::scene::Scene, actions: &[String]) -> Result<(), String> {
         for (name, p) in &mut self.entries {
@@ -389,7 +409,7 @@ pub fn decide_actions(
         (
             &Agent,
             &PolicyHandle,
-            &Observation,
+            (&Observation, &Features),
             SensesQuery,
             &ActionMask,
             &mut AgentRng,
@@ -411,8 +431,17 @@ pub fn decide_actions(
         }
     }
     let mut groups: Vec<Vec<Decision<'_>>> = sizes.iter().map(|&k| Vec::with_capacity(k)).collect();
-    for (agent, handle, obs, senses, mask, rng, action, say, (team, role, reward, trace)) in
-        agents.iter_mut()
+    for (
+        agent,
+        handle,
+        (obs, features),
+        senses,
+        mask,
+        rng,
+        action,
+        say,
+        (team, role, reward, trace),
+    ) in agents.iter_mut()
     {
         if let Some(g) = groups.get_mut(handle.0 as usize) {
             let trace = trace.into_inner();
@@ -421,6 +450,7 @@ pub fn decide_actions(
                 agent: *agent,
                 obs,
                 senses: senses.get(),
+                features: &features.0,
                 mask: *mask,
                 rng: &mut rng.into_inner().0,
                 action: action.into_inner(),
@@ -453,8 +483,16 @@ pub struct PolicyPlugin;
 
 impl Plugin for PolicyPlugin {
     fn build(&self, app: &mut App) {
-        app.init_resource::<PolicyRegistry>()
-            .add_systems(SimSchedule, decide_actions.in_set(SimSystems::Decide));
+        use bevy::ecs::schedule::common_conditions::resource_exists;
+        app.init_resource::<PolicyRegistry>().add_systems(
+            SimSchedule,
+            (
+                crate::envs::senses::encode_features
+                    .in_set(SimSystems::Encode)
+                    .run_if(resource_exists::<EncodeFeatures>),
+                decide_actions.in_set(SimSystems::Decide),
+            ),
+        );
     }
 }
 
@@ -486,6 +524,9 @@ pub fn spawn_arenas(
         .resource_mut::<PolicyRegistry>()
         .setup(scene, &names)
         .map_err(SpawnError)?;
+    if world.resource::<PolicyRegistry>().reads_features() {
+        world.insert_resource(EncodeFeatures);
+    }
     let oracle: Vec<bool> = scene
         .agents
         .iter()

@@ -225,6 +225,9 @@ pub enum LearnerKind {
     /// The classic-MARL baseline: a two-layer network on the observation's features,
     /// weights from the run seed (REINFORCE, IPPO, MAPPO, MAGRPO, Advantage Alignment).
     Mlp,
+    /// The `mlp` with memory: its second layer a GRU cell whose state each agent carries
+    /// through its episode, trained on sequences of the rollout from their stored states.
+    Gru,
 }
 
 impl LearnerKind {
@@ -233,7 +236,14 @@ impl LearnerKind {
         match self {
             LearnerKind::Lm => "lm",
             LearnerKind::Mlp => "mlp",
+            LearnerKind::Gru => "gru",
         }
+    }
+
+    /// Whether it is one of the classic networks (`mlp`, `gru`), which run on the CPU,
+    /// share one trainer path and save as an `mlp` folder.
+    pub fn classic(self) -> bool {
+        matches!(self, LearnerKind::Mlp | LearnerKind::Gru)
     }
 }
 

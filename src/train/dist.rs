@@ -482,6 +482,7 @@ mod tests {
                 said_logprob: 0.0,
                 value: 0.25,
                 reward: 1.5,
+                memory: vec![0.5, -1.0],
             }],
             terminated: arena.is_multiple_of(2),
             bootstrap: Some(0.5),

@@ -105,7 +105,7 @@ impl Hyper {
         let base = Self::for_algo(algo);
         match learner {
             super::LearnerKind::Lm => base,
-            super::LearnerKind::Mlp => Self {
+            super::LearnerKind::Mlp | super::LearnerKind::Gru => Self {
                 minibatch: 1024,
                 ..base
             },

@@ -157,7 +157,8 @@ pub fn train(
             a.policy = learner.into();
         }
     }
-    let mlp = cfg.learner == LearnerKind::Mlp;
+    // The classic networks (`mlp`, `gru`) share one path; `gru` differs in the network.
+    let mlp = cfg.learner.classic();
     if mlp && matches!(cfg.sharing, Sharing::RoleLora | Sharing::AgentLora) {
         return Err(TrainError::Config(
             "LoRA adapters adapt a language model's layers; the mlp learner shares one network \
@@ -256,6 +257,10 @@ pub fn train(
         app.insert_resource(crate::core::CentralState);
     }
     rollouts.features = mlp;
+    if rollouts.features || rollouts.global {
+        // Each step's observations encoded once, for deciding and recording.
+        app.insert_resource(crate::core::EncodeFeatures);
+    }
     app.insert_resource(rollouts);
     app.add_systems(
         SimSchedule,

@@ -104,15 +104,19 @@ pub(super) fn wire(
             })
             .collect();
         let (h, of, seed) = (mlp_handles.clone(), model_of_slot.clone(), cfg.seed);
+        let memory = cfg.learner == crate::train::LearnerKind::Gru;
         policy = Some((
-            "mlp".into(),
+            learner.into(),
             PolicyFactory(Arc::new(move || {
                 let make = |m: usize| -> Box<dyn crate::policy::Policy> {
                     let dev = candle_core::Device::Cpu;
-                    Box::new(match &folders[m] {
-                        Some(dir) => MlpPolicy::from_folder(dir.clone(), dev, h[m].clone()),
-                        None => MlpPolicy::with_handle(seed, dev, h[m].clone()),
-                    })
+                    Box::new(
+                        match &folders[m] {
+                            Some(dir) => MlpPolicy::from_folder(dir.clone(), dev, h[m].clone()),
+                            None => MlpPolicy::with_handle(seed, dev, h[m].clone()),
+                        }
+                        .with_memory(memory),
+                    )
                 };
                 if routed {
                     Box::new(sharing::RoutedPolicy::new(

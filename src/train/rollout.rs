@@ -6,12 +6,11 @@
 use bevy::prelude::*;
 use std::collections::BTreeMap;
 
-use crate::core::{Action, Arena, Encoded, GlobalView, Observation};
+use crate::core::{Action, Arena, Encoded, Features, GlobalView};
 use crate::core::{
     ActionMask, Agent, ArenaAgents, ArenaPhase, DecisionTrace, Done, EpisodeClock, EpisodeEnded,
     Idle, PolicyHandle, Reward, Role, Team,
 };
-use crate::envs::senses::{SensesQuery, encode};
 
 /// One decision.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
@@ -39,6 +38,10 @@ pub struct Step {
     pub value: f32,
     /// The reward that followed.
     pub reward: f32,
+    /// A policy with memory (`gru`): the state it decided from
+    /// ([`crate::core::DecisionTrace::memory`]); empty for the others.
+    #[serde(default)]
+    pub memory: Vec<f32>,
 }
 
 /// One agent's steps through one episode.
@@ -178,10 +181,9 @@ pub fn collect_steps(
         &ActionMask,
         &Reward,
         &Done,
-        &Observation,
+        &Features,
         &Role,
         &GlobalView,
-        SensesQuery,
     )>,
 ) {
     let Some(policy) = rollouts.policy else {
@@ -196,7 +198,7 @@ pub fn collect_steps(
             // that value (a terminated one from 0).
             let episode = clock.episode - 1;
             for &e in members.entities() {
-                let Ok((agent, _, handle, trace, _, _, _, _, obs, _, view, senses)) = agents.get(e)
+                let Ok((agent, _, handle, trace, _, _, _, _, features, _, view)) = agents.get(e)
                 else {
                     continue;
                 };
@@ -209,9 +211,7 @@ pub fn collect_steps(
                 {
                     t.bootstrap = Some(trace.value.unwrap_or(0.0));
                     if global {
-                        let mut own = Encoded::default();
-                        encode(obs, senses.get(), &mut own);
-                        t.final_global = Some(agent_state(view, &own));
+                        t.final_global = Some(agent_state(view, &features.0));
                     }
                 }
             }
@@ -223,39 +223,26 @@ pub fn collect_steps(
         rollouts.slots = members.entities().len();
         let keep_features = rollouts.features;
         for &e in members.entities() {
-            let Ok((
-                agent,
-                team,
-                handle,
-                trace,
-                action,
-                mask,
-                reward,
-                done,
-                obs,
-                role,
-                view,
-                senses,
-            )) = agents.get(e)
+            let Ok((agent, team, handle, trace, action, mask, reward, done, features, role, view)) =
+                agents.get(e)
             else {
                 continue;
             };
             if *handle != policy {
                 continue;
             }
-            // The observation as a network reads it, once for the mlp and the critic.
-            let mut encoded = Encoded::default();
-            if keep_features || global {
-                encode(obs, senses.get(), &mut encoded);
-            }
+            // The observation as a network reads it, as this step encoded it (the run
+            // inserted `EncodeFeatures`).
             let global_row = if global {
-                agent_state(view, &encoded)
+                agent_state(view, &features.0)
             } else {
                 Encoded::default()
             };
-            if !keep_features {
-                encoded = Encoded::default();
-            }
+            let encoded = if keep_features {
+                features.0.clone()
+            } else {
+                Encoded::default()
+            };
             let traj = rollouts
                 .open
                 .entry((arena.index, clock.episode, agent.slot))
@@ -278,6 +265,7 @@ pub fn collect_steps(
                 said_logprob: trace.said_logprob,
                 value: trace.value.unwrap_or(0.0),
                 reward: reward.0,
+                memory: trace.memory.clone(),
             });
             if clock.phase == ArenaPhase::Ending {
                 traj.terminated = done.terminated;

@@ -52,6 +52,10 @@ impl Policy for RoutedPolicy {
         Ok(())
     }
 
+    fn reads_features(&self) -> bool {
+        self.models.iter().any(|m| m.reads_features())
+    }
+
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
         let of = |d: &Decision<'_>| {
             self.model_of_slot

@@ -113,7 +113,19 @@ struct Sample {
     value: f32,
     adv: f32,
     target: f32,
+    /// A network with memory: the state the decision was made from.
+    memory: Vec<f32>,
+    /// Whether a training sequence starts here (every [`SEQUENCE`]-th step of an episode).
+    start: bool,
 }
+
+/// Steps per training sequence of a network with memory (`gru`): each episode is cut into
+/// sequences of this many steps, each started from the state its first decision was made
+/// from (stored in the rollout) and run through the GRU with backpropagation through its
+/// steps; minibatches are whole sequences, shuffled as units (Sample Factory's and
+/// CleanRL's recurrent PPO train on chunks the same way; 32 is Sample Factory's default
+/// recurrence).
+pub const SEQUENCE: usize = 32;
 
 /// MAPPO's critic input: a global state and the valued agent's one-hot slot.
 fn with_slot(state: &Encoded, slot: u16, slots: usize) -> Encoded {
@@ -354,11 +366,12 @@ impl Trainer {
             return Ok(());
         };
         if self.hyper.kl_coef > 0.0 {
-            m.reference = Some(MlpNet::with_words(
+            m.reference = Some(MlpNet::with_core(
                 net.cells,
                 net.dense,
                 net.actions,
                 net.words,
+                net.memory,
                 self.seed,
                 &self.device,
             )?);
@@ -367,6 +380,11 @@ impl Trainer {
         self.opt = AdamW::new(net.vars().to_vec(), self.opt.params)?;
         m.net = Some(net);
         Ok(())
+    }
+
+    /// Whether the model is a network with memory (the `gru`), trained on sequences.
+    fn has_memory(&self) -> bool {
+        matches!(&self.model, Model::Mlp(m) if m.net.as_ref().is_some_and(|n| n.memory))
     }
 
     /// The trained variables.
@@ -537,6 +555,8 @@ impl Trainer {
                     value: critic_values.as_ref().map_or(s.value, |c| c.0[i][t]),
                     adv: a,
                     target,
+                    memory: s.memory.clone(),
+                    start: t % SEQUENCE == 0,
                 });
             }
         }
@@ -607,11 +627,28 @@ impl Trainer {
             Algo::Reinforce => 1,
             _ => self.hyper.epochs.max(1),
         };
-        let mut order: Vec<usize> = (0..samples.len()).collect();
+        // The units shuffled into minibatches: single decisions, or whole sequences for a
+        // network with memory (a minibatch takes units until it holds `minibatch` decisions).
+        let mut units: Vec<std::ops::Range<usize>> = if self.has_memory() {
+            let starts: Vec<usize> = (0..samples.len())
+                .filter(|&i| i == 0 || samples[i].start)
+                .collect();
+            (0..starts.len())
+                .map(|k| starts[k]..starts.get(k + 1).copied().unwrap_or(samples.len()))
+                .collect()
+        } else {
+            (0..samples.len()).map(|i| i..i + 1).collect()
+        };
+        let size = self.hyper.minibatch.max(1);
         for _ in 0..epochs {
-            order.shuffle(rng);
-            for chunk in order.chunks(self.hyper.minibatch.max(1)) {
-                let mut mb: Vec<&Sample> = chunk.iter().map(|&i| &samples[i]).collect();
+            units.shuffle(rng);
+            let mut next = 0;
+            while next < units.len() {
+                let mut mb: Vec<&Sample> = Vec::with_capacity(size);
+                while next < units.len() && mb.len() < size {
+                    mb.extend(units[next].clone().map(|i| &samples[i]));
+                    next += 1;
+                }
                 if matches!(&self.model, Model::Lm(m) if !m.adapters.is_empty()) {
                     mb.sort_by_key(|s| s.owner);
                 }
@@ -742,7 +779,31 @@ impl Trainer {
                     }
                 };
                 let rows: Vec<&Encoded> = mb.iter().map(|s| &s.encoded).collect();
-                let h = net.heads(&rows)?;
+                let h = if net.memory {
+                    // Each sequence from the state its first decision was made from.
+                    let starts: Vec<usize> =
+                        (0..mb.len()).filter(|&i| i == 0 || mb[i].start).collect();
+                    let h0: Vec<f32> = starts
+                        .iter()
+                        .flat_map(|&i| mb[i].memory.iter().copied())
+                        .collect();
+                    if h0.len() != starts.len() * crate::policy::mlp::HIDDEN {
+                        return Err(TrainError::Config(format!(
+                            "a decision of the gru without its state ({} values where {} \
+                             were expected): the rollout was not recorded from a gru",
+                            h0.len(),
+                            starts.len() * crate::policy::mlp::HIDDEN
+                        )));
+                    }
+                    let h0 = Tensor::from_vec(
+                        h0,
+                        (starts.len(), crate::policy::mlp::HIDDEN),
+                        &self.device,
+                    )?;
+                    net.sequences(&rows, &starts, &h0)?
+                } else {
+                    net.heads(&rows)?
+                };
                 let alp = crate::policy::sampling::masked_log_softmax(&h.logits, bias)?;
                 let wlp = h
                     .words
@@ -792,7 +853,8 @@ impl Trainer {
         let Some(net) = &m.net else {
             return Ok(None);
         };
-        if !Fused::supports(self.hyper.kl_coef) {
+        // The GRU trains through candle's autograd (the fused path is the mlp's).
+        if net.memory || !Fused::supports(self.hyper.kl_coef) {
             return Ok(None);
         }
         let fused = match &mut m.fused {

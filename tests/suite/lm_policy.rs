@@ -57,6 +57,7 @@ fn decide(
                 matrix: Some(&o.1),
                 ..Default::default()
             },
+            features: &emergence::core::NO_FEATURES,
             mask: *m,
             rng,
             action,
@@ -124,6 +125,7 @@ fn a_padded_batch_decides_as_each_agent_alone() {
                 matrix: Some(&o.1),
                 ..Default::default()
             },
+            features: &emergence::core::NO_FEATURES,
             mask: masks[i],
             rng: &mut rng,
             action: &mut action,

@@ -469,6 +469,7 @@ fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
         said_logprob: 0.0,
         value: 0.0,
         reward,
+        memory: Vec::new(),
     };
     let batch = Batch {
         trajectories: vec![Trajectory {
@@ -901,6 +902,7 @@ fn the_word_said_is_part_of_the_decision_and_learns() {
         said_logprob: w0[usize::from(said)].ln(),
         value: 0.0,
         reward,
+        memory: Vec::new(),
     };
     let trajectories = (0..8)
         .map(|k| Trajectory {
@@ -1033,6 +1035,7 @@ fn the_language_models_word_is_part_of_its_decision_and_learns() {
         said_logprob: before[usize::from(said)].ln(),
         value: 0.0,
         reward,
+        memory: Vec::new(),
     };
     let batch = Batch {
         trajectories: (0..8)
@@ -1311,4 +1314,60 @@ fn threads_bounds_candles_own_pool() {
             "no candle worker seen without --threads: {free:?}"
         );
     }
+}
+
+#[test]
+fn each_step_encodes_the_observations_once_where_a_policy_reads_them() {
+    use emergence::core::{Features, Idle, Observation};
+    use emergence::envs::senses::{Senses, encode};
+    use emergence::headless::{RunConfig, build_app};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for path in [
+        "scenes/hide_and_seek/quadrant.scene.ron",
+        "scenes/dilemma/commons_harvest_open.scene.ron",
+        "scenes/maze/split_view.scene.ron",
+        "scenes/dilemma/prisoners_dilemma.scene.ron",
+    ] {
+        let sc = load_scene(&root.join(path)).expect("scene");
+        for reads in [true, false] {
+            let mut sc = sc.clone();
+            for a in &mut sc.agents {
+                a.policy = if reads { "mlp" } else { "random" }.into();
+            }
+            let mut run = RunConfig::new(sc);
+            run.arenas = 3;
+            run.seed = 5;
+            let mut app = build_app(&run).expect("app");
+            for _ in 0..4 {
+                app.update();
+            }
+            let world = app.world_mut();
+            let mut q = world.query_filtered::<(bevy::prelude::Entity, &Observation, &Features), bevy::prelude::Without<Idle>>();
+            let rows: Vec<_> = q
+                .iter(world)
+                .map(|(e, o, f)| (e, o.clone(), f.0.clone()))
+                .collect();
+            assert_eq!(rows.len(), 3 * app_agents(path));
+            for (e, obs, features) in rows {
+                if reads {
+                    let mut want = emergence::core::Encoded::default();
+                    encode(&obs, Senses::of(world.entity(e)), &mut want);
+                    assert!(!want.dense.is_empty());
+                    assert_eq!(
+                        features, want,
+                        "{path}: the step's features are this step's observation"
+                    );
+                } else {
+                    // Scripted and random players alone: nothing is encoded.
+                    assert_eq!(features, emergence::core::Encoded::default(), "{path}");
+                }
+            }
+        }
+    }
+}
+
+/// Agents per arena of the shipped scene `path`.
+fn app_agents(path: &str) -> usize {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    load_scene(&root.join(path)).expect("scene").agents.len()
 }

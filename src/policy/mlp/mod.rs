@@ -13,12 +13,15 @@
 //! sizes) and `mlp.safetensors`; a scene or `--eval-against` names it `mlp:DIR`.
 
 mod fused;
+#[cfg(test)]
+mod memory_tests;
 mod net;
 
 pub use fused::{Fused, LossSpec, Row, StepStats, ValueSpec};
-pub use net::{CONFIG_FILE, Heads, MlpConfig, MlpNet, WEIGHTS_FILE, features, first_layer};
+pub use net::{CONFIG_FILE, HIDDEN, Heads, MlpConfig, MlpNet, WEIGHTS_FILE, features, first_layer};
 
-use candle_core::Device;
+use candle_core::{Device, Tensor};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -65,6 +68,11 @@ pub struct MlpPolicy {
     failure: Option<String>,
     /// The fused forward's buffers ([`Fused`]), made at the first decision.
     fused: Option<Fused>,
+    /// Whether the network has a GRU core (`Some(true)`: the `gru` policy and learner), has
+    /// none (`Some(false)`), or is whatever its folder holds (`None`, `mlp:DIR`).
+    memory: Option<bool>,
+    /// A network with memory: each agent's state after its last decision.
+    states: BTreeMap<crate::core::Agent, Vec<f32>>,
 }
 
 impl MlpPolicy {
@@ -86,7 +94,16 @@ impl MlpPolicy {
             stats: PolicyStats::default(),
             failure: None,
             fused: None,
+            memory: Some(false),
+            states: BTreeMap::new(),
         }
+    }
+
+    /// A policy whose network has a GRU core when `memory` (the `gru` learner and policy):
+    /// each agent's state is carried from step to step and reset at its episode's start.
+    pub fn with_memory(mut self, memory: bool) -> Self {
+        self.memory = Some(memory);
+        self
     }
 
     /// A policy that reads its network from a model folder (`mlp.json`, `mlp.safetensors`)
@@ -94,6 +111,7 @@ impl MlpPolicy {
     pub fn from_folder(dir: PathBuf, device: Device, handle: MlpHandle) -> Self {
         Self {
             folder: Some(dir),
+            memory: None,
             ..Self::with_handle(0, device, handle)
         }
     }
@@ -113,11 +131,12 @@ impl MlpPolicy {
             }
             return Ok(net);
         }
-        let net = MlpNet::with_words(
+        let net = MlpNet::with_core(
             e.cells.len(),
             e.dense.len(),
             self.actions,
             self.words,
+            self.memory.unwrap_or(false),
             self.seed,
             &self.device,
         )
@@ -125,6 +144,81 @@ impl MlpPolicy {
         self.handle.set(net.clone());
         Ok(net)
     }
+}
+
+impl MlpPolicy {
+    /// Decides for a network with memory, through candle: each agent's state (zeros at its
+    /// episode's first step), one GRU step for the whole batch, the heads sampled as the
+    /// fused path samples them; the state decided from goes in the trace for the trainer.
+    fn decide_recurrent(
+        &mut self,
+        batch: &mut [Decision<'_>],
+        rows: &[&Encoded],
+        net: &MlpNet,
+    ) -> candle_core::Result<()> {
+        let zeros = vec![0f32; HIDDEN];
+        let mut h = Vec::with_capacity(batch.len() * HIDDEN);
+        for d in batch.iter() {
+            let state = if d.obs.step == 0 {
+                &zeros
+            } else {
+                self.states.get(&d.agent).unwrap_or(&zeros)
+            };
+            h.extend_from_slice(state);
+        }
+        let h = Tensor::from_vec(h, (batch.len(), HIDDEN), &self.device)?;
+        let (heads, next) = net.step(rows, &h)?;
+        let logits: Vec<Vec<f32>> = heads.logits.to_vec2()?;
+        let values: Vec<f32> = heads.values.to_vec1()?;
+        let words: Option<Vec<Vec<f32>>> = heads.words.map(|w| w.to_vec2()).transpose()?;
+        let before: Vec<Vec<f32>> = h.to_vec2()?;
+        let after: Vec<Vec<f32>> = next.to_vec2()?;
+        if let Some((d, (i, v))) = batch.iter().zip(&logits).find_map(|(d, l)| {
+            let mask = d.mask;
+            super::sampling::first_non_finite(l, |i| mask.allows(i as u8)).map(|bad| (d, bad))
+        }) {
+            candle_core::bail!(
+                "its action distribution is not a distribution (score {v} for action {i} of \
+                 agent {} in arena {}): its weights hold NaN or infinities; stopped",
+                d.agent.slot,
+                d.agent.arena
+            );
+        }
+        for (k, (d, state)) in batch.iter_mut().zip(before).enumerate() {
+            let mask = d.mask;
+            let (pick, probs, logprob, entropy) =
+                sample(&logits[k], |i| mask.allows(i as u8), d.rng);
+            d.action.0 = pick as u8;
+            d.trace.tokens.clear();
+            d.trace.logprob = logprob;
+            d.trace.entropy = entropy;
+            d.trace.probs = probs;
+            d.trace.value = Some(values[k]);
+            d.trace.said = None;
+            d.trace.said_logprob = 0.0;
+            d.trace.memory = state;
+        }
+        if let Some(words) = &words {
+            for (k, d) in batch.iter_mut().enumerate() {
+                let Some(say) = d.say.as_deref_mut() else {
+                    continue;
+                };
+                let (pick, _, logprob, _) = sample(&words[k], |_| true, d.rng);
+                say.0 = pick.checked_sub(1).map(|k| k as u8);
+                d.trace.said = Some(pick as u8);
+                d.trace.said_logprob = logprob;
+            }
+        }
+        for (d, state) in batch.iter().zip(after) {
+            self.states.insert(d.agent, state);
+        }
+        Ok(())
+    }
+}
+
+/// Whether `e` holds nothing (features not encoded this step).
+fn is_empty(e: &Encoded) -> bool {
+    e.cells.is_empty() && e.dense.is_empty()
 }
 
 impl Policy for MlpPolicy {
@@ -146,6 +240,23 @@ impl Policy for MlpPolicy {
                     self.words
                 ));
             }
+            if let Some(m) = self.memory
+                && m != net.memory
+            {
+                let kind = |m: bool| {
+                    if m {
+                        "a GRU core (gru)"
+                    } else {
+                        "no memory (mlp)"
+                    }
+                };
+                return Err(format!(
+                    "{}: the network has {}; this run's learner has {}",
+                    dir.join(CONFIG_FILE).display(),
+                    kind(net.memory),
+                    kind(m)
+                ));
+            }
             self.handle.set(net);
         }
         Ok(())
@@ -155,20 +266,35 @@ impl Policy for MlpPolicy {
         self.failure.clone()
     }
 
+    fn reads_features(&self) -> bool {
+        true
+    }
+
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
         if batch.is_empty() || self.actions == 0 || self.failure.is_some() {
             return;
         }
         let start = Instant::now();
-        let rows: Vec<Encoded> = batch
-            .iter()
-            .map(|d| {
-                let mut e = Encoded::default();
-                encode(d.obs, d.senses, &mut e);
-                e
-            })
-            .collect();
-        let net = match self.net(&rows[0]) {
+        // The rows the step encoded once ([`crate::core::Features`]); a caller that built
+        // its decisions by hand, without them, has them encoded here.
+        let own: Vec<Encoded> = if batch.iter().any(|d| is_empty(d.features)) {
+            batch
+                .iter()
+                .map(|d| {
+                    let mut e = Encoded::default();
+                    encode(d.obs, d.senses, &mut e);
+                    e
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let refs: Vec<&Encoded> = if own.is_empty() {
+            batch.iter().map(|d| d.features).collect()
+        } else {
+            own.iter().collect()
+        };
+        let net = match self.net(refs[0]) {
             Ok(net) => net,
             Err(e) => {
                 self.stats.errors += 1;
@@ -176,13 +302,22 @@ impl Policy for MlpPolicy {
                 return;
             }
         };
-        if rows.iter().any(|r| !net.fits(r)) {
+        if refs.iter().any(|r| !net.fits(r)) {
             self.stats.errors += 1;
             self.failure
                 .get_or_insert("observations of different sizes in one scene".into());
             return;
         }
-        let refs: Vec<&Encoded> = rows.iter().collect();
+        if net.memory {
+            if let Err(e) = self.decide_recurrent(batch, &refs, &net) {
+                self.stats.errors += 1;
+                self.failure.get_or_insert(format!("forward pass: {e}"));
+            }
+            self.stats.decisions += batch.len() as u64;
+            self.stats.forwards += 1;
+            self.stats.seconds += start.elapsed().as_secs_f64();
+            return;
+        }
         // The fused forward (plain buffers, kept across steps): the numbers the trainer's
         // fused step computes, without a tensor per operation.
         let fused = match &mut self.fused {
@@ -351,13 +486,23 @@ mod tests {
             let b = v.sqr().and_then(|x| x.sum_all()).expect("b");
             (a + b).expect("loss")
         };
-        let grads = loss(&net).backward().expect("backward");
+        check_gradients(&net, &|n| loss(n));
+    }
+
+    /// Every variable of `net` gets a nonzero gradient from `loss`, and each agrees with
+    /// central finite differences (f32, so steps of 1e-2 and a tolerance of 2% of the
+    /// largest derivative) at a few entries and at the largest.
+    pub(super) fn check_gradients(net: &MlpNet, loss: &dyn Fn(&MlpNet) -> Tensor) {
+        let grads = loss(net).backward().expect("backward");
         for (name, var) in net.vars() {
-            let g = grads.get(var.as_tensor()).expect(name);
-            let g: Vec<f32> = g.flatten_all().and_then(|g| g.to_vec1()).expect("g");
+            let g: Vec<f32> = grads
+                .get(var.as_tensor())
+                .unwrap_or_else(|| panic!("{name}: no gradient"))
+                .flatten_all()
+                .and_then(|g| g.to_vec1())
+                .expect("g");
             let top = g.iter().fold(0f32, |m, x| m.max(x.abs()));
-            assert!(top > 0.0, "{name}: no gradient");
-            // Check the entries with the largest derivatives and a few others.
+            assert!(top > 0.0, "{name}: a zero gradient");
             let mut picks: Vec<usize> = (0..g.len()).step_by((g.len() / 5).max(1)).collect();
             picks.extend(
                 g.iter()
@@ -365,24 +510,22 @@ mod tests {
                     .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
                     .map(|(i, _)| i),
             );
+            let flat: Vec<f32> = var
+                .as_tensor()
+                .flatten_all()
+                .and_then(|t| t.to_vec1())
+                .expect("w");
             for i in picks {
-                let flat = var.as_tensor().flatten_all().expect("flat");
-                let mut w: Vec<f32> = flat.to_vec1().expect("w");
-                let at = |w: &[f32]| -> f32 {
-                    let t = Tensor::from_vec(w.to_vec(), var.as_tensor().shape(), &Device::Cpu)
-                        .expect("t");
+                let at = |x: f32| -> f32 {
+                    let mut w = flat.clone();
+                    w[i] = x;
+                    let t = Tensor::from_vec(w, var.as_tensor().shape(), &Device::Cpu).expect("t");
                     var.set(&t).expect("set");
-                    loss(&net).to_scalar::<f32>().expect("loss")
+                    loss(net).to_scalar::<f32>().expect("loss")
                 };
-                let x0 = w[i];
                 let eps = 1e-2;
-                w[i] = x0 + eps;
-                let up = at(&w);
-                w[i] = x0 - eps;
-                let down = at(&w);
-                w[i] = x0;
-                at(&w);
-                let fd = (up - down) / (2.0 * eps);
+                let fd = (at(flat[i] + eps) - at(flat[i] - eps)) / (2.0 * eps);
+                at(flat[i]);
                 assert!(
                     (fd - g[i]).abs() <= 0.02 * top.max(1e-3),
                     "{name}[{i}]: backward {} vs finite difference {fd}",

@@ -12,8 +12,8 @@ use crate::core::Observation;
 use crate::core::{CODES, Encoded};
 use crate::envs::senses::{Senses, encode};
 
-/// Hidden width of both layers.
-const HIDDEN: usize = 64;
+/// Hidden width of both layers (and of the GRU core's state).
+pub const HIDDEN: usize = 64;
 
 /// The feature row of an observation, written out: one-hot view cells, then one-hot
 /// known-map cells, then header fields ([`Encoded`]). Its length depends only on the scene.
@@ -165,22 +165,41 @@ pub fn first_layer(
 
 /// The network's variables, by name and shape, for `inputs` features, `actions` actions and
 /// (families with talk) `words` vocabulary words, whose head has one more choice: silence.
-fn shapes(inputs: usize, actions: usize, words: usize) -> Vec<(&'static str, [usize; 2])> {
-    let mut out = vec![
-        ("l1.weight", [HIDDEN, inputs]),
-        ("l1.bias", [HIDDEN, 1]),
-        ("l2.weight", [HIDDEN, HIDDEN]),
-        ("l2.bias", [HIDDEN, 1]),
+/// With `memory` the second layer is a GRU cell (PyTorch's names and gate order: reset,
+/// update, new) whose state the heads read.
+fn shapes(
+    inputs: usize,
+    actions: usize,
+    words: usize,
+    memory: bool,
+) -> Vec<(&'static str, [usize; 2])> {
+    let mut out = vec![("l1.weight", [HIDDEN, inputs]), ("l1.bias", [HIDDEN, 1])];
+    if memory {
+        out.extend([
+            ("gru.weight_ih", [3 * HIDDEN, HIDDEN]),
+            ("gru.bias_ih", [3 * HIDDEN, 1]),
+            ("gru.weight_hh", [3 * HIDDEN, HIDDEN]),
+            ("gru.bias_hh", [3 * HIDDEN, 1]),
+        ]);
+    } else {
+        out.extend([("l2.weight", [HIDDEN, HIDDEN]), ("l2.bias", [HIDDEN, 1])]);
+    }
+    out.extend([
         ("pi.weight", [actions, HIDDEN]),
         ("pi.bias", [actions, 1]),
         ("v.weight", [1, HIDDEN]),
         ("v.bias", [1, 1]),
-    ];
+    ]);
     if words > 0 {
         out.push(("say.weight", [words + 1, HIDDEN]));
         out.push(("say.bias", [words + 1, 1]));
     }
     out
+}
+
+/// Whether variable `name` is a bias (a vector).
+fn is_bias(name: &str) -> bool {
+    name.ends_with("bias") || name.starts_with("gru.bias")
 }
 
 /// The file of the weights in a model folder, and of its sizes.
@@ -203,6 +222,9 @@ pub struct MlpConfig {
     /// Vocabulary words of the family's talk (0: no talk head).
     #[serde(default)]
     pub words: usize,
+    /// A GRU core instead of the second tanh layer (the `gru` learner); absent: false.
+    #[serde(default)]
+    pub memory: bool,
 }
 
 /// The network: two tanh layers, a policy head and a value head, over named variables
@@ -219,6 +241,9 @@ pub struct MlpNet {
     /// Vocabulary words (families with talk; its head has `words + 1` choices, the first
     /// one silence), or 0.
     pub words: usize,
+    /// Whether the second layer is a GRU cell with a state carried from step to step
+    /// ([`MlpNet::step`], [`MlpNet::sequences`]) rather than a tanh layer.
+    pub memory: bool,
 }
 
 /// What the network computes for a batch of rows.
@@ -254,21 +279,39 @@ impl MlpNet {
         seed: u64,
         dev: &Device,
     ) -> candle_core::Result<Self> {
+        Self::with_core(cells, dense, actions, words, false, seed, dev)
+    }
+
+    /// [`MlpNet::with_words`], with a GRU core when `memory` (its weights uniform(±1/√H), as
+    /// PyTorch's `nn.GRU`, its biases zero).
+    pub fn with_core(
+        cells: usize,
+        dense: usize,
+        actions: usize,
+        words: usize,
+        memory: bool,
+        seed: u64,
+        dev: &Device,
+    ) -> candle_core::Result<Self> {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-        let vars = shapes(cells * CODES + dense, actions, words)
+        let vars = shapes(cells * CODES + dense, actions, words, memory)
             .into_iter()
             .map(|(name, [out, inp])| {
-                let data: Vec<f32> = if name.ends_with("bias") {
+                let data: Vec<f32> = if is_bias(name) {
                     vec![0.0; out]
                 } else {
                     let small = name.starts_with("pi.") || name.starts_with("say.");
                     let gain = if small { 0.01 } else { 1.0 };
-                    let bound = gain * (3.0 / inp as f32).sqrt();
+                    let bound = if name.starts_with("gru.") {
+                        1.0 / (HIDDEN as f32).sqrt()
+                    } else {
+                        gain * (3.0 / inp as f32).sqrt()
+                    };
                     (0..inp * out)
                         .map(|_| rng.random_range(-bound..=bound))
                         .collect()
                 };
-                let t = if name.ends_with("bias") {
+                let t = if is_bias(name) {
                     Tensor::from_vec(data, out, dev)?
                 } else {
                     Tensor::from_vec(data, (out, inp), dev)?
@@ -282,6 +325,7 @@ impl MlpNet {
             dense,
             actions,
             words,
+            memory,
         })
     }
 
@@ -312,6 +356,7 @@ impl MlpNet {
             dense: self.dense,
             actions: self.actions,
             words: self.words,
+            memory: self.memory,
         })
     }
 
@@ -324,22 +369,138 @@ impl MlpNet {
 
     /// Every head of `rows`: actions, value and (with talk) words, differentiable in the
     /// variables. The word is chosen from the same hidden state as the action, independently
-    /// given it; a decision's log-probability is the sum of the two.
+    /// given it; a decision's log-probability is the sum of the two. A network with memory
+    /// reads a state as well: [`MlpNet::step`] or [`MlpNet::sequences`].
     pub fn heads(&self, rows: &[&Encoded]) -> candle_core::Result<Heads> {
-        let w = |i: usize| self.vars[i].1.as_tensor();
-        let h = first_layer(w(0), rows, self.cells, self.dense)?;
-        let h = h.broadcast_add(w(1))?.tanh()?;
-        let layer = |x: &Tensor, i: usize| x.matmul(&w(i).t()?)?.broadcast_add(w(i + 1));
-        let h = layer(&h, 2)?.tanh()?;
+        if self.memory {
+            candle_core::bail!("the network has a GRU core: its heads read a state too");
+        }
+        let h = self.embed(rows)?;
+        let h = self.linear(&h, "l2")?.tanh()?;
+        self.read(&h)
+    }
+
+    /// The variable `name`.
+    fn var(&self, name: &str) -> candle_core::Result<&Tensor> {
+        match self.vars.iter().find(|(n, _)| n == name) {
+            Some((_, v)) => Ok(v.as_tensor()),
+            None => candle_core::bail!("the network has no variable {name}"),
+        }
+    }
+
+    /// `x · layer.weightᵀ + layer.bias`.
+    fn linear(&self, x: &Tensor, layer: &str) -> candle_core::Result<Tensor> {
+        let w = self.var(&format!("{layer}.weight"))?;
+        x.matmul(&w.t()?)?
+            .broadcast_add(self.var(&format!("{layer}.bias"))?)
+    }
+
+    /// The first layer: `tanh(l1 · x + b1)` of every row, `(b, H)`.
+    pub fn embed(&self, rows: &[&Encoded]) -> candle_core::Result<Tensor> {
+        let h = first_layer(self.var("l1.weight")?, rows, self.cells, self.dense)?;
+        h.broadcast_add(self.var("l1.bias")?)?.tanh()
+    }
+
+    /// The heads read from the last hidden layer `h` `(b, H)`.
+    pub fn read(&self, h: &Tensor) -> candle_core::Result<Heads> {
         Ok(Heads {
-            logits: layer(&h, 4)?,
-            values: layer(&h, 6)?.squeeze(D::Minus1)?,
+            logits: self.linear(h, "pi")?,
+            values: self.linear(h, "v")?.squeeze(D::Minus1)?,
             words: if self.words > 0 {
-                Some(layer(&h, 8)?)
+                Some(self.linear(h, "say")?)
             } else {
                 None
             },
         })
+    }
+
+    /// The GRU cell (Cho et al. 2014, in PyTorch's `nn.GRUCell` form): from input `x` and
+    /// state `h` (both `(b, H)`), `r = σ(W_ir x + b_ir + W_hr h + b_hr)`,
+    /// `z = σ(W_iz x + b_iz + W_hz h + b_hz)`, `n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))`
+    /// and the next state `(1 − z) ⊙ n + z ⊙ h`.
+    pub fn cell(&self, x: &Tensor, h: &Tensor) -> candle_core::Result<Tensor> {
+        let gi = x
+            .matmul(&self.var("gru.weight_ih")?.t()?)?
+            .broadcast_add(self.var("gru.bias_ih")?)?;
+        let gh = h
+            .matmul(&self.var("gru.weight_hh")?.t()?)?
+            .broadcast_add(self.var("gru.bias_hh")?)?;
+        let part = |t: &Tensor, k: usize| t.narrow(1, k * HIDDEN, HIDDEN);
+        let sigmoid =
+            |t: Tensor| -> candle_core::Result<Tensor> { (t.neg()?.exp()? + 1.0)?.recip() };
+        let r = sigmoid((part(&gi, 0)? + part(&gh, 0)?)?)?;
+        let z = sigmoid((part(&gi, 1)? + part(&gh, 1)?)?)?;
+        let n = (part(&gi, 2)? + (r * part(&gh, 2)?)?)?.tanh()?;
+        // (1 − z) ⊙ n + z ⊙ h = n + z ⊙ (h − n)
+        &n + (z * (h - &n)?)?
+    }
+
+    /// One step of a network with memory: the heads of `rows` from states `h` `(b, H)`
+    /// (zeros at an episode's start), and the states after it.
+    pub fn step(&self, rows: &[&Encoded], h: &Tensor) -> candle_core::Result<(Heads, Tensor)> {
+        if !self.memory {
+            candle_core::bail!("the network has no GRU core");
+        }
+        let next = self.cell(&self.embed(rows)?, h)?;
+        Ok((self.read(&next)?, next))
+    }
+
+    /// The heads of sequences laid end to end in `rows` (a sequence starts at each index of
+    /// `starts`, the first of them 0, and runs to the next start): each starts from its row
+    /// of `h0` `(sequences, H)`, the state its first step was decided from, and carries its
+    /// state through its steps (truncated backpropagation through time over each sequence,
+    /// as recurrent PPO trains on chunks with the rollout's stored states). The heads come
+    /// out in `rows`' order. Sequences run side by side, the longest first, one cell per
+    /// time step for all the sequences that long.
+    pub fn sequences(
+        &self,
+        rows: &[&Encoded],
+        starts: &[usize],
+        h0: &Tensor,
+    ) -> candle_core::Result<Heads> {
+        if !self.memory {
+            candle_core::bail!("the network has no GRU core");
+        }
+        if starts.first() != Some(&0) || starts.windows(2).any(|w| w[0] >= w[1]) {
+            candle_core::bail!("sequence starts {starts:?}: expected 0 first, increasing");
+        }
+        if starts.last().is_some_and(|&s| s >= rows.len()) {
+            candle_core::bail!("a sequence starts past the {} rows", rows.len());
+        }
+        let dev = h0.device();
+        let spans: Vec<(usize, usize)> = starts
+            .iter()
+            .enumerate()
+            .map(|(k, &s)| (s, starts.get(k + 1).copied().unwrap_or(rows.len()) - s))
+            .collect();
+        // The longest first (a stable sort: ties keep their order), so that at each time
+        // step the sequences still running are a prefix of the state.
+        let mut order: Vec<usize> = (0..spans.len()).collect();
+        order.sort_by_key(|&k| std::cmp::Reverse(spans[k].1));
+        let ids = |v: Vec<u32>| Tensor::from_vec(v.clone(), v.len(), dev);
+        let mut h = h0.index_select(&ids(order.iter().map(|&k| k as u32).collect())?, 0)?;
+        let x = self.embed(rows)?;
+        let longest = spans[order[0]].1;
+        let mut outs = Vec::with_capacity(longest);
+        // Where each row's state lands in the outputs laid end to end.
+        let mut at = vec![0u32; rows.len()];
+        let mut filled = 0u32;
+        for t in 0..longest {
+            let running = order.iter().take_while(|&&k| spans[k].1 > t).count();
+            let idx: Vec<u32> = order[..running]
+                .iter()
+                .map(|&k| (spans[k].0 + t) as u32)
+                .collect();
+            for (j, &i) in idx.iter().enumerate() {
+                at[i as usize] = filled + j as u32;
+            }
+            filled += running as u32;
+            let xt = x.index_select(&ids(idx)?, 0)?;
+            h = self.cell(&xt, &h.narrow(0, 0, running)?)?;
+            outs.push(h.clone());
+        }
+        let all = Tensor::cat(&outs, 0)?;
+        self.read(&all.index_select(&ids(at)?, 0)?)
     }
 
     /// Writes `mlp.safetensors` and `mlp.json` into `dir` (created if missing).
@@ -360,6 +521,7 @@ impl MlpNet {
             actions: self.actions,
             hidden: HIDDEN,
             words: self.words,
+            memory: self.memory,
         };
         let json = serde_json::to_string_pretty(&cfg).map_err(|e| e.to_string())?;
         std::fs::write(&cpath, json).map_err(|e| format!("{}: {e}", cpath.display()))
@@ -393,48 +555,54 @@ impl MlpNet {
         let wpath = dir.join(WEIGHTS_FILE);
         let mut tensors = candle_core::safetensors::load(&wpath, dev)
             .map_err(|e| format!("{}: {e}", wpath.display()))?;
-        let vars = shapes(cfg.cells * CODES + cfg.dense, cfg.actions, cfg.words)
-            .into_iter()
-            .map(|(name, [out, inp])| {
-                let want: Vec<usize> = if name.ends_with("bias") {
-                    vec![out]
-                } else {
-                    vec![out, inp]
-                };
-                let t = tensors
-                    .remove(name)
-                    .ok_or_else(|| format!("{}: no tensor {name}", wpath.display()))?;
-                if t.dims() != want.as_slice() {
-                    return Err(format!(
-                        "{}: {name} has shape {:?}; expected {want:?} ({CONFIG_FILE} says {} \
+        let vars = shapes(
+            cfg.cells * CODES + cfg.dense,
+            cfg.actions,
+            cfg.words,
+            cfg.memory,
+        )
+        .into_iter()
+        .map(|(name, [out, inp])| {
+            let want: Vec<usize> = if is_bias(name) {
+                vec![out]
+            } else {
+                vec![out, inp]
+            };
+            let t = tensors
+                .remove(name)
+                .ok_or_else(|| format!("{}: no tensor {name}", wpath.display()))?;
+            if t.dims() != want.as_slice() {
+                return Err(format!(
+                    "{}: {name} has shape {:?}; expected {want:?} ({CONFIG_FILE} says {} \
                          cells, {} header fields and {} actions)",
-                        wpath.display(),
-                        t.dims(),
-                        cfg.cells,
-                        cfg.dense,
-                        cfg.actions
-                    ));
-                }
-                let t = t
-                    .to_dtype(candle_core::DType::F32)
-                    .map_err(|e| format!("{}: {name}: {e}", wpath.display()))?;
-                crate::policy::sampling::check_finite(name, &t).map_err(|e| {
-                    format!(
-                        "{}: {e} (the file is damaged, or was saved from a diverged run)",
-                        wpath.display()
-                    )
-                })?;
-                let var = Var::from_tensor(&t)
-                    .map_err(|e| format!("{}: {name}: {e}", wpath.display()))?;
-                Ok((name.to_string(), var))
-            })
-            .collect::<Result<Vec<_>, String>>()?;
+                    wpath.display(),
+                    t.dims(),
+                    cfg.cells,
+                    cfg.dense,
+                    cfg.actions
+                ));
+            }
+            let t = t
+                .to_dtype(candle_core::DType::F32)
+                .map_err(|e| format!("{}: {name}: {e}", wpath.display()))?;
+            crate::policy::sampling::check_finite(name, &t).map_err(|e| {
+                format!(
+                    "{}: {e} (the file is damaged, or was saved from a diverged run)",
+                    wpath.display()
+                )
+            })?;
+            let var =
+                Var::from_tensor(&t).map_err(|e| format!("{}: {name}: {e}", wpath.display()))?;
+            Ok((name.to_string(), var))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
         Ok(Self {
             vars,
             cells: cfg.cells,
             dense: cfg.dense,
             actions: cfg.actions,
             words: cfg.words,
+            memory: cfg.memory,
         })
     }
 }

@@ -62,6 +62,7 @@ pub(crate) mod tests {
                     said_logprob: 0.0,
                     value: 0.0,
                     reward,
+                    memory: Vec::new(),
                 })
                 .collect(),
             ..Default::default()
