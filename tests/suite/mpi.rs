@@ -140,7 +140,7 @@ fn compare(name: &str, args: &[&str]) -> (PathBuf, PathBuf) {
     same_rows(&one, &two);
     let ck = "checkpoints/iter_2";
     let tol = weight_tolerance(&one);
-    let model = if args.contains(&"mlp") {
+    let model = if args.contains(&"mlp") || args.contains(&"gru") {
         "mlp.safetensors"
     } else {
         "model.safetensors"
@@ -171,6 +171,30 @@ fn two_ranks_train_the_language_model_as_one_process() {
             "2",
             "--minibatch",
             "24",
+        ],
+    );
+}
+
+/// The gru: each rank runs its own arenas' whole sequences (from the states stored in
+/// the rollout) through candle's autograd; the summed gradients step as one process's.
+#[test]
+fn two_ranks_train_the_gru_as_one_process() {
+    compare(
+        "gru-ippo",
+        &[
+            "scenes/maze/corridor_pair.scene.ron",
+            "--algo",
+            "ippo",
+            "--learner",
+            "gru",
+            "--iterations",
+            "2",
+            "--arenas",
+            "4",
+            "--seed",
+            "2",
+            "--minibatch",
+            "64",
         ],
     );
 }

@@ -185,6 +185,7 @@ fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
         (Algo::Reinforce, Sharing::AgentLora, LearnerKind::Lm),
         (Algo::Mappo, Sharing::Shared, LearnerKind::Mlp),
         (Algo::Ippo, Sharing::Separate, LearnerKind::Mlp),
+        (Algo::Mappo, Sharing::Shared, LearnerKind::Gru),
     ] {
         let dir = tempfile::tempdir().expect("tmp");
         let base = |name: &str, threads: usize| {
@@ -229,13 +230,13 @@ fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
         let kept = std::fs::read(aside.join("model.safetensors")).expect("kept");
         assert_eq!(kept, b"left by a kill");
         let files: &[&str] = match (algo, sharing) {
-            _ if learner == LearnerKind::Mlp && sharing == Sharing::Separate => &[
+            _ if learner.classic() && sharing == Sharing::Separate => &[
                 "team_player_a/mlp.safetensors",
                 "team_player_a/optimizer.safetensors",
                 "team_player_b/mlp.safetensors",
                 "team_player_b/optimizer.safetensors",
             ],
-            _ if learner == LearnerKind::Mlp => &[
+            _ if learner.classic() => &[
                 "mlp.safetensors",
                 "mlp.json",
                 "optimizer.safetensors",
