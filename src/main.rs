@@ -99,12 +99,29 @@ fn launch_refusal(launched: Option<usize>, with_mpi: bool, spreads: bool) -> Opt
 /// `CANDLE_NUM_THREADS` (else `RAYON_NUM_THREADS`, else every core) when it is first used,
 /// whose workers spin for a while after each operation: with `--threads 1` on two cores a
 /// spinning worker took a tenth of a training run's CPU time. `--threads` sizes it too.
-fn bound_candle_threads(n: u16) {
+///
+/// candle's CPU matrix product also asks for a thread count at every call, from
+/// `RAYON_NUM_THREADS`, else by parsing `/proc/cpuinfo` (its physical cores): a sixth of a
+/// `gru` training run went to reading that file. So `RAYON_NUM_THREADS` is set too: to
+/// `--threads` (rayon's global pool has that many threads anyway), else, when unset, to
+/// the count candle would find (read once here), which rayon's global pool then takes too.
+fn bound_candle_threads(n: Option<u16>) {
+    let rayon = std::env::var("RAYON_NUM_THREADS").ok();
+    let count = match n {
+        Some(n) => Some(n.max(1).to_string()),
+        None if rayon.is_none() => Some(candle_core::utils::get_num_threads().to_string()),
+        None => None,
+    };
     // SAFETY: called first thing in `main`, before any other thread exists (MPI's, Bevy's,
     // rayon's, candle's), so nothing reads the environment while it changes.
     #[allow(unsafe_code)]
     unsafe {
-        std::env::set_var("CANDLE_NUM_THREADS", n.max(1).to_string());
+        if let Some(n) = n {
+            std::env::set_var("CANDLE_NUM_THREADS", n.max(1).to_string());
+        }
+        if let Some(c) = count {
+            std::env::set_var("RAYON_NUM_THREADS", c);
+        }
     }
 }
 
@@ -119,9 +136,7 @@ fn main() -> ExitCode {
         Command::Reproduce(a) => a.threads,
         _ => None,
     };
-    if let Some(n) = threads {
-        bound_candle_threads(n);
-    }
+    bound_candle_threads(threads);
     // Under mpirun: MPI stays initialised while `_universe` lives (to the end of main).
     let launched = launched_ranks().filter(|&n| n > 1);
     #[cfg(feature = "mpi")]

@@ -674,3 +674,34 @@ fn a_device_that_cannot_be_used_is_refused_before_anything_is_written() {
         }
     }
 }
+
+/// candle's matrix product asks for a thread count at every call, and finds it by reading
+/// `/proc/cpuinfo` unless `RAYON_NUM_THREADS` is set: the binary sets it (from `--threads`,
+/// else from candle's own count, read once), so a `gru` run, with or without `--threads`,
+/// reads that file a handful of times, not once per product (thousands).
+#[cfg(target_os = "linux")]
+#[test]
+fn candle_does_not_read_cpuinfo_at_every_product() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let scene = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/maze/corridor_pair.scene.ron");
+    for (name, extra) in [("bounded", &["--threads", "2"][..]), ("free", &[][..])] {
+        let log = dir.path().join(format!("{name}.strace"));
+        let out = dir.path().join(name);
+        let o = strace()
+            .args(["-f", "-e", "trace=openat", "-o"])
+            .arg(&log)
+            .arg(env!("CARGO_BIN_EXE_emergence"))
+            .args(["train"])
+            .arg(&scene)
+            .args(["--learner", "gru", "--iterations", "2", "--arenas", "4"])
+            .args(["--seed", "1", "--quiet", "--out"])
+            .arg(&out)
+            .args(extra)
+            .output()
+            .expect("strace runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = std::fs::read_to_string(&log).expect("log");
+        let reads = text.lines().filter(|l| l.contains("/proc/cpuinfo")).count();
+        assert!(reads <= 4, "{name}: /proc/cpuinfo opened {reads} times");
+    }
+}
