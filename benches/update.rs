@@ -195,6 +195,8 @@ fn update_mlp(c: &mut Criterion) {
                 old_logprob: -(9f32).ln(),
                 old_value: 0.0,
                 target: (i % 3) as f32,
+                memory: &[],
+                start: false,
             })
             .collect();
         let net = MlpNet::new(91, 69, 9, 0, &dev).expect("net");

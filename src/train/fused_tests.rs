@@ -3,7 +3,7 @@
 //! [`super::loss`]) on the same minibatch: the same loss and gradients to 1e-5, the same
 //! variables with a gradient; and against finite differences.
 use crate::core::{CODES, Encoded};
-use crate::policy::mlp::{Fused, LossSpec, MlpNet, Row, ValueSpec};
+use crate::policy::mlp::{Fused, HIDDEN, LossSpec, MlpNet, Row, ValueSpec};
 use crate::policy::sampling::{illegal_bias, masked_log_softmax};
 use crate::train::loss::{chosen, entropy, ppo_clip, reinforce, value_loss};
 use candle_core::{Device, Tensor, Var};
@@ -11,7 +11,9 @@ use rand::{Rng, SeedableRng};
 
 /// A minibatch of `m` decisions for `net`: random cells, header fields, legal sets (the
 /// action always legal, sometimes every action), advantages, old log-probs near today's,
-/// values and targets; words said on about half the rows when the net talks.
+/// values and targets; words said on about half the rows when the net talks. A network with
+/// memory: sequences of 1 to 9 rows, each from a random state, every row's stored state the
+/// one the network reaches there (as a rollout records them).
 fn batch(net: &MlpNet, m: usize, seed: u64) -> (Vec<Encoded>, Vec<Vec<bool>>, Vec<RowData>) {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut enc = Vec::new();
@@ -41,7 +43,24 @@ fn batch(net: &MlpNet, m: usize, seed: u64) -> (Vec<Encoded>, Vec<Vec<bool>>, Ve
             old_shift: rng.random_range(-0.4f32..0.4),
             old_value: rng.random_range(-1.0f32..1.0),
             target: rng.random_range(-3.0f32..3.0),
+            memory: Vec::new(),
+            start: false,
         });
+    }
+    if net.memory {
+        let mut left = 0;
+        let mut h = Tensor::zeros((1, HIDDEN), candle_core::DType::F32, &Device::Cpu).unwrap();
+        for (e, d) in enc.iter().zip(&mut data) {
+            if left == 0 {
+                left = rng.random_range(1..=9);
+                d.start = true;
+                let h0: Vec<f32> = (0..HIDDEN).map(|_| rng.random_range(-0.9..0.9)).collect();
+                h = Tensor::from_vec(h0, (1, HIDDEN), &Device::Cpu).unwrap();
+            }
+            left -= 1;
+            d.memory = h.flatten_all().unwrap().to_vec1().unwrap();
+            h = net.step(&[e], &h).unwrap().1;
+        }
     }
     (enc, legal, data)
 }
@@ -70,6 +89,10 @@ struct RowData {
     old_shift: f32,
     old_value: f32,
     target: f32,
+    /// A network with memory: the state the row was decided from, and whether a sequence
+    /// starts there.
+    memory: Vec<f32>,
+    start: bool,
 }
 
 /// The candle path's loss of `trainer.rs` for this minibatch, and its gradients.
@@ -84,7 +107,17 @@ fn reference(
     let dev = Device::Cpu;
     let (m, a) = (enc.len(), net.actions);
     let rows: Vec<&Encoded> = enc.iter().collect();
-    let h = net.heads(&rows).unwrap();
+    let h = if net.memory {
+        let starts: Vec<usize> = (0..m).filter(|&i| i == 0 || data[i].start).collect();
+        let h0: Vec<f32> = starts
+            .iter()
+            .flat_map(|&i| data[i].memory.clone())
+            .collect();
+        let h0 = Tensor::from_vec(h0, (starts.len(), HIDDEN), &dev).unwrap();
+        net.sequences(&rows, &starts, &h0).unwrap()
+    } else {
+        net.heads(&rows).unwrap()
+    };
     let lr: Vec<&[bool]> = legal.iter().map(|l| l.as_slice()).collect();
     let bias = illegal_bias(&lr, a, &dev).unwrap();
     let alp = masked_log_softmax(&h.logits, &bias).unwrap();
@@ -169,7 +202,11 @@ fn today(net: &MlpNet, enc: &[Encoded], legal: &[Vec<bool>], data: &[RowData]) -
     // With A = 1 for one row at a time the REINFORCE loss is −log π / m.
     rows.iter()
         .map(|r| {
-            let one = [Row { adv: 1.0, ..*r }];
+            let one = [Row {
+                adv: 1.0,
+                start: true,
+                ..*r
+            }];
             -f.step(net, &one, spec).unwrap().policy_loss
         })
         .collect()
@@ -178,7 +215,7 @@ fn today(net: &MlpNet, enc: &[Encoded], legal: &[Vec<bool>], data: &[RowData]) -
 fn rows<'a>(
     enc: &'a [Encoded],
     legal: &'a [Vec<bool>],
-    data: &[RowData],
+    data: &'a [RowData],
     old: &[f32],
 ) -> Vec<Row<'a>> {
     enc.iter()
@@ -194,6 +231,8 @@ fn rows<'a>(
             old_logprob: o,
             old_value: d.old_value,
             target: d.target,
+            memory: &d.memory,
+            start: d.start,
         })
         .collect()
 }
@@ -230,8 +269,8 @@ fn specs() -> Vec<LossSpec> {
 
 #[test]
 fn the_fused_step_equals_the_candle_path_loss_and_gradients() {
-    for (words, seed) in [(0, 1), (3, 2)] {
-        let net = MlpNet::with_words(6, 5, 7, words, seed, &Device::Cpu).unwrap();
+    for (words, seed, memory) in [(0, 1, false), (3, 2, false), (0, 1, true), (3, 2, true)] {
+        let net = MlpNet::with_core(6, 5, 7, words, memory, seed, &Device::Cpu).unwrap();
         // Larger weights than the initial ones, so that every term matters.
         for (_, v) in net.vars() {
             let t = (v.as_tensor() * 3.0).unwrap();
@@ -243,7 +282,7 @@ fn the_fused_step_equals_the_candle_path_loss_and_gradients() {
             &net,
             (&enc, &legal, &data),
             &specs(),
-            &format!("words {words}"),
+            &format!("words {words}, memory {memory}"),
         );
     }
 }
@@ -307,8 +346,14 @@ fn agrees(
 
 #[test]
 fn the_fused_gradients_match_finite_differences() {
-    let net = MlpNet::with_words(4, 3, 5, 2, 7, &Device::Cpu).unwrap();
-    scale(&net, 4.0);
+    for memory in [false, true] {
+        fused_gradients_match_finite_differences(memory);
+    }
+}
+
+fn fused_gradients_match_finite_differences(memory: bool) {
+    let net = MlpNet::with_core(4, 3, 5, 2, memory, 7, &Device::Cpu).unwrap();
+    scale(&net, if memory { 2.0 } else { 4.0 });
     let (enc, legal, data) = batch(&net, 11, 3);
     let now = today(&net, &enc, &legal, &data);
     // Ratios inside PPO's range, so that the loss is smooth around the point.
@@ -360,7 +405,7 @@ fn the_fused_gradients_match_finite_differences() {
                 (loss_at(var, i, vals[i] + eps) - loss_at(var, i, vals[i] - eps)) / (2.0 * eps);
             assert!(
                 (fd - g[i]).abs() <= 0.005 * top + 1e-4,
-                "{name}[{i}]: finite difference {fd} against {}",
+                "memory {memory}: {name}[{i}]: finite difference {fd} against {}",
                 g[i]
             );
         }
@@ -372,8 +417,16 @@ fn the_fused_gradients_match_finite_differences() {
 /// three.
 #[test]
 fn a_minibatch_in_parts_equals_the_candle_path_on_any_thread_count() {
-    let net = MlpNet::with_words(9, 4, 6, 2, 5, &Device::Cpu).unwrap();
-    scale(&net, 3.0);
+    for memory in [false, true] {
+        in_parts(memory);
+    }
+}
+
+/// The parts test for a network with or without memory (with memory the parts are cut
+/// where sequences start, and each sequence's state is carried within its part).
+fn in_parts(memory: bool) {
+    let net = MlpNet::with_core(9, 4, 6, 2, memory, 5, &Device::Cpu).unwrap();
+    scale(&net, if memory { 2.0 } else { 3.0 });
     let (enc, legal, data) = batch(&net, 600, 21);
     let now = today(&net, &enc, &legal, &data);
     let old = old_near(&now, &data, 1.0);
@@ -403,7 +456,53 @@ fn a_minibatch_in_parts_equals_the_candle_path_on_any_thread_count() {
     }
     let (want_loss, want) = reference(&net, &enc, &legal, &data, &old, spec);
     let grads: Vec<Option<&[f32]>> = g1.iter().map(|g| Some(g.as_slice())).collect();
-    agrees(&net, (one.loss, &grads), (want_loss, &want), "600 rows");
+    agrees(
+        &net,
+        (one.loss, &grads),
+        (want_loss, &want),
+        &format!("600 rows, memory {memory}"),
+    );
+}
+
+/// A decision of a network with memory on the fused path: from its state, the logits, value,
+/// word logits and next state of the network's own step (candle), each row of a batch from
+/// its own state.
+#[test]
+fn a_gru_decision_is_the_networks_step_from_its_state() {
+    let net = MlpNet::with_core(12, 5, 6, 3, true, 4, &Device::Cpu).unwrap();
+    scale(&net, 2.0);
+    let (enc, _, _) = batch(&net, 300, 41);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let states: Vec<Vec<f32>> = (0..enc.len())
+        .map(|_| (0..HIDDEN).map(|_| rng.random_range(-0.9..0.9)).collect())
+        .collect();
+    let refs: Vec<&Encoded> = enc.iter().collect();
+    let from: Vec<&[f32]> = states.iter().map(|s| s.as_slice()).collect();
+    let mut f = Fused::new(&net);
+    f.infer_from(&net, &refs, &from).unwrap();
+    let h = Tensor::from_vec(states.concat(), (enc.len(), HIDDEN), &Device::Cpu).unwrap();
+    let (heads, next) = net.step(&refs, &h).unwrap();
+    let logits: Vec<Vec<f32>> = heads.logits.to_vec2().unwrap();
+    let values: Vec<f32> = heads.values.to_vec1().unwrap();
+    let words: Vec<Vec<f32>> = heads.words.unwrap().to_vec2().unwrap();
+    let next: Vec<Vec<f32>> = next.to_vec2().unwrap();
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        for (x, y) in a.iter().zip(b) {
+            assert!(
+                (x - y).abs() <= 1e-5 * y.abs().max(1.0),
+                "{what}: {x} against {y}"
+            );
+        }
+    };
+    for i in 0..enc.len() {
+        close(f.logits(i), &logits[i], "logits");
+        close(&[f.value(i)], &[values[i]], "value");
+        close(f.words(i).unwrap(), &words[i], "words");
+        close(f.state(i), &next[i], "state");
+    }
+    // A state of the wrong size is refused.
+    let short = vec![&states[0][..3]; enc.len()];
+    assert!(f.infer_from(&net, &refs, &short).is_err());
 }
 
 /// Observations like hide-and-seek's, where most cells hold one code (each cell's base code,

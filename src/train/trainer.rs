@@ -853,8 +853,7 @@ impl Trainer {
         let Some(net) = &m.net else {
             return Ok(None);
         };
-        // The GRU trains through candle's autograd (the fused path is the mlp's).
-        if net.memory || !Fused::supports(self.hyper.kl_coef) {
+        if !Fused::supports(self.hyper.kl_coef) {
             return Ok(None);
         }
         let fused = match &mut m.fused {
@@ -881,6 +880,8 @@ impl Trainer {
                 old_logprob: s.logprob,
                 old_value: s.value,
                 target: s.target,
+                memory: &s.memory,
+                start: s.start,
             })
             .collect();
         let ppo = self.algo != Algo::Reinforce;

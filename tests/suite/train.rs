@@ -1372,3 +1372,44 @@ fn app_agents(path: &str) -> usize {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     load_scene(&root.join(path)).expect("scene").agents.len()
 }
+
+/// A run that trains one kind of classic network refuses a folder of the other, saying which
+/// it holds; `mlp:DIR` takes what the folder holds.
+#[test]
+fn a_folder_of_the_other_classic_kind_is_refused() {
+    use emergence::core::{Encoded, Observation};
+    use emergence::policy::Policy;
+    use emergence::policy::mlp::{MlpHandle, MlpNet, MlpPolicy};
+    let dir = tempfile::tempdir().expect("tmp");
+    let scene = load_scene(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/dilemma/prisoners_dilemma.scene.ron"),
+    )
+    .expect("scene");
+    // A gru folder for the scene's two actions.
+    let mut row = Encoded::default();
+    emergence::envs::senses::encode(&Observation::default(), Default::default(), &mut row);
+    MlpNet::with_core(
+        row.cells.len(),
+        row.dense.len(),
+        2,
+        0,
+        true,
+        1,
+        &Device::Cpu,
+    )
+    .expect("net")
+    .save(dir.path())
+    .expect("save");
+    let actions = emergence::envs::action_names(&scene);
+    let mut wants_mlp =
+        MlpPolicy::from_folder(dir.path().into(), Device::Cpu, MlpHandle::default())
+            .with_memory(false);
+    let err = wants_mlp.setup(&scene, &actions).expect_err("wrong kind");
+    assert!(
+        err.contains("mlp.json") && err.contains("a GRU core (gru)") && err.contains("no memory"),
+        "{err}"
+    );
+    let mut any = MlpPolicy::from_folder(dir.path().into(), Device::Cpu, MlpHandle::default());
+    any.setup(&scene, &actions)
+        .expect("mlp:DIR takes what the folder holds");
+}

@@ -40,9 +40,17 @@
 //! (AVX-512, AVX2+FMA or none). The trainer then takes AdamW's step on these buffers
 //! ([`crate::train::optim::AdamW::step_host`]).
 //!
+//! The `gru` (a network with memory) takes this path too: its core replaces `h2`'s tanh
+//! layer ([`gru`]: the recurrence over whole sequences, each part cut where a sequence
+//! starts), the rest as above.
+//!
 //! Not here (the trainer keeps the candle path for it, [`Fused::supports`]): a KL term to a
 //! frozen reference (`--kl-coef` > 0). Data-parallel (MPI) steps take this path too, each rank
 //! on its share of the minibatch ([`Fused::step_share`]).
+
+mod gru;
+
+pub use gru::Mem;
 
 use super::net::MlpNet;
 use crate::core::{CODES, Encoded};
@@ -71,6 +79,11 @@ pub struct Row<'a> {
     pub old_value: f32,
     /// The value target (the return the value head learns).
     pub target: f32,
+    /// A network with memory: the state the decision was made from (empty otherwise).
+    pub memory: &'a [f32],
+    /// A network with memory: whether a training sequence starts here (the rows of a
+    /// sequence follow each other; the first row of a minibatch starts one).
+    pub start: bool,
 }
 
 /// The loss's terms and their settings.
@@ -149,6 +162,8 @@ struct Shape {
     actions: usize,
     /// Word-head choices (`words + 1`), or 0 without talk.
     choices: usize,
+    /// A GRU core instead of the second tanh layer.
+    memory: bool,
 }
 
 impl Shape {
@@ -158,7 +173,14 @@ impl Shape {
             dense: net.dense,
             actions: net.actions,
             choices: if net.words > 0 { net.words + 1 } else { 0 },
+            memory: net.memory,
         }
+    }
+
+    /// The index of the first head's variable (`pi.weight`) in [`MlpNet::vars`]: after the
+    /// first layer and the core (the tanh layer's two variables or the GRU's four).
+    fn head(self) -> usize {
+        if self.memory { 6 } else { 4 }
     }
 
     /// The first layer's input width (one-hot cells, then header fields).
@@ -173,16 +195,13 @@ impl Shape {
 
     /// Each variable's size, in [`MlpNet::vars`]' order.
     fn sizes(self) -> Vec<usize> {
-        let mut sizes = vec![
-            H * self.inputs(),
-            H,
-            H * H,
-            H,
-            self.actions * H,
-            self.actions,
-            H,
-            1,
-        ];
+        let mut sizes = vec![H * self.inputs(), H];
+        if self.memory {
+            sizes.extend([3 * H * H, 3 * H, 3 * H * H, 3 * H]);
+        } else {
+            sizes.extend([H * H, H]);
+        }
+        sizes.extend([self.actions * H, self.actions, H, 1]);
         if self.choices > 0 {
             sizes.extend([self.choices * H, self.choices]);
         }
@@ -228,9 +247,12 @@ pub struct Fused {
     bsum: Vec<f32>,
     /// The sum of every row's gradient into `h1`, `H`.
     gsum: Vec<f32>,
-    /// The parts of the last minibatch, and their row count.
+    /// A network with memory: `W_hh` transposed, `(H, 3H)` (a row's `W_hh h⁻` as vector
+    /// updates).
+    whh_t: Vec<f32>,
+    /// The parts of the last minibatch, and where each starts (the last entry: the end).
     parts: Vec<Part>,
-    part_rows: usize,
+    cuts: Vec<usize>,
     /// Whether the last step gave the value head a gradient.
     value_grads: bool,
 }
@@ -248,6 +270,8 @@ struct Part {
     starts: Vec<u32>,
     h1: Vec<f32>,
     h2: Vec<f32>,
+    /// A network with memory: the core's buffers.
+    gru: gru::Bufs,
     z: Vec<f32>,
     v: Vec<f32>,
     w: Vec<f32>,
@@ -281,6 +305,7 @@ struct Weights<'a> {
     base: &'a [u8],
     dt: &'a [f32],
     bsum: &'a [f32],
+    whh_t: &'a [f32],
 }
 
 /// Index of each variable in [`MlpNet::vars`].
@@ -288,12 +313,18 @@ const L1W: usize = 0;
 const L1B: usize = 1;
 const L2W: usize = 2;
 const L2B: usize = 3;
-const PIW: usize = 4;
-const PIB: usize = 5;
-const VW: usize = 6;
-const VB: usize = 7;
-const SAYW: usize = 8;
-const SAYB: usize = 9;
+/// The GRU core's (a network with memory), in place of `L2W` and `L2B`.
+const IHW: usize = 2;
+const IHB: usize = 3;
+const HHW: usize = 4;
+const HHB: usize = 5;
+/// The heads', counted from [`Shape::head`].
+const PIW: usize = 0;
+const PIB: usize = 1;
+const VW: usize = 2;
+const VB: usize = 3;
+const SAYW: usize = 4;
+const SAYB: usize = 5;
 
 /// `v` resized to `n` (contents unspecified; callers write before they read).
 fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
@@ -316,8 +347,9 @@ impl Fused {
             dt: vec![0.0; table],
             bsum: vec![0.0; H],
             gsum: vec![0.0; H],
+            whh_t: vec![0.0; if shape.memory { 3 * H * H } else { 0 }],
             parts: Vec::new(),
-            part_rows: 1,
+            cuts: vec![0],
             value_grads: false,
         }
     }
@@ -338,7 +370,8 @@ impl Fused {
     /// candle path, where it would not be in the loss's graph).
     pub fn grads(&self) -> impl Iterator<Item = Option<&[f32]>> {
         self.grads.iter().enumerate().map(move |(i, g)| {
-            let none = matches!(i, VW | VB) && !self.value_grads;
+            let head = self.shape.head();
+            let none = (i == head + VW || i == head + VB) && !self.value_grads;
             (!none).then_some(g.as_slice())
         })
     }
@@ -360,6 +393,14 @@ impl Fused {
             buf.copy_from_slice(data);
         }
         // The cells' columns of l1.weight as rows of w1t.
+        if self.shape.memory {
+            let whh = &self.params[HHW];
+            for (j, row) in whh.chunks_exact(H).enumerate() {
+                for (k, &x) in row.iter().enumerate() {
+                    self.whh_t[k * 3 * H + j] = x;
+                }
+            }
+        }
         let (inputs, cols) = (self.shape.inputs(), self.shape.cols());
         let w1 = &self.params[L1W];
         for j in 0..H {
@@ -419,29 +460,47 @@ impl Fused {
         &mut self,
         rows: &[R],
         most: usize,
-        f: impl Fn(&mut Part, Weights<'_>, &[R]) + Sync,
+        f: impl Fn(&mut Part, Weights<'_>, &[R], std::ops::Range<usize>) + Sync,
+    ) -> usize {
+        let size = part_size(rows.len(), most);
+        let cuts: Vec<usize> = (0..rows.len())
+            .step_by(size)
+            .chain(std::iter::once(rows.len()))
+            .collect();
+        self.over_cuts(rows, cuts, f)
+    }
+
+    /// Runs `f` on the parts that start at each of `cuts` (the last entry: the end), as
+    /// [`Fused::over_parts`]; `f` also gets the part's range of rows.
+    fn over_cuts<R: Sync>(
+        &mut self,
+        rows: &[R],
+        cuts: Vec<usize>,
+        f: impl Fn(&mut Part, Weights<'_>, &[R], std::ops::Range<usize>) + Sync,
     ) -> usize {
         use rayon::prelude::*;
-        self.part_rows = part_size(rows.len(), most);
-        let n = rows.len().div_ceil(self.part_rows);
+        let n = cuts.len().saturating_sub(1);
         if self.parts.len() < n {
             self.parts.resize_with(n, Part::default);
         }
+        self.cuts = cuts;
         let wts = Weights {
             shape: self.shape,
             params: &self.params,
             base: &self.base,
             dt: &self.dt,
             bsum: &self.bsum,
+            whh_t: &self.whh_t,
         };
+        let cuts = &self.cuts;
         let parts = &mut self.parts[..n];
         if n == 1 {
-            f(&mut parts[0], wts, rows);
+            f(&mut parts[0], wts, rows, 0..rows.len());
         } else {
-            parts
-                .par_iter_mut()
-                .zip(rows.par_chunks(self.part_rows))
-                .for_each(|(p, r)| f(p, wts, r));
+            parts.par_iter_mut().enumerate().for_each(|(k, p)| {
+                let range = cuts[k]..cuts[k + 1];
+                f(p, wts, &rows[range.clone()], range)
+            });
         }
         n
     }
@@ -449,7 +508,20 @@ impl Fused {
     /// The forward pass alone, for deciding: `rows`' action logits, values and (with talk)
     /// word logits under `net`'s current weights, read with [`Fused::logits`],
     /// [`Fused::value`] and [`Fused::words`]. The same numbers as [`Fused::step`]'s forward.
+    /// A network with memory: [`Fused::infer_from`].
     pub fn infer(&mut self, net: &MlpNet, rows: &[&Encoded]) -> Result<(), String> {
+        self.infer_from(net, rows, &[])
+    }
+
+    /// [`Fused::infer`] for a network with memory: row `i` decided from state `states[i]`
+    /// (`H` values); its next state is read with [`Fused::state`]. `states` is empty for a
+    /// network without memory.
+    pub fn infer_from(
+        &mut self,
+        net: &MlpNet,
+        rows: &[&Encoded],
+        states: &[&[f32]],
+    ) -> Result<(), String> {
         if !self.fits(net) {
             return Err("mlp: the fused forward was made for another network's shapes".into());
         }
@@ -470,14 +542,38 @@ impl Fused {
         // Code 0 as every cell's base (the commonest on grid views), not the batch's: a
         // decision's numbers must not depend on which other rows share its batch (a
         // data-parallel rank decides for its own arenas only).
+        let mem: Vec<Mem<'_>> = if sh.memory {
+            if states.len() != rows.len() || states.iter().any(|h| h.len() != H) {
+                return Err(format!(
+                    "mlp: {} rows and {} states of {H} values expected for a network with memory",
+                    rows.len(),
+                    states.len()
+                ));
+            }
+            states
+                .iter()
+                .map(|&state| Mem { state, start: true })
+                .collect()
+        } else {
+            Vec::new()
+        };
         self.set_base(std::iter::empty());
-        self.over_parts(rows, INFER_ROWS, |part, wts, rows| part.forward(wts, rows));
+        self.over_parts(rows, INFER_ROWS, |part, wts, rows, range| {
+            part.forward(wts, rows, mem.get(range).unwrap_or(&[]))
+        });
         Ok(())
     }
 
     /// The part and row within it of row `i` of the last pass.
     fn at(&self, i: usize) -> (&Part, usize) {
-        (&self.parts[i / self.part_rows], i % self.part_rows)
+        let k = self.cuts.partition_point(|&c| c <= i) - 1;
+        (&self.parts[k], i - self.cuts[k])
+    }
+
+    /// A network with memory: row `i`'s state after the last forward pass (`H` values).
+    pub fn state(&self, i: usize) -> &[f32] {
+        let (p, r) = self.at(i);
+        &p.h2[r * H..(r + 1) * H]
     }
 
     /// Row `i`'s action logits from the last forward pass.
@@ -546,16 +642,53 @@ impl Fused {
                 sh.actions
             ));
         }
+        if sh.memory
+            && let Some(r) = rows.iter().find(|r| r.memory.len() != H)
+        {
+            return Err(format!(
+                "mlp: a decision with a state of {} values for a network with memory (of {H})",
+                r.memory.len()
+            ));
+        }
         self.load(net)?;
         self.set_base(rows.iter().map(|r| r.encoded));
         touch(rows.iter().map(|r| r.encoded));
         let inv = 1.0 / total.max(1) as f32;
-        let n = self.over_parts(rows, STEP_ROWS, |part, wts, rows| {
+        let f = |part: &mut Part, wts: Weights<'_>, rows: &[Row<'_>], _| {
             let encoded: Vec<&Encoded> = rows.iter().map(|r| r.encoded).collect();
-            part.forward(wts, &encoded);
+            let mem: Vec<Mem<'_>> = if wts.shape.memory {
+                rows.iter()
+                    .map(|r| Mem {
+                        state: r.memory,
+                        start: r.start,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            part.forward(wts, &encoded, &mem);
             part.sums = part.loss_gradient(wts.shape, rows, spec, inv);
-            part.backward(wts, &encoded);
-        });
+            part.backward(wts, &encoded, &mem);
+        };
+        let n = if sh.memory {
+            // Whole sequences in each part (the recurrence runs within a part): parts of
+            // up to STEP_ROWS rows, cut where a sequence starts (by the minibatch alone).
+            let starts: Vec<usize> = (0..rows.len())
+                .filter(|&i| i == 0 || rows[i].start)
+                .collect();
+            let mut cuts = vec![0];
+            for (k, &at) in starts.iter().enumerate().skip(1) {
+                let end = starts.get(k + 1).copied().unwrap_or(rows.len());
+                if end - cuts[cuts.len() - 1] > STEP_ROWS {
+                    cuts.push(at);
+                }
+            }
+            cuts.push(rows.len());
+            cuts.dedup();
+            self.over_cuts(rows, cuts, f)
+        } else {
+            self.over_parts(rows, STEP_ROWS, f)
+        };
         self.cell_grads(n);
         self.reduce(n);
         self.value_grads = spec.value.is_some();
@@ -679,8 +812,9 @@ impl Fused {
 }
 
 impl Part {
-    /// The forward pass of `rows` into `h1`, `h2`, `z`, `v` and (with talk) `w`.
-    fn forward(&mut self, wts: Weights<'_>, rows: &[&Encoded]) {
+    /// The forward pass of `rows` into `h1`, `h2`, `z`, `v` and (with talk) `w`; a network
+    /// with memory reads where each row's state comes from in `mem`.
+    fn forward(&mut self, wts: Weights<'_>, rows: &[&Encoded], mem: &[Mem<'_>]) {
         let sh = wts.shape;
         let (m, d, a, c) = (rows.len(), sh.dense, sh.actions, sh.choices);
         let (inputs, cols) = (sh.inputs(), sh.cols());
@@ -734,22 +868,29 @@ impl Part {
             },
         );
         let h2 = sized(&mut self.h2, m * H);
-        dense_layer(h2, &self.h1, &params[L2W], &params[L2B], (m, H, H));
-        vectorised(
-            #[inline(always)]
-            || {
-                for y in h2.iter_mut() {
-                    *y = tanh(*y);
-                }
-            },
-        );
+        if sh.memory {
+            let gi = sized(&mut self.gru.gi, m * 3 * H);
+            dense_layer(gi, &self.h1, &params[IHW], &params[IHB], (m, H, 3 * H));
+            gru::forward(&mut self.gru, h2, wts.whh_t, &params[HHB], mem);
+        } else {
+            dense_layer(h2, &self.h1, &params[L2W], &params[L2B], (m, H, H));
+            vectorised(
+                #[inline(always)]
+                || {
+                    for y in h2.iter_mut() {
+                        *y = tanh(*y);
+                    }
+                },
+            );
+        }
+        let o = sh.head();
         let z = sized(&mut self.z, m * a);
-        dense_layer(z, &self.h2, &params[PIW], &params[PIB], (m, H, a));
+        dense_layer(z, &self.h2, &params[o + PIW], &params[o + PIB], (m, H, a));
         let v = sized(&mut self.v, m);
-        dense_layer(v, &self.h2, &params[VW], &params[VB], (m, H, 1));
+        dense_layer(v, &self.h2, &params[o + VW], &params[o + VB], (m, H, 1));
         if c > 0 {
             let w = sized(&mut self.w, m * c);
-            dense_layer(w, &self.h2, &params[SAYW], &params[SAYB], (m, H, c));
+            dense_layer(w, &self.h2, &params[o + SAYW], &params[o + SAYB], (m, H, c));
         }
     }
 
@@ -868,7 +1009,7 @@ impl Part {
     }
 
     /// The backward pass from `dz`, `dv`, `dw` into this part's gradients.
-    fn backward(&mut self, wts: Weights<'_>, rows: &[&Encoded]) {
+    fn backward(&mut self, wts: Weights<'_>, rows: &[&Encoded], mem: &[Mem<'_>]) {
         let sh = wts.shape;
         let params = wts.params;
         let (m, d, a, c) = (rows.len(), sh.dense, sh.actions, sh.choices);
@@ -877,24 +1018,25 @@ impl Part {
             self.grads[L1W] = vec![0.0; H * d];
         }
         // The heads: weight gradients, and the gradient into h2.
+        let o = sh.head();
         let dh2 = sized(&mut self.dh2, m * H);
         head_backward(
             dh2,
             &mut self.grads,
-            (PIW, PIB),
+            (o + PIW, o + PIB),
             &self.dz,
             &self.h2,
-            &params[PIW],
+            &params[o + PIW],
             (m, a),
             false,
         );
         head_backward(
             dh2,
             &mut self.grads,
-            (VW, VB),
+            (o + VW, o + VB),
             &self.dv,
             &self.h2,
-            &params[VW],
+            &params[o + VW],
             (m, 1),
             true,
         );
@@ -902,27 +1044,45 @@ impl Part {
             head_backward(
                 dh2,
                 &mut self.grads,
-                (SAYW, SAYB),
+                (o + SAYW, o + SAYB),
                 &self.dw,
                 &self.h2,
-                &params[SAYW],
+                &params[o + SAYW],
                 (m, c),
                 true,
             );
         }
-        through_tanh(dh2, &self.h2);
-        // Layer 2.
-        weight_grad(&mut self.grads[L2W], &self.dh2, &self.h1, (m, H, H));
-        bias_grad(&mut self.grads[L2B], &self.dh2, H);
         let dh1 = sized(&mut self.dh1, m * H);
-        gemm(
-            MatMut::new(dh1, m, H),
-            Mat::new(&self.dh2, m, H),
-            Mat::new(&params[L2W], H, H),
-            false,
-            1.0,
-            Threads::One,
-        );
+        if sh.memory {
+            // The core: through time, then its weights over all the rows at once.
+            gru::backward(&mut self.gru, &self.dh2, &params[HHW], mem);
+            let g = &self.gru;
+            weight_grad(&mut self.grads[IHW], &g.dgi, &self.h1, (m, 3 * H, H));
+            bias_grad(&mut self.grads[IHB], &g.dgi, 3 * H);
+            weight_grad(&mut self.grads[HHW], &g.dgh, &g.hprev, (m, 3 * H, H));
+            bias_grad(&mut self.grads[HHB], &g.dgh, 3 * H);
+            gemm(
+                MatMut::new(dh1, m, H),
+                Mat::new(&g.dgi, m, 3 * H),
+                Mat::new(&params[IHW], 3 * H, H),
+                false,
+                1.0,
+                Threads::One,
+            );
+        } else {
+            through_tanh(dh2, &self.h2);
+            // Layer 2.
+            weight_grad(&mut self.grads[L2W], &self.dh2, &self.h1, (m, H, H));
+            bias_grad(&mut self.grads[L2B], &self.dh2, H);
+            gemm(
+                MatMut::new(dh1, m, H),
+                Mat::new(&self.dh2, m, H),
+                Mat::new(&params[L2W], H, H),
+                false,
+                1.0,
+                Threads::One,
+            );
+        }
         through_tanh(dh1, &self.h1);
         // Layer 1: the header fields' columns by a product (the cells' columns: in
         // `Fused::cell_grads`, over the whole minibatch).

@@ -241,10 +241,9 @@ fn the_policy_carries_each_agents_state_and_resets_it_at_an_episodes_start() {
     assert_ne!(third[1].memory, second[1].memory);
 }
 
-/// A network with memory saves and loads back as one; a run that trains the other kind
-/// refuses its folder, saying which it holds.
+/// A network with memory saves and loads back as one.
 #[test]
-fn a_gru_folder_loads_back_and_the_wrong_kind_is_refused() {
+fn a_gru_folder_loads_back() {
     let net = gru(4);
     let dir = tempfile::tempdir().expect("tmp");
     net.save(dir.path()).expect("save");
@@ -256,36 +255,5 @@ fn a_gru_folder_loads_back_and_the_wrong_kind_is_refused() {
     let a = net.sequences(&refs, &[0], &h0).expect("a");
     let b = back.sequences(&refs, &[0], &h0).expect("b");
     assert_eq!(vec2(&a.logits), vec2(&b.logits));
-    let scene = crate::load::load_scene(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("scenes/dilemma/prisoners_dilemma.scene.ron"),
-    )
-    .expect("scene");
-    // A gru folder for the scene's two actions.
-    let mut row = Encoded::default();
-    crate::envs::senses::encode(&Observation::default(), Default::default(), &mut row);
-    MlpNet::with_core(
-        row.cells.len(),
-        row.dense.len(),
-        2,
-        0,
-        true,
-        1,
-        &Device::Cpu,
-    )
-    .expect("net")
-    .save(dir.path())
-    .expect("save");
-    let actions = crate::envs::action_names(&scene);
-    let mut wants_mlp =
-        MlpPolicy::from_folder(dir.path().into(), Device::Cpu, MlpHandle::default())
-            .with_memory(false);
-    let err = wants_mlp.setup(&scene, &actions).expect_err("wrong kind");
-    assert!(
-        err.contains("mlp.json") && err.contains("a GRU core (gru)") && err.contains("no memory"),
-        "{err}"
-    );
-    let mut any = MlpPolicy::from_folder(dir.path().into(), Device::Cpu, MlpHandle::default());
-    any.setup(&scene, &actions)
-        .expect("mlp:DIR takes what the folder holds");
+    // The refusal of a folder of the other kind: tests/suite/train.rs (it needs a scene).
 }

@@ -11,6 +11,12 @@
 //! network lives behind an [`MlpHandle`] that the policy and the trainer share, so an
 //! update is seen by the next decision. A trained network is a folder of `mlp.json` (its
 //! sizes) and `mlp.safetensors`; a scene or `--eval-against` names it `mlp:DIR`.
+//!
+//! `gru` (`train --learner gru`, [`MlpPolicy::with_memory`]) is the same network with memory:
+//! its second layer a GRU cell ([`MlpNet::cell`]) whose state each agent carries through its
+//! episode (reset at its first step) and records with each decision
+//! ([`crate::core::DecisionTrace::memory`]), so that the trainer can run sequences of the
+//! rollout from their stored states.
 
 mod fused;
 #[cfg(test)]
@@ -20,7 +26,7 @@ mod net;
 pub use fused::{Fused, LossSpec, Row, StepStats, ValueSpec};
 pub use net::{CONFIG_FILE, HIDDEN, Heads, MlpConfig, MlpNet, WEIGHTS_FILE, features, first_layer};
 
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -147,70 +153,75 @@ impl MlpPolicy {
 }
 
 impl MlpPolicy {
-    /// Decides for a network with memory, through candle: each agent's state (zeros at its
-    /// episode's first step), one GRU step for the whole batch, the heads sampled as the
-    /// fused path samples them; the state decided from goes in the trace for the trainer.
+    /// Decides for a network with memory: each agent's state (zeros at its episode's first
+    /// step) into one fused forward for the whole batch, the heads sampled as the `mlp`'s
+    /// are; the state decided from goes in the trace for the trainer, the next one is kept.
     fn decide_recurrent(
         &mut self,
         batch: &mut [Decision<'_>],
         rows: &[&Encoded],
         net: &MlpNet,
-    ) -> candle_core::Result<()> {
-        let zeros = vec![0f32; HIDDEN];
-        let mut h = Vec::with_capacity(batch.len() * HIDDEN);
-        for d in batch.iter() {
-            let state = if d.obs.step == 0 {
-                &zeros
-            } else {
-                self.states.get(&d.agent).unwrap_or(&zeros)
-            };
-            h.extend_from_slice(state);
-        }
-        let h = Tensor::from_vec(h, (batch.len(), HIDDEN), &self.device)?;
-        let (heads, next) = net.step(rows, &h)?;
-        let logits: Vec<Vec<f32>> = heads.logits.to_vec2()?;
-        let values: Vec<f32> = heads.values.to_vec1()?;
-        let words: Option<Vec<Vec<f32>>> = heads.words.map(|w| w.to_vec2()).transpose()?;
-        let before: Vec<Vec<f32>> = h.to_vec2()?;
-        let after: Vec<Vec<f32>> = next.to_vec2()?;
-        if let Some((d, (i, v))) = batch.iter().zip(&logits).find_map(|(d, l)| {
+    ) -> Result<(), String> {
+        static ZEROS: [f32; HIDDEN] = [0.0; HIDDEN];
+        let states: Vec<&[f32]> = batch
+            .iter()
+            .map(|d| {
+                if d.obs.step == 0 {
+                    &ZEROS[..]
+                } else {
+                    self.states
+                        .get(&d.agent)
+                        .map_or(&ZEROS[..], |s| s.as_slice())
+                }
+            })
+            .collect();
+        let fused = match &mut self.fused {
+            Some(f) if f.fits(net) => f,
+            slot => slot.insert(Fused::new(net)),
+        };
+        fused.infer_from(net, rows, &states)?;
+        let before: Vec<Vec<f32>> = states.iter().map(|s| s.to_vec()).collect();
+        let fused = &*fused;
+        if let Some((d, (i, v))) = batch.iter().enumerate().find_map(|(k, d)| {
             let mask = d.mask;
-            super::sampling::first_non_finite(l, |i| mask.allows(i as u8)).map(|bad| (d, bad))
+            super::sampling::first_non_finite(fused.logits(k), |i| mask.allows(i as u8))
+                .map(|bad| (d, bad))
         }) {
-            candle_core::bail!(
+            return Err(format!(
                 "its action distribution is not a distribution (score {v} for action {i} of \
                  agent {} in arena {}): its weights hold NaN or infinities; stopped",
-                d.agent.slot,
-                d.agent.arena
-            );
+                d.agent.slot, d.agent.arena
+            ));
         }
         for (k, (d, state)) in batch.iter_mut().zip(before).enumerate() {
             let mask = d.mask;
             let (pick, probs, logprob, entropy) =
-                sample(&logits[k], |i| mask.allows(i as u8), d.rng);
+                sample(fused.logits(k), |i| mask.allows(i as u8), d.rng);
             d.action.0 = pick as u8;
             d.trace.tokens.clear();
             d.trace.logprob = logprob;
             d.trace.entropy = entropy;
             d.trace.probs = probs;
-            d.trace.value = Some(values[k]);
+            d.trace.value = Some(fused.value(k));
             d.trace.said = None;
             d.trace.said_logprob = 0.0;
             d.trace.memory = state;
         }
-        if let Some(words) = &words {
+        if fused.talks() {
             for (k, d) in batch.iter_mut().enumerate() {
-                let Some(say) = d.say.as_deref_mut() else {
+                let (Some(w), Some(say)) = (fused.words(k), d.say.as_deref_mut()) else {
                     continue;
                 };
-                let (pick, _, logprob, _) = sample(&words[k], |_| true, d.rng);
+                let (pick, _, logprob, _) = sample(w, |_| true, d.rng);
                 say.0 = pick.checked_sub(1).map(|k| k as u8);
                 d.trace.said = Some(pick as u8);
                 d.trace.said_logprob = logprob;
             }
         }
-        for (d, state) in batch.iter().zip(after) {
-            self.states.insert(d.agent, state);
+        for (k, d) in batch.iter().enumerate() {
+            let next = self.states.entry(d.agent).or_default();
+            next.clear();
+            next.extend_from_slice(fused.state(k));
         }
         Ok(())
     }
