@@ -282,16 +282,17 @@ pub fn cmd_train(mut args: TrainArgs, ranks: emergence::train::dist::Ranks) -> R
     }
     // Rollout and update together, over the whole run and after the first iteration (which
     // also pays for the memory the run grows into).
+    // Each iteration's steps over its training seconds (rollout plus update, or under
+    // --overlap the wall time until its update was done), summed.
     let training = |its: &[emergence::train::IterationReport]| {
-        let steps: f64 = its
-            .iter()
-            .map(|r| r.training_steps_per_sec * (r.rollout_seconds + r.update.update_seconds))
-            .sum();
+        let steps =
+            |r: &emergence::train::IterationReport| r.agent_steps_per_sec * r.rollout_seconds;
+        let total: f64 = its.iter().map(steps).sum();
         let secs: f64 = its
             .iter()
-            .map(|r| r.rollout_seconds + r.update.update_seconds)
+            .map(|r| steps(r) / r.training_steps_per_sec.max(1e-9))
             .sum();
-        steps / secs.max(1e-9)
+        total / secs.max(1e-9)
     };
     println!(
         "{:<28} {:>12.0}",

@@ -34,10 +34,11 @@ pub struct TrainSettings {
     /// folder [default: tiny].
     #[arg(long)]
     pub model: Option<String>,
-    /// The policy that learns: the language model, or `mlp`, the classic-MARL baseline (a
+    /// The policy that learns: the language model, `mlp`, the classic-MARL baseline (a
     /// two-layer network on the observation's features, weights from --seed; every algorithm
-    /// but cory; --minibatch 1024 unless given). The scene's agents on it learn (every agent
-    /// when none is) [default: lm].
+    /// but cory; --minibatch 1024 unless given), or `gru`, the `mlp` with memory (a GRU cell
+    /// whose state each agent carries through its episode). The scene's agents on it learn
+    /// (every agent when none is) [default: lm].
     #[arg(long, value_enum)]
     pub learner: Option<LearnerKind>,
     /// AdamW learning rate, decaying linearly to a tenth over the run, in [0, 1]
@@ -106,6 +107,12 @@ pub struct TrainSettings {
     /// [default: 10].
     #[arg(long, value_parser = |s: &str| parse_u32(s, limits::CHECKPOINT_EVERY))]
     pub checkpoint_every: Option<u32>,
+    /// `mlp` and `gru` learners in one process: the arenas play the next iteration's
+    /// episodes with the weights before each update while it runs (the behaviour policy lags
+    /// one update; PPO's ratio is to the log-probabilities it recorded). `--overlap` alone
+    /// means true [default: false].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub overlap: Option<bool>,
 }
 
 /// Each given field of `$a`, else `$b`'s.
@@ -145,7 +152,8 @@ impl TrainSettings {
             swap_every,
             sharing,
             lora_rank,
-            checkpoint_every
+            checkpoint_every,
+            overlap
         )
     }
 
@@ -178,6 +186,7 @@ impl TrainSettings {
             "sharing",
             "lora_rank",
             "checkpoint_every",
+            "overlap",
         ];
         fields
             .iter()

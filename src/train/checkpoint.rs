@@ -118,6 +118,7 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
             hyper,
             sharing: s.sharing.unwrap_or_default(),
             learner,
+            overlap: s.overlap.unwrap_or(false),
             threads: file.threads,
             checkpoint_every: s
                 .checkpoint_every
@@ -144,6 +145,7 @@ pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainCon
             hyper: saved.hyper,
             sharing: saved.sharing,
             learner: saved.learner,
+            overlap: false,
             threads: saved.threads,
             // 0 meant every iteration (`max(1)`) before the limits were checked.
             checkpoint_every: saved.checkpoint_every.max(1),
@@ -244,6 +246,8 @@ pub(super) struct Learner {
     pub(super) name: Option<String>,
     pub(super) model: LearnerModel,
     pub(super) trainer: Trainer,
+    /// `--overlap`: the network its policy decides with (saved in `behaviour/`).
+    pub(super) behaviour: Option<MlpHandle>,
 }
 
 impl Learner {
@@ -316,6 +320,12 @@ fn write_checkpoint(
                     .ok_or_else(|| TrainError::Config("no trained mlp".into()))?
                     .save(&ldir)
                     .map_err(TrainError::Config)?;
+                if let Some(b) = &l.behaviour {
+                    b.net()
+                        .ok_or_else(|| TrainError::Config("no behaviour mlp".into()))?
+                        .save(&ldir.join(super::models::BEHAVIOUR))
+                        .map_err(TrainError::Config)?;
+                }
                 write_moments(l, &ldir)?;
                 continue;
             }

@@ -134,8 +134,12 @@ pub struct TrainConfig {
     /// One model for all learning agents, or one per learning team (CORY always has its
     /// two copies).
     pub sharing: Sharing,
-    /// The policy that learns (`lm`, or `mlp`; `model` is the language model's start).
+    /// The policy that learns (`lm`, `mlp` or `gru`; `model` is the language model's start).
     pub learner: LearnerKind,
+    /// Rollouts that do not wait for the update (`--overlap`; `mlp` and `gru` in one
+    /// process): the next iteration's episodes are played with the weights before the
+    /// update while it runs.
+    pub overlap: bool,
     /// Bevy worker threads.
     pub threads: Option<usize>,
     /// Write a checkpoint every this many iterations (and after the last).
@@ -186,6 +190,7 @@ impl TrainConfig {
             hyper,
             sharing: settings.sharing.unwrap_or_default(),
             learner,
+            overlap: settings.overlap.unwrap_or(false),
             threads: None,
             checkpoint_every: settings.checkpoint_every.unwrap_or(10),
             resume: None,

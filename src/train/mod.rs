@@ -166,6 +166,22 @@ pub fn train(
                 .into(),
         ));
     }
+    if cfg.overlap && !mlp {
+        return Err(TrainError::Config(
+            "--overlap plays the next episodes with the weights before the update while it \
+             runs, which the mlp and gru learners do (a language model decides and trains on \
+             the same buffers); use --learner mlp or gru, or leave --overlap out"
+                .into(),
+        ));
+    }
+    if cfg.overlap && cfg.ranks.parallel() {
+        return Err(TrainError::Config(
+            "--overlap runs the update on a thread beside the rollout, and under mpirun the \
+             ranks sum their gradients from the main thread: run it in one process, or leave \
+             --overlap out"
+                .into(),
+        ));
+    }
     if mlp && cfg.algo == Algo::Cory {
         return Err(TrainError::Config(
             "cory trains a language model's pioneer and observer copies (the observer reads \
@@ -215,6 +231,7 @@ pub fn train(
         routed,
         handles,
         mlp_handles,
+        behaviour,
         pioneer,
         policy,
     } = models::wire(
@@ -298,6 +315,7 @@ pub fn train(
                 name,
                 model,
                 trainer,
+                behaviour: behaviour.get(m).cloned(),
             })
         })
         .collect::<Result<_, TrainError>>()?;
@@ -363,36 +381,17 @@ pub fn train(
     let end = cfg
         .stop_after
         .map_or(cfg.iterations, |s| s.clamp(start + 1, cfg.iterations));
+    // `--overlap`: the rollout of iteration k + 1 runs while iteration k's update does (it
+    // was collected already when the loop comes to it).
+    let mut collected = false;
+    let mut rollout_seconds_next = 0.0;
     for k in start..end {
-        loop {
-            app.update();
-            if let Some(e) = app.world().resource::<PolicyRegistry>().failure() {
-                return Err(RunError::Policy(e).into());
-            }
-            if app
-                .world()
-                .resource::<Rollouts>()
-                .complete(k, share.clone())
-            {
-                // Arenas that ended at this very step value their last state at the next.
-                if app.world().resource::<Rollouts>().missing_bootstrap(k) {
-                    app.update();
-                    if let Some(e) = app.world().resource::<PolicyRegistry>().failure() {
-                        return Err(RunError::Policy(e).into());
-                    }
-                }
-                break;
-            }
-            let p = app.world().resource::<RunProgress>();
-            if p.idle_arenas as usize >= share.len() {
-                return Err(TrainError::Config(format!(
-                    "every arena stopped before iteration {} was complete",
-                    k + 1
-                )));
-            }
+        if !collected {
+            collect(&mut app, k, &share)?;
+            rollout_seconds_next = ranks.max_f64(iter_start.elapsed().as_secs_f64());
         }
         // Under mpirun: the slowest rank's rollout, every rank's steps and tokens.
-        let rollout_seconds = ranks.max_f64(iter_start.elapsed().as_secs_f64());
+        let rollout_seconds = rollout_seconds_next;
         let progress = *app.world().resource::<RunProgress>();
         let stats = policy_stats(&app, learner);
         let mut counts = [
@@ -412,22 +411,59 @@ pub fn train(
             vec![batch]
         };
         let frac = f64::from(k) / f64::from(cfg.iterations.saturating_sub(1).max(1));
-        let mut updates = Vec::with_capacity(parts.len());
-        for (m, (l, part)) in learners.iter_mut().zip(&parts).enumerate() {
-            l.trainer.schedule(frac);
-            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
-                cfg.seed ^ 0x7261_696e_0000_0000 ^ u64::from(k) ^ ((m as u64) << 32),
-            );
-            updates.push(l.trainer.update(part, &mut rng)?);
-        }
+        let update_all = |learners: &mut Vec<Learner>| -> Result<Vec<UpdateStats>, TrainError> {
+            let mut updates = Vec::with_capacity(parts.len());
+            for (m, (l, part)) in learners.iter_mut().zip(&parts).enumerate() {
+                l.trainer.schedule(frac);
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+                    cfg.seed ^ 0x7261_696e_0000_0000 ^ u64::from(k) ^ ((m as u64) << 32),
+                );
+                updates.push(l.trainer.update(part, &mut rng)?);
+            }
+            Ok(updates)
+        };
+        let overlapped = cfg.overlap && k + 1 < end;
+        let updates = if overlapped {
+            // The policy plays the next iteration with the weights the update starts from.
+            sync_behaviour(&learners)?;
+            if cory && (k + 1) % cfg.hyper.swap_every.max(1) == 0 {
+                pioneer.fetch_xor(1, Ordering::Relaxed);
+            }
+            app.world_mut().resource_mut::<Arenas>().gate = Some(k + 2);
+            let next_start = Instant::now();
+            let (updates, rolled) = std::thread::scope(|s| {
+                let learners = &mut learners;
+                let update = s.spawn(move || update_all(learners));
+                let rolled = collect(&mut app, k + 1, &share);
+                let secs = next_start.elapsed().as_secs_f64();
+                let updates = match update.join() {
+                    Ok(u) => u,
+                    Err(p) => std::panic::resume_unwind(p),
+                };
+                (updates, rolled.map(|()| secs))
+            });
+            rollout_seconds_next = rolled?;
+            collected = true;
+            updates?
+        } else {
+            if cfg.overlap {
+                sync_behaviour(&learners)?;
+            }
+            collected = false;
+            update_all(&mut learners)?
+        };
+        // The rollout's and the update's wall time (side by side under --overlap).
+        let work_seconds = iter_start.elapsed().as_secs_f64();
         let mut update = UpdateStats::combine(&updates);
         if ranks.parallel() {
             update.reduce_seconds = Some(ranks.take_seconds());
         }
-        if cory && (k + 1) % cfg.hyper.swap_every.max(1) == 0 {
-            pioneer.fetch_xor(1, Ordering::Relaxed);
+        if !overlapped {
+            if cory && (k + 1) % cfg.hyper.swap_every.max(1) == 0 {
+                pioneer.fetch_xor(1, Ordering::Relaxed);
+            }
+            app.world_mut().resource_mut::<Arenas>().gate = Some(k + 2);
         }
-        app.world_mut().resource_mut::<Arenas>().gate = Some(k + 2);
         let evaluate_now = root
             && !cfg.eval_against.is_empty()
             && (k == 0 || (k + 1) % cfg.eval_every.max(1) == 0 || k + 1 == cfg.iterations);
@@ -455,8 +491,13 @@ pub fn train(
             inference_seconds,
             tokens_per_sec: tokens / inference_seconds.max(1e-9),
             agent_steps_per_sec: agent_steps / rollout_seconds.max(1e-9),
-            training_steps_per_sec: agent_steps
-                / (rollout_seconds + update.update_seconds).max(1e-9),
+            training_steps_per_sec: if cfg.overlap {
+                // The steps of this iteration's rollout over the wall time until its update
+                // was done (the next rollout ran beside that update).
+                agent_steps / work_seconds.max(1e-9)
+            } else {
+                agent_steps / (rollout_seconds + update.update_seconds).max(1e-9)
+            },
             seconds: iter_start.elapsed().as_secs_f64(),
             update,
         };
@@ -493,6 +534,63 @@ pub fn train(
         plots,
         notes,
     })
+}
+
+/// Steps `app` until every arena of `share` has finished episode `k` (and the arenas that
+/// ended at its very last step have valued their last state, at the next step); a policy's
+/// failure, or every arena stopped first, is an error.
+fn collect(
+    app: &mut bevy::app::App,
+    k: u32,
+    share: &std::ops::Range<u32>,
+) -> Result<(), TrainError> {
+    let failed = |app: &bevy::app::App| -> Result<(), TrainError> {
+        match app.world().resource::<PolicyRegistry>().failure() {
+            Some(e) => Err(RunError::Policy(e).into()),
+            None => Ok(()),
+        }
+    };
+    loop {
+        app.update();
+        failed(app)?;
+        let rollouts = app.world().resource::<Rollouts>();
+        if rollouts.complete(k, share.clone()) {
+            // Arenas that ended at this very step value their last state at the next.
+            if rollouts.missing_bootstrap(k) {
+                app.update();
+                failed(app)?;
+            }
+            return Ok(());
+        }
+        let p = app.world().resource::<RunProgress>();
+        if p.idle_arenas as usize >= share.len() {
+            return Err(TrainError::Config(format!(
+                "every arena stopped before iteration {} was complete",
+                k + 1
+            )));
+        }
+    }
+}
+
+/// `--overlap`: each learner's trained weights copied into the network its policy decides
+/// with; the first time, when the trainer has none yet, the other way round (the trainer
+/// takes a copy of the network the policy built at its first decision).
+fn sync_behaviour(learners: &[Learner]) -> Result<(), TrainError> {
+    for l in learners {
+        let (LearnerModel::Mlp(trained), Some(behaviour)) = (&l.model, &l.behaviour) else {
+            continue;
+        };
+        match (trained.net(), behaviour.net()) {
+            (Some(t), Some(b)) => {
+                for ((_, bv), (_, tv)) in b.vars().iter().zip(t.vars()) {
+                    bv.set(tv.as_tensor())?;
+                }
+            }
+            (None, Some(b)) => trained.set(b.frozen_copy()?),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a fresh run's `--out` that holds anything but a lock left by a run killed

@@ -15,6 +15,10 @@ use crate::policy::lm::{LmPolicy, ModelSource, TrainHandle};
 use crate::policy::mlp::{MlpHandle, MlpPolicy};
 use crate::scene::Scene;
 
+/// The subfolder of an `--overlap` checkpoint's model folder that holds the network its
+/// policy decides the next iteration with (the weights before the last update).
+pub(super) const BEHAVIOUR: &str = "behaviour";
+
 /// What [`wire`] sets up.
 pub(super) struct Models {
     /// Each model's checkpoint subfolder (`None`: the run's folder itself).
@@ -27,6 +31,9 @@ pub(super) struct Models {
     pub handles: Vec<TrainHandle>,
     /// Each mlp's network, shared alike.
     pub mlp_handles: Vec<MlpHandle>,
+    /// `--overlap`: the network each mlp's policy decides with, apart from the trained one
+    /// (the loop copies the trained weights into it between rollouts); empty otherwise.
+    pub behaviour: Vec<MlpHandle>,
     /// Which of CORY's copies is the pioneer now (the loop swaps it).
     pub pioneer: Arc<AtomicUsize>,
     /// The learners' policy, by the name their seats use.
@@ -91,10 +98,11 @@ pub(super) fn wire(
     let pioneer = Arc::new(AtomicUsize::new(
         (start / cfg.hyper.swap_every.max(1)) as usize % 2,
     ));
+    let mut behaviour = Vec::new();
     if mlp {
         // A fresh run builds each network from the run seed at its first decision; a resumed
         // one reads it from the checkpoint.
-        let folders: Vec<Option<PathBuf>> = names
+        let mut folders: Vec<Option<PathBuf>> = names
             .iter()
             .map(|n| {
                 resumed.map(|dir| match n {
@@ -103,7 +111,22 @@ pub(super) fn wire(
                 })
             })
             .collect();
-        let (h, of, seed) = (mlp_handles.clone(), model_of_slot.clone(), cfg.seed);
+        let mut h = mlp_handles.clone();
+        if cfg.overlap {
+            // The policy decides with networks of its own: on resume, the weights it played
+            // the next iteration with (`behaviour/`), the trained ones read here.
+            behaviour = names.iter().map(|_| MlpHandle::default()).collect();
+            for (f, t) in folders.iter_mut().zip(&mlp_handles) {
+                if let Some(dir) = f {
+                    let net = crate::policy::mlp::MlpNet::load(dir, &candle_core::Device::Cpu)
+                        .map_err(TrainError::Config)?;
+                    t.set(net);
+                    *dir = dir.join(BEHAVIOUR);
+                }
+            }
+            h = behaviour.clone();
+        }
+        let (of, seed) = (model_of_slot.clone(), cfg.seed);
         let memory = cfg.learner == crate::train::LearnerKind::Gru;
         policy = Some((
             learner.into(),
@@ -186,6 +209,7 @@ pub(super) fn wire(
         routed,
         handles,
         mlp_handles,
+        behaviour,
         pioneer,
         policy: policy.expect("every branch sets the policy"),
     })

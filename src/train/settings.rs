@@ -62,6 +62,7 @@ impl TrainSettings {
             sharing: Some(cfg.sharing),
             lora_rank: Some(h.lora_rank),
             checkpoint_every: Some(cfg.checkpoint_every),
+            overlap: Some(cfg.overlap),
         }
     }
 }

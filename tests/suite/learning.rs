@@ -71,6 +71,7 @@ fn config(
         hyper: Hyper::for_algo(algo),
         sharing: Sharing::Shared,
         learner: Default::default(),
+        overlap: false,
         threads: Some(2),
         checkpoint_every: 1_000_000,
         resume: None,

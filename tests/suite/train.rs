@@ -34,6 +34,7 @@ fn config(name: &str, algo: Algo, iterations: u32, arenas: u32, out: &Path) -> T
         hyper: Hyper::default(),
         sharing: Sharing::Shared,
         learner: LearnerKind::Lm,
+        overlap: false,
         threads: Some(1),
         checkpoint_every: 1000,
         resume: None,
@@ -739,6 +740,10 @@ fn impossible_training_settings_are_refused_with_the_reason() {
     );
     cfg.eval_against = vec!["always_defect".into()];
     assert!(refused(cfg).contains("cory's copies"));
+    // A language model decides and trains on the same buffers: no overlap.
+    let mut cfg = config(pd, Algo::Ippo, 2, 4, &dir.path().join("o"));
+    cfg.overlap = true;
+    assert!(refused(cfg).contains("use --learner mlp or gru"));
     // The mlp has no prompt for cory's observer and no layers for LoRA.
     let mut cfg = config(pd, Algo::Cory, 2, 4, &dir.path().join("f"));
     cfg.learner = LearnerKind::Mlp;
@@ -1412,4 +1417,72 @@ fn a_folder_of_the_other_classic_kind_is_refused() {
     let mut any = MlpPolicy::from_folder(dir.path().into(), Device::Cpu, MlpHandle::default());
     any.setup(&scene, &actions)
         .expect("mlp:DIR takes what the folder holds");
+}
+
+/// `--overlap` (the arenas play iteration k + 1 with the weights before update k while it
+/// runs): the same seed gives the same run on one thread and on two; a run stopped after 2
+/// iterations and resumed ends with the bytes of the whole one (its checkpoint holds the
+/// weights the policy plays the next iteration with, `behaviour/`); its first update is the
+/// plain run's (the same rollout from the same weights), and the later ones are not (the
+/// policy lags one update), for the mlp and the gru.
+#[test]
+fn overlapped_rollouts_give_the_same_run_on_any_thread_count_and_resume_to_the_bit() {
+    for learner in [LearnerKind::Mlp, LearnerKind::Gru] {
+        let dir = tempfile::tempdir().expect("tmp");
+        let base = |name: &str, threads: usize, overlap: bool| {
+            let mut cfg = config(
+                "prisoners_dilemma.scene.ron",
+                Algo::Ippo,
+                4,
+                8,
+                &dir.path().join(name),
+            );
+            cfg.learner = learner;
+            cfg.hyper = Hyper {
+                minibatch: 64,
+                ..Hyper::for_learner(Algo::Ippo, learner)
+            };
+            cfg.overlap = overlap;
+            cfg.checkpoint_every = 2;
+            cfg.threads = Some(threads);
+            cfg
+        };
+        let whole = base("whole", 1, true);
+        train(&whole, |_| {}).expect("train");
+        let two = base("two", 2, true);
+        train(&two, |_| {}).expect("train");
+        let mut first = base("split", 2, true);
+        first.stop_after = Some(2);
+        train(&first, |_| {}).expect("first half");
+        let split = dir.path().join("split");
+        let resumed = resume_config(&split, None).expect("resume config");
+        assert!(resumed.overlap, "the run's setting is kept");
+        train(&resumed, |_| {}).expect("second half");
+        let plain = base("plain", 1, false);
+        train(&plain, |_| {}).expect("train");
+        for file in [
+            "mlp.safetensors",
+            "mlp.json",
+            "optimizer.safetensors",
+            "behaviour/mlp.safetensors",
+        ] {
+            let a = std::fs::read(whole.out.join("checkpoints/iter_4").join(file)).expect("a");
+            for other in [&two.out, &split] {
+                let b = std::fs::read(other.join("checkpoints/iter_4").join(file)).expect("b");
+                assert!(a == b, "{learner:?}: {file} differs in {}", other.display());
+            }
+        }
+        assert!(
+            !plain.out.join("checkpoints/iter_4/behaviour").exists(),
+            "a plain run has no behaviour network"
+        );
+        let (w, p) = (losses(&whole.out), losses(&plain.out));
+        assert_eq!(losses(&two.out), w, "{learner:?}: 1 and 2 threads");
+        assert_eq!(losses(&split), w, "{learner:?}: resumed");
+        assert_eq!(
+            w[0], p[0],
+            "{learner:?}: the first update is the plain run's"
+        );
+        assert_ne!(w[1..], p[1..], "{learner:?}: the policy did not lag");
+    }
 }
