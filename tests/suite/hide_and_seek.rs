@@ -341,3 +341,34 @@ fn hiders_of_another_team_are_not_fled() {
     assert!(seen[0].ally);
     assert_eq!(pos(&app, 0), IVec2::new(4, 4));
 }
+
+/// The quadrant game starts where Baker et al.'s does: untrained (random) hiders against
+/// random seekers are seen most of the time, while fort builders against the scripted
+/// seeker stay hidden (the scene header's balance table; means over run seeds 1-3, 64
+/// arenas x 2 episodes each).
+#[test]
+fn the_quadrant_game_favours_the_seekers_untrained_and_a_fort_wins() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenes/hide_and_seek/quadrant_game.scene.ron");
+    let scene = emergence::load::load_scene(&path).expect("scene");
+    let success = |hiders: &str, seekers: &str| -> f64 {
+        let mut total = 0.0;
+        for seed in 1..=3 {
+            let mut sc = scene.clone();
+            for a in &mut sc.agents {
+                a.policy = if a.team == 0 { hiders } else { seekers }.into();
+            }
+            let mut cfg = emergence::headless::RunConfig::new(sc);
+            cfg.arenas = 64;
+            cfg.episodes = 2;
+            cfg.seed = seed;
+            let r = emergence::headless::run(&cfg, |_| {}).expect("run");
+            total += r.metrics["hider_success"];
+        }
+        total / 3.0
+    };
+    let untrained = success("random", "random");
+    let fort = success("fort_builder", "seeker");
+    assert!(untrained <= 0.4, "random hiders stay hidden: {untrained}");
+    assert!(fort >= 0.9, "fort builders are found: {fort}");
+}

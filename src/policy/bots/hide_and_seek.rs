@@ -156,7 +156,15 @@ struct MapView<'a> {
     h: i32,
 }
 
-impl MapView<'_> {
+impl<'a> MapView<'a> {
+    /// The oracle map of `d`'s observation (`None` for an agent without one).
+    fn of(d: &'a Decision<'_>) -> Option<Self> {
+        (!d.obs.map.is_empty()).then(|| MapView {
+            cells: &d.obs.map,
+            w: i32::from(d.obs.map_width),
+            h: i32::from(d.obs.map_height),
+        })
+    }
     fn at(&self, p: IVec2) -> u8 {
         if p.x < 0 || p.y < 0 || p.x >= self.w || p.y >= self.h {
             view::WALL
@@ -179,6 +187,31 @@ impl MapView<'_> {
     }
     fn index(&self, p: IVec2) -> usize {
         (p.y * self.w + p.x) as usize
+    }
+    /// Breadth-first search from `from` over cells where `ok` holds: the distance to the
+    /// nearest cell where `goal` holds, and that cell.
+    fn nearest(
+        &self,
+        from: IVec2,
+        ok: impl Fn(IVec2) -> bool,
+        goal: impl Fn(IVec2) -> bool,
+    ) -> Option<(u32, IVec2)> {
+        let mut seen = vec![false; self.cells.len()];
+        let mut queue = VecDeque::from([(from, 0u32)]);
+        seen[self.index(from)] = true;
+        while let Some((c, n)) = queue.pop_front() {
+            if goal(c) {
+                return Some((n, c));
+            }
+            for dir in Dir4::ALL {
+                let next = c + dir.delta();
+                if ok(next) && !seen[self.index(next)] {
+                    seen[self.index(next)] = true;
+                    queue.push_back((next, n + 1));
+                }
+            }
+        }
+        None
     }
     /// Breadth-first search from `from` over cells where `ok` holds; the first step
     /// (direction) of a shortest path to a cell where `goal` holds, and its length.
@@ -212,24 +245,43 @@ impl MapView<'_> {
     }
 }
 
-/// The room a builder starts in and its doorways (with their outward directions), found
-/// once per episode: walls do not move.
+/// The room a builder starts in, or (starting outside every room, as Baker et al.'s
+/// quadrant game places hiders anywhere) the room behind the doorway nearest to it, and its
+/// doorways (with their outward directions); found once per episode: walls do not move.
 struct Room {
     cells: Vec<bool>,
     doors: Vec<(IVec2, Dir4)>,
 }
 
-fn find_room(m: &MapView<'_>, me: IVec2, slot: u16) -> Room {
-    // The room: cells reachable from here without crossing a wall or a doorway.
+/// The cells reachable from `from` without crossing a wall or a doorway.
+fn region(m: &MapView<'_>, from: IVec2) -> Vec<bool> {
     let mut room = vec![false; m.cells.len()];
-    let mut stack = vec![me];
-    room[m.index(me)] = true;
+    let mut stack = vec![from];
+    room[m.index(from)] = true;
     while let Some(c) = stack.pop() {
         for dir in Dir4::ALL {
             let n = c + dir.delta();
             if !m.solid(n) && !m.doorway(n) && !room[m.index(n)] {
                 room[m.index(n)] = true;
                 stack.push(n);
+            }
+        }
+    }
+    room
+}
+
+fn find_room(m: &MapView<'_>, me: IVec2, slot: u16) -> Room {
+    // The room: cells reachable from here without crossing a wall or a doorway.
+    let mut room = region(m, me);
+    if room.iter().filter(|&&r| r).count() * 2 > m.cells.len() {
+        // Outside: the part of the map behind the nearest doorway.
+        if let Some((_, door)) = m.nearest(me, |p| !m.solid(p), |p| m.doorway(p)) {
+            let behind = Dir4::ALL
+                .into_iter()
+                .map(|dir| door + dir.delta())
+                .find(|&n| !m.solid(n) && !room[m.index(n)]);
+            if let Some(n) = behind {
+                room = region(m, n);
             }
         }
     }
@@ -259,14 +311,10 @@ fn build_fort(d: &mut Decision<'_>, rooms: &mut BTreeMap<(u32, u16), Room>) -> O
     if d.obs.step == 0 {
         rooms.remove(&key);
     }
-    if d.obs.map.is_empty() || d.senses.prep_left() == 0 {
+    if d.senses.prep_left() == 0 {
         return None;
     }
-    let m = MapView {
-        cells: &d.obs.map,
-        w: i32::from(d.obs.map_width),
-        h: i32::from(d.obs.map_height),
-    };
+    let m = MapView::of(d)?;
     let me = pos(d);
     let room = rooms
         .entry(key)
@@ -278,7 +326,17 @@ fn build_fort(d: &mut Decision<'_>, rooms: &mut BTreeMap<(u32, u16), Room>) -> O
         return None;
     }
     let in_room = |p: IVec2| !m.solid(p) && room[m.index(p)];
-    let walk = |p: IVec2| !m.solid(p) && !m.object(p);
+    // Free to walk or push into: no wall, no object, and nobody standing there (agents
+    // block each other; two builders planning through each other's cells would trade
+    // places forever).
+    let walk = |p: IVec2| {
+        !m.solid(p) && !m.object(p) && !matches!(m.at(p), view::TEAMMATE | view::OPPONENT)
+    };
+    // Started outside: in through a doorway first (none left open: no fort to make).
+    if !in_room(me) {
+        let (first, _) = m.bfs(me, |p, _| walk(p), in_room)?;
+        return head(d, first?);
+    }
     let f = facing(d);
     // Goes to `stand` and faces `dir`, then does `then`.
     let approach = |d: &Decision<'_>, stand: IVec2, dir: Dir4, then: u8| -> Option<u8> {
@@ -345,8 +403,29 @@ fn build_fort(d: &mut Decision<'_>, rooms: &mut BTreeMap<(u32, u16), Room>) -> O
 impl Policy for FortBuilder {
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
         for d in batch.iter_mut() {
-            let a = build_fort(d, &mut self.rooms).unwrap_or_else(|| flee(d));
+            let mut a = build_fort(d, &mut self.rooms).unwrap_or_else(|| flee(d));
+            // Two builders side by side that plan around each other can step back and
+            // forth in lockstep for ever: a move next to a teammate waits one step in three
+            // (random backoff, from the agent's own stream), which breaks the symmetry.
+            if matches!(a, act::FORWARD | act::BACKWARD)
+                && d.senses.prep_left() > 0
+                && teammate_adjacent(d)
+                && d.rng.random_range(0..3) == 0
+            {
+                a = act::NOOP;
+            }
             d.action.0 = a;
         }
     }
+}
+
+/// Whether a teammate stands next to the agent (four neighbours), on the oracle map.
+fn teammate_adjacent(d: &Decision<'_>) -> bool {
+    let Some(m) = MapView::of(d) else {
+        return false;
+    };
+    let me = pos(d);
+    Dir4::ALL
+        .into_iter()
+        .any(|dir| m.at(me + dir.delta()) == view::TEAMMATE)
 }
