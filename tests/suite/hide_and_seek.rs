@@ -345,13 +345,14 @@ fn hiders_of_another_team_are_not_fled() {
 /// The quadrant game starts where Baker et al.'s does: untrained (random) hiders against
 /// random seekers are seen most of the time, while fort builders against the scripted
 /// seeker stay hidden (the scene header's balance table; means over run seeds 1-3, 64
-/// arenas x 2 episodes each).
+/// arenas x 2 episodes each); and the fort is what the geometry says it is: the builders
+/// shut most doorways with a locked box by the end of preparation, random hiders none.
 #[test]
 fn the_quadrant_game_favours_the_seekers_untrained_and_a_fort_wins() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("scenes/hide_and_seek/quadrant_game.scene.ron");
     let scene = emergence::load::load_scene(&path).expect("scene");
-    let success = |hiders: &str, seekers: &str| -> f64 {
+    let mean = |hiders: &str, seekers: &str, metric: &str| -> f64 {
         let mut total = 0.0;
         for seed in 1..=3 {
             let mut sc = scene.clone();
@@ -363,12 +364,16 @@ fn the_quadrant_game_favours_the_seekers_untrained_and_a_fort_wins() {
             cfg.episodes = 2;
             cfg.seed = seed;
             let r = emergence::headless::run(&cfg, |_| {}).expect("run");
-            total += r.metrics["hider_success"];
+            total += r.metrics[metric];
         }
         total / 3.0
     };
-    let untrained = success("random", "random");
-    let fort = success("fort_builder", "seeker");
+    let untrained = mean("random", "random", "hider_success");
+    let fort = mean("fort_builder", "seeker", "hider_success");
     assert!(untrained <= 0.4, "random hiders stay hidden: {untrained}");
     assert!(fort >= 0.9, "fort builders are found: {fort}");
+    let shut = mean("fort_builder", "seeker", "fort_prep_end");
+    let by_chance = mean("random", "random", "fort_prep_end");
+    assert!(shut >= 0.8, "the builders' doorways: {shut}");
+    assert!(by_chance <= 0.05, "random hiders build forts: {by_chance}");
 }

@@ -58,6 +58,8 @@ pub struct HnsStats {
     pub boxes_locked_at_prep_end: Option<u32>,
     /// Ramps locked when preparation ended.
     pub ramps_locked_at_prep_end: Option<u32>,
+    /// Doorways holding a box the hiders locked, when preparation ended.
+    pub doorways_blocked_at_prep_end: Option<u32>,
     /// Objects pushed.
     pub pushes: u32,
     /// Objects pulled.
@@ -92,6 +94,9 @@ pub struct HnsArena {
     pub team: Arc<Vec<u8>>,
     /// Start cells.
     pub spawns: Arc<SpawnCells>,
+    /// The map's doorways: floor cells in a one-cell gap of a wall line (walls on two
+    /// opposite sides, open on the other two), where a box shuts a room.
+    pub doorways: Arc<Vec<IVec2>>,
     /// Steps of preparation at the start of each episode.
     pub prep_steps: u32,
     /// Per-step team reward size.
@@ -144,6 +149,7 @@ impl HnsArena {
             }
         }
         let max_steps = scene.spec.episode.max_steps;
+        let doorways = doorways(&tiles);
         let side = scene
             .agents
             .iter()
@@ -164,6 +170,7 @@ impl HnsArena {
             side: Arc::new(side),
             team: Arc::new(scene.agents.iter().map(|a| a.team).collect()),
             spawns: Arc::new(SpawnCells::from_scene(scene)),
+            doorways: Arc::new(doorways),
             prep_steps: (p.prep_fraction * max_steps as f32).floor() as u32,
             reward: p.reward,
             vision: Arc::new(Vision::new(p.vision_cone, p.vision_range)),
@@ -245,6 +252,19 @@ impl HnsArena {
             .count() as u32
     }
 
+    /// Doorways that hold a box the hiders locked: the fort's measure (a room with every
+    /// doorway so shut cannot be entered or seen into without a ramp).
+    pub fn doorways_blocked(&self) -> u32 {
+        self.objects
+            .iter()
+            .filter(|o| {
+                o.kind == ObjectKind::Box
+                    && o.locked_by == Some(0)
+                    && self.doorways.contains(&o.pos)
+            })
+            .count() as u32
+    }
+
     /// The code of map cell `p` for an observer of `side` (tiles and objects; no agents).
     #[inline]
     pub fn code_at(&self, p: IVec2, side: u8) -> u8 {
@@ -294,6 +314,7 @@ pub fn reset_hide_and_seek(
         if arena.prep_steps == 0 {
             arena.stats.boxes_locked_at_prep_end = Some(0);
             arena.stats.ramps_locked_at_prep_end = Some(0);
+            arena.stats.doorways_blocked_at_prep_end = Some(0);
         }
         let cells = arena
             .spawns
@@ -317,4 +338,18 @@ pub fn reset_hide_and_seek(
             }
         }
     }
+}
+
+/// The doorways of `tiles`: floor cells with walls (or the map's edge) on two opposite sides
+/// and no wall on the other two. Low walls count as walls (they stop movement).
+fn doorways(tiles: &Grid<u8>) -> Vec<IVec2> {
+    let solid = |p: IVec2| tiles.get(p).is_none_or(|t| t != view::FLOOR);
+    (0..tiles.cells().len())
+        .map(|i| tiles.pos(i))
+        .filter(|&p| {
+            let s = |d: IVec2| solid(p + d);
+            let (e, w, n, so) = (s(IVec2::X), s(IVec2::NEG_X), s(IVec2::NEG_Y), s(IVec2::Y));
+            !solid(p) && ((e && w && !n && !so) || (n && so && !e && !w))
+        })
+        .collect()
 }

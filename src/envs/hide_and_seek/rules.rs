@@ -173,6 +173,7 @@ pub fn reward_hide_and_seek(
         if t + 1 == arena.prep_steps {
             arena.stats.boxes_locked_at_prep_end = Some(arena.locked(ObjectKind::Box));
             arena.stats.ramps_locked_at_prep_end = Some(arena.locked(ObjectKind::Ramp));
+            arena.stats.doorways_blocked_at_prep_end = Some(arena.doorways_blocked());
         }
         if t < arena.prep_steps {
             continue;
@@ -239,6 +240,16 @@ pub fn summarize_hide_and_seek(mut arenas: Query<(&EpisodeClock, &HnsArena, &mut
             f64::from(s.ramps_locked_at_prep_end.unwrap_or(ramps_now)),
         );
         m.insert("ramps_locked_end", f64::from(ramps_now));
+        // The fort: doorways shut by a box the hiders locked, and the share of the map's
+        // doorways that is (1: every way into the rooms shut).
+        let doors = arena.doorways.len();
+        if doors > 0 {
+            let blocked = s
+                .doorways_blocked_at_prep_end
+                .unwrap_or_else(|| arena.doorways_blocked());
+            m.insert("doorways_blocked_prep_end", f64::from(blocked));
+            m.insert("fort_prep_end", f64::from(blocked) / doors as f64);
+        }
         m.insert("hider_seen_steps", f64::from(s.seen_steps));
         if s.play_steps > 0 {
             m.insert(
