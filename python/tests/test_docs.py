@@ -41,3 +41,33 @@ def test_the_spaces_table_is_the_codes():
             assert cells == int(cols[4]), scene
             checked += 1
     assert checked == len(emergence.list_scenes()), f"the table covers {checked} scenes"
+
+
+def test_the_actions_per_family_are_the_codes():
+    """The page's action lists, in the order Python indexes them, against each family's
+    action names (a maze action is a move and a word: its moves are those of the names that
+    say nothing, `MOVE silent`, in order)."""
+    table = DOC.split("## Spaces per family", 1)[1]
+    rows = [r for r in table.splitlines() if r.startswith("| `")]
+    scene_of = {
+        "CommonsHarvest": "commons_harvest_open",
+        "CleanUp": "clean_up",
+        "HideAndSeek": "quadrant",
+        "Maze": "corridor_pair",
+    }
+    checked = 0
+    for row in rows:
+        cols = [c.strip() for c in row.strip("|").split("|")]
+        families = re.findall(r"`([A-Za-z]+)`", cols[0])
+        listed = re.findall(r"`([a-z_ ]+)`", cols[1])
+        for family in families:
+            if family not in scene_of:
+                continue
+            env = emergence.parallel_env(scene_of[family])
+            names = list(env.action_names)
+            if family == "Maze":
+                # "MOVE silent" opens each move's run of words.
+                names = [n.split()[0] for n in names if n.endswith(" silent")]
+            assert listed and listed[0].split() == names, (family, listed, names)
+            checked += 1
+    assert checked == 4, f"checked {checked} families"

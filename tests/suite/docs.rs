@@ -141,3 +141,65 @@ fn the_errors_that_list_what_the_code_knows_are_the_pages() {
     let said = text.splitn(4, ':').nth(3).unwrap().trim();
     assert!(md.contains(said), "docs/scenes.md does not say {said:?}");
 }
+
+/// Every file of the repository that README.md and docs/*.md name in backquotes (`src/...`,
+/// `tests/...`, `scenes/...`, ...) is there (placeholders in capitals, like
+/// `experiments/NAME.experiment.ron`, aside); and the README's count of environment families
+/// is the code's.
+#[test]
+fn the_files_the_docs_name_exist_and_the_family_count_is_the_codes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md")];
+    for e in std::fs::read_dir(root.join("docs")).expect("docs") {
+        let p = e.expect("entry").path();
+        if p.extension().is_some_and(|x| x == "md") {
+            pages.push(p);
+        }
+    }
+    let dirs = [
+        "src/",
+        "tests/",
+        "python/",
+        "scripts/",
+        "benches/",
+        "experiments/",
+        "scenes/",
+        "docs/",
+        "examples/",
+    ];
+    let mut missing = Vec::new();
+    let mut named = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("page");
+        for quoted in text.split('`').skip(1).step_by(2) {
+            // A file path: under a top folder, with an extension, no spaces, no wildcard,
+            // no placeholder (`NAME`, `DIR`: capitals).
+            let is_path = dirs.iter().any(|d| quoted.starts_with(d))
+                && quoted.contains('.')
+                && !quoted.contains([' ', '*'])
+                && !quoted.chars().any(|c| c.is_ascii_uppercase());
+            if !is_path {
+                continue;
+            }
+            named += 1;
+            if !root.join(quoted.trim_end_matches([':', ','])).exists() {
+                missing.push(format!(
+                    "{}: `{quoted}`",
+                    page.strip_prefix(root).unwrap_or(page).display()
+                ));
+            }
+        }
+    }
+    assert!(named > 20, "only {named} paths found: the scan is broken");
+    assert!(missing.is_empty(), "named but missing: {missing:#?}");
+    let families = emergence::envs::family::names().len();
+    let words = [
+        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
+    ];
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("readme");
+    let said = format!("{} environment families", words[families]);
+    assert!(
+        readme.contains(&said),
+        "README.md should say \"{said}\" (`emergence list` prints {families})"
+    );
+}
