@@ -123,6 +123,21 @@ pub fn cmd_check(path: &Path) -> Result<()> {
                 &Path::new(m).join("tokenizer.json"),
             );
         }
+        // A trained `mlp`/`gru` folder (`mlp:DIR`): read and checked against the scene's
+        // actions and words, as a run's setup does.
+        if let emergence::scene::PolicySpec::Name(n) = &t.policy
+            && let Some(dir) = n.strip_prefix("mlp:")
+        {
+            use emergence::policy::Policy;
+            let mut p = emergence::policy::mlp::MlpPolicy::from_folder(
+                dir.into(),
+                candle_core::Device::Cpu,
+                Default::default(),
+            );
+            p.setup(&scene, &emergence::envs::action_names(&scene))
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("{}: team {:?}: policy {n:?}", path.display(), t.name))?;
+        }
     }
     print!("{}", describe(&scene));
     println!("ok: {}", path.display());

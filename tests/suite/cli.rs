@@ -705,3 +705,47 @@ fn candle_does_not_read_cpuinfo_at_every_product() {
         assert!(reads <= 4, "{name}: /proc/cpuinfo opened {reads} times");
     }
 }
+
+/// `check` reads the `mlp:DIR` folders a scene's teams name, as a run's setup would: a
+/// missing folder is an error that names the file and the team; a folder that fits passes.
+#[test]
+fn check_reads_the_mlp_folders_the_teams_name() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let pd =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/dilemma/prisoners_dilemma.scene.ron");
+    let text = std::fs::read_to_string(&pd).expect("scene");
+    let with = |policy: &str, name: &str| -> PathBuf {
+        let p = dir.path().join(name);
+        std::fs::write(
+            &p,
+            text.replacen("\"tit_for_tat\"", &format!("{policy:?}"), 1),
+        )
+        .expect("write");
+        p
+    };
+    let missing = with("mlp:/nonexistent/net", "missing.scene.ron");
+    let o = emergence(dir.path(), &["check", &missing.display().to_string()]);
+    assert!(!o.status.success(), "a missing folder passed check");
+    let err = stderr(&o);
+    assert!(
+        err.contains("/nonexistent/net/mlp.json") && err.contains("mlp:/nonexistent/net"),
+        "{err}"
+    );
+    // A folder for the game's two actions passes.
+    let net = dir.path().join("net");
+    let mut row = emergence::core::Encoded::default();
+    emergence::envs::senses::encode(&Default::default(), Default::default(), &mut row);
+    emergence::policy::mlp::MlpNet::new(
+        row.cells.len(),
+        row.dense.len(),
+        2,
+        1,
+        &candle_core::Device::Cpu,
+    )
+    .expect("net")
+    .save(&net)
+    .expect("save");
+    let good = with(&format!("mlp:{}", net.display()), "good.scene.ron");
+    let o = emergence(dir.path(), &["check", &good.display().to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

@@ -78,20 +78,37 @@ fn the_page_lists_the_families_and_policies_the_code_has() {
         .map(|l| l.split('`').next().unwrap().to_string())
         .collect();
     assert_eq!(headings, emergence::envs::family::names());
+    // The top-level `family` field names every family's constructor.
+    let family_row = md
+        .lines()
+        .find(|l| l.starts_with("| `family` |"))
+        .expect("the family field's row");
+    for f in emergence::envs::family::names() {
+        assert!(
+            family_row.contains(&format!("`{f}(...)`")),
+            "the `family` field's row omits {f}: {family_row}"
+        );
+    }
 
-    let rows: Vec<(String, String)> = section(&md, "## Teams and policies")
+    // The policy table's rows: | `name` | families | behaviour |, the behaviour word for word
+    // what `emergence list` prints.
+    let rows: Vec<(String, String, String)> = section(&md, "## Teams and policies")
         .iter()
         .filter(|l| l.starts_with("| `"))
         .filter_map(|l| {
             let cells: Vec<&str> = l.split('|').map(str::trim).collect();
-            // The policy table's rows: | `name` | families | behaviour |
-            (cells.len() == 5 && !cells[2].contains("string"))
-                .then(|| (cells[1].trim_matches('`').to_string(), cells[2].to_string()))
+            (cells.len() == 5 && !cells[2].contains("string")).then(|| {
+                (
+                    cells[1].trim_matches('`').to_string(),
+                    cells[2].to_string(),
+                    cells[3].to_string(),
+                )
+            })
         })
         .collect();
     let catalogue = emergence::policy::catalogue();
     let every = emergence::envs::family::names();
-    let expected: Vec<(String, String)> = catalogue
+    let expected: Vec<(String, String, String)> = catalogue
         .iter()
         .map(|p| {
             let fams = if p.families == every.as_slice() {
@@ -99,7 +116,7 @@ fn the_page_lists_the_families_and_policies_the_code_has() {
             } else {
                 p.families.join(", ")
             };
-            (p.name.to_string(), fams)
+            (p.name.to_string(), fams, p.doc.to_string())
         })
         .collect();
     let mut got = rows.clone();
