@@ -220,3 +220,57 @@ fn the_files_the_docs_name_exist_and_the_family_count_is_the_codes() {
         "README.md should say \"{said}\" (`emergence list` prints {families})"
     );
 }
+
+/// Every metric a family reports is named in its section of the page (the social outcomes in
+/// their own paragraph): a run of a shipped scene of each family, its metrics' names against
+/// the page.
+#[test]
+fn every_metric_a_family_reports_is_on_the_page() {
+    let md = page();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let social = ["efficiency", "equality", "sustainability", "peace"];
+    for s in social {
+        assert!(
+            md.contains(&format!("`{s}`")),
+            "the social outcome {s} is not explained"
+        );
+    }
+    for (family, scene) in [
+        ("Matrix", "scenes/dilemma/prisoners_dilemma.scene.ron"),
+        (
+            "CommonsHarvest",
+            "scenes/dilemma/commons_harvest_open.scene.ron",
+        ),
+        ("CleanUp", "scenes/dilemma/clean_up.scene.ron"),
+        (
+            "HideAndSeek",
+            "scenes/hide_and_seek/quadrant_game.scene.ron",
+        ),
+        ("Maze", "scenes/maze/corridor_pair.scene.ron"),
+    ] {
+        let start = md
+            .find(&format!("### `{family}`"))
+            .unwrap_or_else(|| panic!("no section for {family}"));
+        let rest = &md[start + 4..];
+        let end = rest
+            .find("\n### ")
+            .or_else(|| rest.find("\n## "))
+            .unwrap_or(rest.len());
+        let section = &rest[..end];
+        let mut cfg =
+            RunConfig::new(emergence::load::load_scene(&root.join(scene)).expect("scene"));
+        cfg.arenas = 2;
+        cfg.episodes = 1;
+        let report = run(&cfg, |_| {}).expect("run");
+        assert!(!report.metrics.is_empty(), "{family}: no metrics");
+        for name in report.metrics.keys() {
+            if social.contains(&name.as_str()) {
+                continue;
+            }
+            assert!(
+                section.contains(name.as_str()),
+                "{family} reports `{name}`, which its section of docs/scenes.md does not name"
+            );
+        }
+    }
+}
