@@ -274,3 +274,92 @@ fn every_metric_a_family_reports_is_on_the_page() {
         }
     }
 }
+
+/// The README's command table gives every flag each command's `--help` lists, and none it
+/// does not: a row's synopsis (`emergence CMD ...`) and the `... --flag` rows under it.
+#[test]
+fn the_readme_synopses_are_the_commands_flags() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("readme");
+    let flags = |text: &str| -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::new();
+        let b = text.as_bytes();
+        let mut i = 0;
+        while let Some(k) = text[i..].find("--") {
+            let at = i + k;
+            let end = text[at + 2..]
+                .find(|c: char| !(c.is_ascii_lowercase() || c == '-'))
+                .map_or(text.len(), |e| at + 2 + e);
+            let before = if at == 0 { b' ' } else { b[at - 1] };
+            if end > at + 2 && matches!(before, b' ' | b'[' | b'`' | b'(') {
+                out.insert(text[at..end].to_string());
+            }
+            i = end.max(at + 2);
+        }
+        out
+    };
+    // The synopsis cell of a table row: the text before the first unescaped `|` after the
+    // row's opening one.
+    let first_cell = |row: &str| -> String {
+        let body = &row[1..];
+        let mut end = body.len();
+        let bytes = body.as_bytes();
+        for (i, &c) in bytes.iter().enumerate() {
+            if c == b'|' && (i == 0 || bytes[i - 1] != b'\\') {
+                end = i;
+                break;
+            }
+        }
+        body[..end].to_string()
+    };
+    let mut documented: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    let mut last: Option<String> = None;
+    for row in readme.lines() {
+        let cell = if row.starts_with("| `emergence ") {
+            let cell = first_cell(row);
+            let words: Vec<&str> = cell.trim().trim_matches('`').split_whitespace().collect();
+            let cmd = if words[1] == "model" {
+                format!("model {}", words[2])
+            } else {
+                words[1].to_string()
+            };
+            last = Some(cmd);
+            cell
+        } else if row.starts_with("| `... ") && last.is_some() {
+            first_cell(row)
+        } else {
+            continue;
+        };
+        let cmd = last.clone().expect("a command");
+        documented.entry(cmd).or_default().extend(flags(&cell));
+    }
+    assert!(documented.len() >= 10, "{:?}", documented.keys());
+    for (cmd, given) in &documented {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_emergence"))
+            .args(cmd.split(' '))
+            .arg("--help")
+            .output()
+            .expect("the binary runs");
+        let help = String::from_utf8_lossy(&out.stdout).into_owned();
+        let listed: std::collections::BTreeSet<String> = help
+            .lines()
+            .filter_map(|l| {
+                let t = l.trim_start();
+                let t = t.strip_prefix("-h, ").unwrap_or(t);
+                let t = if t.len() > 4 && t.as_bytes()[0] == b'-' && t.as_bytes()[2] == b',' {
+                    &t[4..]
+                } else {
+                    t
+                };
+                t.starts_with("--")
+                    .then(|| t.split([' ', '<']).next().unwrap_or("").to_string())
+            })
+            .filter(|f| f != "--help")
+            .collect();
+        assert_eq!(
+            given, &listed,
+            "README.md's `emergence {cmd}` rows against `emergence {cmd} --help`"
+        );
+    }
+}
