@@ -335,6 +335,16 @@ class VectorEnv:
     def step_hashes(self):
         return self._sim.step_hashes()
 
+    def state(self, arena=0, seat=0):
+        """MAPPO's global state of ``arena`` from agent ``seat``'s side (the family's true
+        state: the whole map drawn from that side, every agent's place and status), as a
+        feature row like an observation's (one-hot cells, then numbers). Written every step
+        when the env was made with ``central_state=True``; drawn when asked otherwise (the
+        same numbers)."""
+        cells, dense = self._sim.global_state(int(arena), int(seat))
+        cells = np.frombuffer(bytes(cells), dtype=np.uint8)
+        return features(cells[None], np.asarray(dense, np.float32)[None], self._sim.codes)[0]
+
     def close(self):
         pass
 

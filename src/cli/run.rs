@@ -138,9 +138,9 @@ pub fn print_report(cfg: &RunConfig, r: &RunReport) {
         cfg.scene.spec.name, cfg.arenas, cfg.episodes, cfg.seed
     );
     println!();
-    println!("{:<28} {:>14}", "team", "mean return");
+    println!("{:<28} {:>22}", "team", "mean return per agent");
     for (t, v) in r.teams.iter().zip(&r.team_returns) {
-        println!("{t:<28} {v:>14.3}");
+        println!("{t:<28} {v:>22.3}");
     }
     println!();
     println!("{:<28} {:>14}", "metric (mean per episode)", "value");

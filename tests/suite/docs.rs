@@ -363,3 +363,29 @@ fn the_readme_synopses_are_the_commands_flags() {
         );
     }
 }
+
+/// The defaults the README gives for `train` are the ones a run without flags takes.
+#[test]
+fn the_readme_gives_trains_defaults() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = root.join("scenes/dilemma/coordination.scene.ron");
+    let scene = emergence::load::load_scene(&path).expect("scene");
+    let cfg = emergence::train::TrainConfig::from_settings(
+        scene,
+        path,
+        &emergence::train::TrainSettings::default(),
+        root.join("unused"),
+    )
+    .expect("config");
+    let said = format!(
+        "(defaults: {}, {} iterations of {} arenas, seed {}, the {} model, learner {})",
+        cfg.algo.name(),
+        cfg.iterations,
+        cfg.arenas,
+        cfg.seed,
+        cfg.model.name(),
+        cfg.learner.policy()
+    );
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("readme");
+    assert!(readme.contains(&said), "README.md should say {said}");
+}
