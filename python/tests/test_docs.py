@@ -71,3 +71,18 @@ def test_the_actions_per_family_are_the_codes():
             assert listed and listed[0].split() == names, (family, listed, names)
             checked += 1
     assert checked == 4, f"checked {checked} families"
+
+
+def test_the_texts_a_language_model_reads_are_the_codes():
+    """docs/scenes.md's sample texts, one per family, rendered again: agent 0 of the scene,
+    seed 0, at its first step."""
+    page = (ROOT / "docs" / "scenes.md").read_text()
+    samples = re.findall(
+        r"Agent 0 of `([a-z_]+)`, seed 0, at its first step:\n\n```text\n(.*?)```", page, re.S
+    )
+    assert len(samples) == 5, [s for s, _ in samples]
+    for scene, text in samples:
+        env = emergence.parallel_env(scene, seed=0)
+        obs, _ = env.reset(seed=0)
+        got = obs[env.possible_agents[0]]["text"].rstrip("\n")
+        assert got == text.rstrip("\n"), scene
