@@ -389,3 +389,41 @@ fn the_readme_gives_trains_defaults() {
     let readme = std::fs::read_to_string(root.join("README.md")).expect("readme");
     assert!(readme.contains(&said), "README.md should say {said}");
 }
+
+/// The defaults the README's command table gives as `(defaults: --flag value, ...)` are the
+/// ones each command's `--help` states, for `run`, `eval` and `view`.
+#[test]
+fn the_readme_gives_each_commands_defaults_as_help_does() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("readme");
+    for cmd in ["run", "eval", "view"] {
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| `emergence {cmd} ")) && l.contains("(defaults: "))
+            .unwrap_or_else(|| panic!("no row of `emergence {cmd}` gives its defaults"));
+        let given = row
+            .split("(defaults: ")
+            .nth(1)
+            .and_then(|r| r.split(')').next())
+            .unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_emergence"))
+            .args([cmd, "--help"])
+            .output()
+            .expect("the binary runs");
+        let help = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut pairs = 0;
+        for pair in given.split(", ") {
+            let (flag, value) = pair.split_once(' ').expect("--flag value");
+            let line = help
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{flag} ")))
+                .unwrap_or_else(|| panic!("`emergence {cmd}` has no {flag}"));
+            assert!(
+                line.contains(&format!("[default: {value}]")),
+                "README.md gives `emergence {cmd} {flag}` the default {value}; --help: {line}"
+            );
+            pairs += 1;
+        }
+        assert!(pairs >= 2, "{cmd}: {given}");
+    }
+}
