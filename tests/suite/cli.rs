@@ -749,3 +749,24 @@ fn check_reads_the_mlp_folders_the_teams_name() {
     let o = emergence(dir.path(), &["check", &good.display().to_string()]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// `run`'s summary says what its team column is: the mean return per agent of the team.
+#[test]
+fn the_run_summary_says_its_returns_are_per_agent() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let scene =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/dilemma/prisoners_dilemma.scene.ron");
+    let o = emergence(
+        dir.path(),
+        &[
+            "run",
+            &scene.display().to_string(),
+            "--arenas",
+            "2",
+            "--quiet",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("mean return per agent"), "{out}");
+}

@@ -347,6 +347,13 @@ fn maze_maps_and_generation() {
     let g = MAZE.replace("family: Maze(),", "family: Maze(generate: (width: 8)),");
     let e = err(&g);
     assert_at(&e, 3, 36, "an odd number from 7 to 63");
+    // A generated maze has no map (docs/scenes.md says `map` must be absent for it).
+    let both = MAZE.replace("family: Maze(),", "family: Maze(generate: (width: 9)),");
+    let e = err(&both);
+    assert!(
+        e.to_string().contains("both a map and family.generate"),
+        "{e}"
+    );
     let solo = r#"(name: "m", family: Maze(generate: (plate_doors: 1)), teams: [(name: "a", policy: "random")])"#;
     let e = err(solo);
     assert_at(&e, 1, 50, "plate doors need one agent on the plate");
