@@ -152,81 +152,6 @@ impl MlpPolicy {
     }
 }
 
-impl MlpPolicy {
-    /// Decides for a network with memory: each agent's state (zeros at its episode's first
-    /// step) into one fused forward for the whole batch, the heads sampled as the `mlp`'s
-    /// are; the state decided from goes in the trace for the trainer, the next one is kept.
-    fn decide_recurrent(
-        &mut self,
-        batch: &mut [Decision<'_>],
-        rows: &[&Encoded],
-        net: &MlpNet,
-    ) -> Result<(), String> {
-        static ZEROS: [f32; HIDDEN] = [0.0; HIDDEN];
-        let states: Vec<&[f32]> = batch
-            .iter()
-            .map(|d| {
-                if d.obs.step == 0 {
-                    &ZEROS[..]
-                } else {
-                    self.states
-                        .get(&d.agent)
-                        .map_or(&ZEROS[..], |s| s.as_slice())
-                }
-            })
-            .collect();
-        let fused = match &mut self.fused {
-            Some(f) if f.fits(net) => f,
-            slot => slot.insert(Fused::new(net)),
-        };
-        fused.infer_from(net, rows, &states)?;
-        let before: Vec<Vec<f32>> = states.iter().map(|s| s.to_vec()).collect();
-        let fused = &*fused;
-        if let Some((d, (i, v))) = batch.iter().enumerate().find_map(|(k, d)| {
-            let mask = d.mask;
-            super::sampling::first_non_finite(fused.logits(k), |i| mask.allows(i as u8))
-                .map(|bad| (d, bad))
-        }) {
-            return Err(format!(
-                "its action distribution is not a distribution (score {v} for action {i} of \
-                 agent {} in arena {}): its weights hold NaN or infinities; stopped",
-                d.agent.slot, d.agent.arena
-            ));
-        }
-        for (k, (d, state)) in batch.iter_mut().zip(before).enumerate() {
-            let mask = d.mask;
-            let (pick, probs, logprob, entropy) =
-                sample(fused.logits(k), |i| mask.allows(i as u8), d.rng);
-            d.action.0 = pick as u8;
-            d.trace.tokens.clear();
-            d.trace.logprob = logprob;
-            d.trace.entropy = entropy;
-            d.trace.probs = probs;
-            d.trace.value = Some(fused.value(k));
-            d.trace.said = None;
-            d.trace.said_logprob = 0.0;
-            d.trace.memory = state;
-        }
-        if fused.talks() {
-            for (k, d) in batch.iter_mut().enumerate() {
-                let (Some(w), Some(say)) = (fused.words(k), d.say.as_deref_mut()) else {
-                    continue;
-                };
-                let (pick, _, logprob, _) = sample(w, |_| true, d.rng);
-                say.0 = pick.checked_sub(1).map(|k| k as u8);
-                d.trace.said = Some(pick as u8);
-                d.trace.said_logprob = logprob;
-            }
-        }
-        for (k, d) in batch.iter().enumerate() {
-            let next = self.states.entry(d.agent).or_default();
-            next.clear();
-            next.extend_from_slice(fused.state(k));
-        }
-        Ok(())
-    }
-}
-
 /// Whether `e` holds nothing (features not encoded this step).
 fn is_empty(e: &Encoded) -> bool {
     e.cells.is_empty() && e.dense.is_empty()
@@ -319,23 +244,26 @@ impl Policy for MlpPolicy {
                 .get_or_insert("observations of different sizes in one scene".into());
             return;
         }
-        if net.memory {
-            if let Err(e) = self.decide_recurrent(batch, &refs, &net) {
-                self.stats.errors += 1;
-                self.failure.get_or_insert(format!("forward pass: {e}"));
-            }
-            self.stats.decisions += batch.len() as u64;
-            self.stats.forwards += 1;
-            self.stats.seconds += start.elapsed().as_secs_f64();
-            return;
-        }
+        // A network with memory: each agent's state, zeros at its episode's first step.
+        static ZEROS: [f32; HIDDEN] = [0.0; HIDDEN];
+        let states: Vec<&[f32]> = if net.memory {
+            batch
+                .iter()
+                .map(|d| match self.states.get(&d.agent) {
+                    Some(s) if d.obs.step > 0 => s.as_slice(),
+                    _ => &ZEROS[..],
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         // The fused forward (plain buffers, kept across steps): the numbers the trainer's
         // fused step computes, without a tensor per operation.
         let fused = match &mut self.fused {
             Some(f) if f.fits(&net) => f,
             slot => slot.insert(Fused::new(&net)),
         };
-        if let Err(e) = fused.infer(&net, &refs) {
+        if let Err(e) = fused.infer_from(&net, &refs, &states) {
             self.stats.errors += 1;
             self.failure.get_or_insert(format!("forward pass: {e}"));
             return;
@@ -366,6 +294,11 @@ impl Policy for MlpPolicy {
             d.trace.value = Some(v);
             d.trace.said = None;
             d.trace.said_logprob = 0.0;
+            // The state decided from, for the trainer's sequences (none without memory).
+            d.trace.memory.clear();
+            d.trace
+                .memory
+                .extend_from_slice(states.get(k).copied().unwrap_or_default());
         }
         // Then what to say: silence (choice 0) or word k (choice k + 1), from its own head.
         if fused.talks() {
@@ -377,6 +310,13 @@ impl Policy for MlpPolicy {
                 say.0 = pick.checked_sub(1).map(|k| k as u8);
                 d.trace.said = Some(pick as u8);
                 d.trace.said_logprob = logprob;
+            }
+        }
+        if net.memory {
+            for (k, d) in batch.iter().enumerate() {
+                let next = self.states.entry(d.agent).or_default();
+                next.clear();
+                next.extend_from_slice(fused.state(k));
             }
         }
         self.stats.decisions += batch.len() as u64;
