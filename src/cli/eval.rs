@@ -31,6 +31,10 @@ pub struct EvalArgs {
     /// Seed of the evaluation's arenas.
     #[arg(long, default_value_t = 1_000_003)]
     pub seed: u64,
+    /// Truncate episodes after this many steps, overriding the scene's `episode.max_steps`
+    /// (e.g. the shortest way out, to see which policies take it).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub max_steps: Option<u32>,
     /// Threads for all the run's compute: Bevy's task pools, and the model's kernels and
     /// matrix products (rayon's pool) [default: one per core]. Several runs with a share each
     /// can run side by side.
@@ -115,6 +119,7 @@ pub fn cmd_eval(args: EvalArgs, ranks: emergence::train::dist::Ranks) -> Result<
     } else {
         load_scene(&scene_path)?
     };
+    let scene = super::apply_overrides(scene, None, args.max_steps)?;
     let spec = EvalSpec {
         scene,
         model: model.clone(),
@@ -199,4 +204,13 @@ fn print_row(r: &emergence::train::eval::EvalResult) {
         f("coop_after_coop"),
         f("coop_after_defect"),
     );
+    // The family's metrics under the row (a matrix game's are its strategy, above).
+    if r.strategy.is_empty() && !r.metrics.is_empty() {
+        let m: Vec<String> = r
+            .metrics
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.3}"))
+            .collect();
+        println!("{:<24} {}", "", m.join(", "));
+    }
 }

@@ -320,6 +320,10 @@ pub struct RandomizeSpec {
     pub shuffle_spawns: bool,
     /// Start agents facing a random direction (otherwise north).
     pub random_facing: bool,
+    /// Mazes: play the map mirrored left to right in half the episodes (a coin from the
+    /// arena's stream at each reset), so which side a thing lies on is learned from what is
+    /// seen, not remembered from the map (the T-maze's randomised goal side, Bakker 2002).
+    pub mirror: bool,
 }
 
 impl Default for RandomizeSpec {
@@ -327,6 +331,7 @@ impl Default for RandomizeSpec {
         Self {
             shuffle_spawns: true,
             random_facing: true,
+            mirror: false,
         }
     }
 }

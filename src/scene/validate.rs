@@ -96,6 +96,15 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
         ));
     }
     check_family(&cx, &spec.family)?;
+    if spec.randomize.mirror && !matches!(spec.family, FamilySpec::Maze(_)) {
+        return Err(cx.value_at(
+            &[Seg::Field("randomize"), Seg::Field("mirror")],
+            rule(
+                format!("mirror is not a rule of the {} family", spec.family.name()),
+                "mirror: false (maps are mirrored only in Maze scenes)",
+            ),
+        ));
+    }
     check_train(&cx, &spec.train)?;
     check_int(
         &cx,

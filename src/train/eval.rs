@@ -58,6 +58,10 @@ pub struct EvalResult {
     /// Matrix games: the model's agents' strategy (`first_cooperation`, `coop_after_coop`,
     /// `coop_after_defect`).
     pub strategy: BTreeMap<String, f64>,
+    /// The family's episode metrics (`success`, `hider_success`, ...), the mean per episode
+    /// (over the seatings, as the returns).
+    #[serde(default)]
+    pub metrics: BTreeMap<String, f64>,
     /// Episodes played.
     pub episodes: u64,
 }
@@ -301,6 +305,7 @@ pub fn evaluate(spec: &EvalSpec, partner: &str) -> Result<EvalResult, TrainError
     let mut counts = StrategyCounts::default();
     let mut matrix = false;
     let mut episodes = 0u64;
+    let mut metrics: BTreeMap<String, f64> = BTreeMap::new();
     for seated in &seatings {
         let mut scene = spec.scene.clone();
         for a in &mut scene.agents {
@@ -369,6 +374,11 @@ pub fn evaluate(spec: &EvalSpec, partner: &str) -> Result<EvalResult, TrainError
             / n;
         partner_sum += log.episodes.iter().map(|e| mean(&others, e)).sum::<f64>() / n;
         episodes += log.episodes.len() as u64;
+        for e in &log.episodes {
+            for (k, v) in &e.metrics {
+                *metrics.entry((*k).to_string()).or_default() += v / n;
+            }
+        }
         let tally = &app.world().resource::<SlotStrategies>().0;
         if !tally.is_empty() {
             matrix = true;
@@ -394,6 +404,7 @@ pub fn evaluate(spec: &EvalSpec, partner: &str) -> Result<EvalResult, TrainError
         } else {
             BTreeMap::new()
         },
+        metrics: metrics.into_iter().map(|(name, v)| (name, v / k)).collect(),
         episodes,
     })
 }

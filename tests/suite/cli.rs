@@ -770,3 +770,64 @@ fn the_run_summary_says_its_returns_are_per_agent() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("mean return per agent"), "{out}");
 }
+
+/// `eval --max-steps` plays the episodes cut where asked, and a grid scene's evaluation
+/// prints the family's metrics under each partner's row (and writes them to --json).
+#[test]
+fn eval_cuts_episodes_at_max_steps_and_prints_the_familys_metrics() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let scene = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/maze/memory_corridor.scene.ron");
+    let scene = scene.to_str().expect("utf-8 path");
+    let o = emergence(
+        d,
+        &[
+            "train",
+            scene,
+            "--learner",
+            "gru",
+            "--iterations",
+            "1",
+            "--arenas",
+            "4",
+            "--out",
+            "run",
+            "--quiet",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    for (cut, steps) in [(None, "30.000"), (Some("3"), "3.000")] {
+        let json = format!("eval{steps}.json");
+        let mut args = vec![
+            "eval",
+            "run",
+            "--against",
+            "self,random",
+            "--arenas",
+            "8",
+            "--json",
+        ];
+        args.push(&json);
+        if let Some(c) = cut {
+            args.extend(["--max-steps", c]);
+        }
+        let o = emergence(d, &args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        // Nobody untrained gets out within 3 steps (the shortest way is 7); few within 30.
+        let lines: Vec<&str> = out.lines().filter(|l| l.contains("success")).collect();
+        assert_eq!(lines.len(), 2, "a metrics line per partner: {out}");
+        if cut.is_some() {
+            for l in &lines {
+                assert!(
+                    l.contains(&format!("steps_to_exit {steps}")) && l.contains("success 0.000"),
+                    "{out}"
+                );
+            }
+        }
+        let written: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join(&json)).expect("json"))
+                .expect("json");
+        assert!(written[0]["metrics"]["success"].is_number(), "{written}");
+    }
+}

@@ -446,3 +446,73 @@ fn split_knowledge_gives_each_agent_its_own_part() {
     let full = knowledge("Full");
     assert!(full.iter().all(|m| m.iter().all(|&c| c != view::UNKNOWN)));
 }
+
+/// `randomize: (mirror: true)` (the shipped memory corridor) plays the map mirrored in about
+/// half the episodes: the exit and the pocket beside the start swap sides together, and at
+/// the junction (after four steps north) every arena's agent sees the same window and map,
+/// whichever side the exit is on; so only memory of the start tells the sides apart. The
+/// same scene without `mirror` never mirrors.
+#[test]
+fn a_mirrored_maze_swaps_sides_and_the_junction_looks_the_same() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenes/maze/memory_corridor.scene.ron"
+    );
+    let src = std::fs::read_to_string(path)
+        .expect("scene")
+        .replace("policy: \"maze_planner\"", "policy: \"random\"");
+    let arenas = 64;
+    let exits = |mirror: bool| {
+        let src = if mirror {
+            src.clone()
+        } else {
+            src.replace("mirror: true", "mirror: false")
+        };
+        let mut app = test_app(&src, arenas, 1, 7);
+        let north = Script {
+            moves: vec![vec![act::NORTH; 4]],
+            says: vec![],
+        };
+        app.world_mut()
+            .resource_mut::<PolicyRegistry>()
+            .insert("random", Box::new(north));
+        step(&mut app, 1);
+        let mut sides = Vec::new();
+        for i in 0..arenas as usize {
+            let m = app.world().get::<MazeArena>(arena(&app, i)).expect("maze");
+            let exit = m.layout.exits[0] as usize;
+            let (ex, w) = (exit % m.width(), m.width());
+            let pocket = |x: usize| view::kind(m.tiles[5 * w + x]) == view::FLOOR;
+            assert!(ex == 1 || ex == 7, "exit at x = {ex}");
+            assert_eq!(
+                (pocket(3), pocket(5)),
+                (ex == 1, ex == 7),
+                "the pocket is on the exit's side"
+            );
+            sides.push(ex == 7);
+        }
+        // Observations are written before the step's moves: the fifth shows the fourth move.
+        step(&mut app, 4);
+        let seen: Vec<(Vec<u8>, Vec<u8>, u32)> = (0..arenas as usize)
+            .map(|i| {
+                let o = app
+                    .world()
+                    .get::<Observation>(agents(&app, i)[0])
+                    .expect("obs");
+                assert_eq!(o.pos, [4, 1], "at the junction");
+                (o.view.clone(), o.map.clone(), o.step)
+            })
+            .collect();
+        assert!(
+            seen.iter().all(|s| *s == seen[0]),
+            "the junction looks different on the two sides"
+        );
+        sides.iter().filter(|&&m| m).count()
+    };
+    let mirrored = exits(true);
+    assert!(
+        (16..=48).contains(&mirrored),
+        "{mirrored} of {arenas} episodes mirrored"
+    );
+    assert_eq!(exits(false), 0, "a scene without mirror was mirrored");
+}

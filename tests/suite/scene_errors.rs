@@ -371,4 +371,21 @@ fn maze_maps_and_generation() {
         "family: Maze(vocabulary: [\"go\", \"go\"]),",
     ));
     assert_at(&e, 3, 37, "family.vocabulary[1]");
+    // Mirroring is a maze rule: another family's scene that asks for it is refused there.
+    let mirrored = GOOD.replace(
+        "teams: [(name: \"h\", policy: \"random\")],",
+        "teams: [(name: \"h\", policy: \"random\")],\n    randomize: (mirror: true),",
+    );
+    let e = err(&mirrored);
+    assert_at(
+        &e,
+        11,
+        25,
+        "mirror is not a rule of the CommonsHarvest family",
+    );
+    parse_scene(
+        &mirrored.replace("mirror: true", "mirror: false"),
+        Path::new("ok.scene.ron"),
+    )
+    .expect("mirror: false is every family's");
 }

@@ -112,6 +112,26 @@ impl Layout {
         )
     }
 
+    /// The same maze mirrored left to right: cell `(x, y)` becomes `(width − 1 − x, y)`,
+    /// spawn cells with it (a team's cells keep their order).
+    pub fn mirrored(&self) -> Self {
+        let w = self.width;
+        let flip = |i: usize| i - i % w + (w - 1 - i % w);
+        let cells = |v: &[u32]| {
+            v.iter()
+                .map(|&i| flip(i as usize) as u32)
+                .collect::<Vec<u32>>()
+        };
+        let tiles = (0..self.tiles.len()).map(|i| self.tiles[flip(i)]).collect();
+        Self::new(
+            w,
+            self.height,
+            tiles,
+            self.team_cells.iter().map(|c| cells(c)).collect(),
+            cells(&self.shared),
+        )
+    }
+
     /// Every spawn cell (teams' own, then shared).
     pub fn start_cells(&self) -> Vec<u32> {
         let mut v: Vec<u32> = self.team_cells.iter().flatten().copied().collect();

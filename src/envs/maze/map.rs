@@ -46,6 +46,8 @@ pub struct MazeRules {
     pub generate: Option<GenerateSpec>,
     /// Shuffle spawn cells each episode (fixed maps).
     pub shuffle_spawns: bool,
+    /// Play the layout mirrored left to right in half the episodes.
+    pub mirror: bool,
     /// Team of each slot.
     pub slot_team: Vec<u8>,
 }
@@ -57,6 +59,10 @@ pub struct MazeArena {
     pub rules: Arc<MazeRules>,
     /// The layout of the current episode.
     pub layout: Arc<Layout>,
+    /// The layout before mirroring: the scene's, or this episode's generated maze.
+    pub base: Arc<Layout>,
+    /// `base` mirrored, made at the first mirrored episode of a fixed map.
+    mirror_image: Option<Arc<Layout>>,
     /// Cell codes now, row-major.
     pub tiles: Vec<u8>,
     /// Position of each slot.
@@ -99,9 +105,12 @@ impl MazeArena {
                 words: p.vocabulary.len(),
                 generate: p.generate.clone(),
                 shuffle_spawns: scene.spec.randomize.shuffle_spawns,
+                mirror: scene.spec.randomize.mirror,
                 slot_team: scene.agents.iter().map(|a| a.team).collect(),
             }),
             tiles: layout.tiles.clone(),
+            base: Arc::new(layout.clone()),
+            mirror_image: None,
             layout: Arc::new(layout),
             pos: vec![IVec2::ZERO; n],
             keys: vec![0; n],
@@ -165,7 +174,8 @@ impl MazeArena {
 }
 
 /// Lays out the maze and places the agents of arenas starting an episode: a new maze for
-/// generated scenes (from the fixed seed, or drawn from the arena's stream), spawn cells
+/// generated scenes (from the fixed seed, or drawn from the arena's stream), mirrored on a
+/// coin where the scene asks (`randomize: (mirror: true)`), spawn cells
 /// in team order (shuffled if the scene asks), empty pockets, silence, and, for scattered
 /// knowledge, a fresh owner for every cell.
 pub fn reset_mazes(
@@ -184,8 +194,18 @@ pub fn reset_mazes(
                 None => rng.0.random(),
             };
             let mut grng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(seed);
-            maze.layout = Arc::new(generate(g, n, &mut grng));
+            maze.base = Arc::new(generate(g, n, &mut grng));
+            maze.mirror_image = None;
         }
+        // The coin is drawn only in scenes that mirror, so other scenes' streams are unchanged.
+        maze.layout = if maze.rules.mirror && rng.0.random::<bool>() {
+            let base = maze.base.clone();
+            maze.mirror_image
+                .get_or_insert_with(|| Arc::new(base.mirrored()))
+                .clone()
+        } else {
+            maze.base.clone()
+        };
         let layout = maze.layout.clone();
         maze.tiles.clear();
         maze.tiles.extend_from_slice(&layout.tiles);
