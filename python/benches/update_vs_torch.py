@@ -10,11 +10,25 @@ batch; PyTorch runs CleanRL's PPO update (ppo.py's loop) twice: with an `Embeddi
 layer (the cells as a sum of embedding rows, PyTorch's fastest way to read one-hot input) and
 with the one-hot input dense (1,525 columns, as a plain `nn.Linear` reads it).
 
+Two kinds of rows (`--rows`, both by default): `uniform`, every cell's code drawn uniformly
+from the 16 (the fused step's worst case: it costs a cell nothing when the cell shows the code
+most of the minibatch shows there, and uniform cells almost never do), and `quadrant`, the
+shipped quadrant scene played by random agents (64 arenas, 200 steps: what an iteration of
+`emergence train` on it updates on; about 80% of cells at their usual code). Each contender
+gets rows of the kind (emergence records its own with its trainer's features; PyTorch's are
+played here through `VectorEnv`), the same shapes either way.
+
 The rounds alternate the contenders on the same thread count and report each one's median
 seconds per update and the ratio PyTorch / emergence. Run (after `maturin develop --release`
 in python/, or with the wheel installed):
 
     python python/benches/update_vs_torch.py --threads 1 2 --rounds 5
+
+numpy's OpenBLAS is held to one thread (`OPENBLAS_NUM_THREADS=1`, unless set): its idle
+workers spin on the cores after each call, and on a two-core machine they took a core from
+whichever contender ran next (emergence's update on 2 threads: 0.252 s with them, 0.194 s
+without, in one session). Neither contender uses numpy's BLAS; PyTorch's threads are
+`torch.set_num_threads`'.
 
 Without torch installed the PyTorch rows are skipped with a message and emergence's time is
 still printed. Issue 35's target: emergence at least 5x faster than the EmbeddingBag update on
@@ -24,11 +38,14 @@ the same threads.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
 
-import numpy as np
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402  (after the thread count above)
 
 CELLS, CODES, DENSE, HIDDEN, ACTIONS = 91, 16, 69, 64, 9
 
@@ -50,6 +67,29 @@ def make_batch(n: int, seed: int) -> dict:
         "returns": rng.normal(size=n).astype(np.float32),
         "values": rng.normal(size=n).astype(np.float32) * 0.1,
     }
+
+
+def quadrant_batch(emergence, n: int, seed: int) -> dict:
+    """`n` decisions of the shipped quadrant scene played by random agents (whole episodes of
+    200 steps of its 4 agents, as many arenas as that takes): the cells, header fields and
+    legal masks as played, the rest as `make_batch` draws it."""
+    arenas = -(-n // 800)
+    env = emergence.VectorEnv("quadrant", arenas, seed=seed)
+    rng = np.random.default_rng(seed)
+    obs, _ = env.reset()
+    cells, dense, legal = [], [], []
+    for _ in range(200):
+        cells.append(obs["cells"].reshape(-1, obs["cells"].shape[-1]))
+        dense.append(obs["dense"].reshape(-1, obs["dense"].shape[-1]))
+        legal.append(obs["action_mask"].reshape(-1, obs["action_mask"].shape[-1]).astype(bool))
+        obs, *_ = env.step(env.sample_actions(rng, obs))
+    batch = make_batch(n, seed)
+    batch["cells"] = np.concatenate(cells)[:n].astype(np.int64)
+    batch["dense"] = np.concatenate(dense)[:n].astype(np.float32)
+    batch["legal"] = np.concatenate(legal)[:n]
+    batch["legal"][np.arange(n), batch["actions"]] = True
+    assert batch["cells"].shape == (n, CELLS) and batch["dense"].shape == (n, DENSE)
+    return batch
 
 
 def torch_update(torch, batch: dict, epochs: int, minibatch: int, embedding_bag: bool, seed: int):
@@ -128,6 +168,7 @@ def main() -> int:
     p.add_argument("--minibatch", type=int, default=1024)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rows", nargs="+", choices=["uniform", "quadrant"], default=["uniform", "quadrant"])
     args = p.parse_args()
 
     try:
@@ -144,39 +185,41 @@ def main() -> int:
             "(pip install torch to compare); emergence's update alone follows."
         )
 
-    batch = make_batch(args.samples, seed=0)
     print(
         f"one PPO update: {args.samples} decisions x {args.epochs} epochs, minibatches of "
         f"{args.minibatch} ({args.samples * args.epochs // args.minibatch} gradient steps); "
         f"{args.rounds} rounds, contenders alternating; median seconds per update"
     )
-    header = f"{'threads':>7}  {'emergence':>10}"
+    header = f"{'rows':>8}  {'threads':>7}  {'emergence':>10}"
     if torch is not None:
         header += f"  {'torch bag':>10}  {'torch dense':>11}  {'bag/emergence':>13}  {'dense/emergence':>15}"
     print(header)
-    for threads in args.threads:
-        times = {"emergence": [], "bag": [], "dense": []}
-        if torch is not None:
-            torch.set_num_threads(threads)
-        for r in range(args.rounds):
-            times["emergence"].append(
-                emergence.bench_mlp_update(
-                    samples=args.samples,
-                    epochs=args.epochs,
-                    minibatch=args.minibatch,
-                    threads=threads,
-                    seed=r,
-                )
-            )
+    for rows in args.rows:
+        batch = make_batch(args.samples, seed=0) if rows == "uniform" else quadrant_batch(emergence, args.samples, seed=0)
+        for threads in args.threads:
+            times = {"emergence": [], "bag": [], "dense": []}
             if torch is not None:
-                times["bag"].append(torch_update(torch, batch, args.epochs, args.minibatch, True, r))
-                times["dense"].append(torch_update(torch, batch, args.epochs, args.minibatch, False, r))
-        e = statistics.median(times["emergence"])
-        row = f"{threads:>7}  {e:>10.3f}"
-        if torch is not None:
-            b, d = statistics.median(times["bag"]), statistics.median(times["dense"])
-            row += f"  {b:>10.3f}  {d:>11.3f}  {b / e:>12.1f}x  {d / e:>14.1f}x"
-        print(row, flush=True)
+                torch.set_num_threads(threads)
+            for r in range(args.rounds):
+                times["emergence"].append(
+                    emergence.bench_mlp_update(
+                        samples=args.samples,
+                        epochs=args.epochs,
+                        minibatch=args.minibatch,
+                        threads=threads,
+                        seed=r,
+                        rows=rows,
+                    )
+                )
+                if torch is not None:
+                    times["bag"].append(torch_update(torch, batch, args.epochs, args.minibatch, True, r))
+                    times["dense"].append(torch_update(torch, batch, args.epochs, args.minibatch, False, r))
+            e = statistics.median(times["emergence"])
+            row = f"{rows:>8}  {threads:>7}  {e:>10.3f}"
+            if torch is not None:
+                b, d = statistics.median(times["bag"]), statistics.median(times["dense"])
+                row += f"  {b:>10.3f}  {d:>11.3f}  {b / e:>12.1f}x  {d / e:>14.1f}x"
+            print(row, flush=True)
     return 0
 
 

@@ -1177,9 +1177,11 @@ fn policies() -> Vec<(String, Vec<String>)> {
 /// hide-and-seek quadrant's (91 view cells over 16 codes, 69 header fields, 9 actions),
 /// `epochs` passes in minibatches of `minibatch`, the PPO loss with a value head, on
 /// `threads` threads. The batch and the trainer are made before the clock starts.
+/// `rows`: `"uniform"` (every cell's code drawn uniformly: the fused path's worst case) or
+/// `"quadrant"` (the shipped quadrant scene played by random agents: what `train` updates on).
 /// `python/benches/update_vs_torch.py` times PyTorch's update of the same shapes against it.
 #[pyfunction]
-#[pyo3(signature = (samples=51_200, epochs=4, minibatch=1024, threads=1, seed=0))]
+#[pyo3(signature = (samples=51_200, epochs=4, minibatch=1024, threads=1, seed=0, rows="uniform"))]
 fn bench_mlp_update(
     py: Python<'_>,
     samples: usize,
@@ -1187,8 +1189,18 @@ fn bench_mlp_update(
     minibatch: usize,
     threads: usize,
     seed: u64,
+    rows: &str,
 ) -> PyResult<f64> {
-    use emergence::train::bench::{UpdateBench, time_update};
+    use emergence::train::bench::{Rows, UpdateBench, time_update};
+    let rows = match rows {
+        "uniform" => Rows::Uniform,
+        "quadrant" => Rows::Quadrant,
+        other => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "rows={other:?}: expected \"uniform\" or \"quadrant\""
+            )));
+        }
+    };
     if samples == 0 || epochs == 0 || minibatch == 0 || threads == 0 {
         return Err(pyo3::exceptions::PyValueError::new_err(
             "samples, epochs, minibatch and threads must be positive",
@@ -1201,6 +1213,7 @@ fn bench_mlp_update(
         epochs,
         minibatch,
         seed,
+        rows,
         ..Default::default()
     };
     py.detach(|| time_update(spec, threads))

@@ -260,7 +260,15 @@ fn check_hide_seek(cx: &Ctx<'_>, h: &HideSeekParams) -> Result<(), SceneError> {
             out_of_range("family.vision_cone", c, "an angle in degrees in (0, 360]"),
         ));
     }
-    check_range(cx, &f("reward"), "family.reward", h.reward, -1e6, 1e6)
+    check_range(cx, &f("reward"), "family.reward", h.reward, -1e6, 1e6)?;
+    check_range(
+        cx,
+        &f("door_dropout"),
+        "family.door_dropout",
+        h.door_dropout,
+        0.0,
+        1.0,
+    )
 }
 
 fn check_maze(cx: &Ctx<'_>, m: &MazeParams) -> Result<(), SceneError> {

@@ -15,6 +15,10 @@ pub struct HideSeekParams {
     pub vision_cone: f32,
     /// Size of the per-step team reward (hiders +r when no hider is seen, else −r).
     pub reward: f32,
+    /// Probability that one of the map's doorways, drawn at random, is walled up for an
+    /// episode (Baker et al.'s `p_door_dropout`, 0.5 in their quadrant game: half the
+    /// episodes have one door fewer). Maps with two doorways or more.
+    pub door_dropout: f32,
 }
 
 impl Default for HideSeekParams {
@@ -24,6 +28,7 @@ impl Default for HideSeekParams {
             vision_range: 6,
             vision_cone: 135.0,
             reward: 1.0,
+            door_dropout: 0.0,
         }
     }
 }

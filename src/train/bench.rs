@@ -34,6 +34,23 @@ pub struct UpdateBench {
     pub minibatch: usize,
     /// Seeds the weights, the batch and the minibatch order.
     pub seed: u64,
+    /// Where the decisions' observations come from.
+    pub rows: Rows,
+}
+
+/// Where a bench's observations come from. The fused step costs a cell nothing when it shows
+/// its usual code (the one most of the minibatch's rows show there), so the figures depend on
+/// the rows; PyTorch's update does the same arithmetic whatever the values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Rows {
+    /// Every cell drawn uniformly from the 16 codes, every header field from ±1: 15 of 16
+    /// cells away from their usual code, the fused path's worst case.
+    #[default]
+    Uniform,
+    /// The shipped quadrant scene (`scenes/hide_and_seek/quadrant.scene.ron`, the sizes
+    /// above) played by random agents, each decision's features as `train` records them:
+    /// what an iteration of `emergence train` on it updates on.
+    Quadrant,
 }
 
 impl Default for UpdateBench {
@@ -46,6 +63,7 @@ impl Default for UpdateBench {
             epochs: 4,
             minibatch: 1024,
             seed: 0,
+            rows: Rows::Uniform,
         }
     }
 }
@@ -72,11 +90,24 @@ impl MlpUpdate {
         let trainer = Trainer::new_mlp(&handle, ACTIONS, spec.algo, hyper, spec.seed, &device)?;
         let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
         let slots = 4;
+        let mut played = match spec.rows {
+            Rows::Uniform => None,
+            Rows::Quadrant => Some(quadrant_rows(spec.arenas, spec.steps, spec.seed)?.into_iter()),
+        };
         let mut trajectories = Vec::new();
         for arena in 0..spec.arenas {
             for slot in 0..slots {
+                let mut seen = played.as_mut().and_then(|p| p.next());
                 let steps = (0..spec.steps)
-                    .map(|_| random_step(&mut rng))
+                    .map(|t| {
+                        let mut step = random_step(&mut rng);
+                        if let Some((encoded, legal)) = seen.as_mut().and_then(|s| s.get_mut(t)) {
+                            step.encoded = std::mem::take(encoded);
+                            step.legal = std::mem::take(legal);
+                            step.legal[usize::from(step.action)] = true;
+                        }
+                        step
+                    })
                     .collect::<Vec<_>>();
                 trajectories.push(Trajectory {
                     arena: arena as u32,
@@ -120,6 +151,66 @@ pub fn time_update(spec: UpdateBench, threads: usize) -> Result<f64, TrainError>
     pool.install(|| MlpUpdate::new(spec)?.run().map(|s| s.update_seconds))
 }
 
+/// The features and legal actions of every agent (arena by arena, slot by slot) at each of
+/// `steps` steps of the shipped quadrant scene, every agent playing `random`.
+#[allow(clippy::type_complexity)]
+fn quadrant_rows(
+    arenas: usize,
+    steps: usize,
+    seed: u64,
+) -> Result<Vec<Vec<(Encoded, Vec<bool>)>>, TrainError> {
+    use crate::core::{ActionMask, ArenaAgents, Arenas, EncodeFeatures, Features};
+    use crate::headless::{RunConfig, build_app};
+    let path = "scenes/hide_and_seek/quadrant.scene.ron";
+    let text = crate::scene::shipped()
+        .into_iter()
+        .find(|(p, _)| p.as_path() == std::path::Path::new(path))
+        .map(|(_, t)| t)
+        .ok_or_else(|| TrainError::Config(format!("{path} is not shipped")))?;
+    let mut scene = crate::load::parse_scene(text, std::path::Path::new(path))
+        .map_err(|e| TrainError::Config(e.to_string()))?;
+    for a in &mut scene.agents {
+        a.policy = "random".into();
+    }
+    scene.spec.episode.max_steps = steps as u32;
+    let mut run = RunConfig::new(scene);
+    run.arenas = arenas as u32;
+    run.seed = seed;
+    run.record_arenas = Vec::new();
+    let mut app = build_app(&run)?;
+    app.insert_resource(EncodeFeatures);
+    let mut out: Vec<Vec<(Encoded, Vec<bool>)>> = Vec::new();
+    for _ in 0..steps {
+        app.update();
+        let world = app.world();
+        let mut k = 0;
+        for &arena in &world.resource::<Arenas>().entities {
+            let Some(members) = world.get::<ArenaAgents>(arena) else {
+                continue;
+            };
+            for &e in members.entities() {
+                let (Some(f), Some(mask)) = (world.get::<Features>(e), world.get::<ActionMask>(e))
+                else {
+                    continue;
+                };
+                if out.len() <= k {
+                    out.push(Vec::with_capacity(steps));
+                }
+                let legal = (0..ACTIONS).map(|a| mask.0 & (1 << a) != 0).collect();
+                out[k].push((f.0.clone(), legal));
+                k += 1;
+            }
+        }
+    }
+    if out.iter().any(|r| {
+        r.first()
+            .is_some_and(|(e, _)| e.cells.len() != CELLS || e.dense.len() != DENSE)
+    }) {
+        return Err(TrainError::Config(format!("{path}: not the bench's sizes")));
+    }
+    Ok(out)
+}
+
 /// A decision of random cells and fields, legal actions (the taken one always), a
 /// log-probability near a uniform policy's, a value and a reward.
 fn random_step(rng: &mut ChaCha8Rng) -> Step {
@@ -160,5 +251,43 @@ mod tests {
         // 2400 decisions in minibatches of 1024: 3 a pass, 4 passes.
         assert_eq!((s.steps, s.skipped, s.samples), (12, 0, 2400));
         assert!(s.grad_norm > 0.0 && s.update_seconds > 0.0, "{s:?}");
+    }
+
+    /// The played rows are the quadrant's: its sizes, most cells at the code most rows show
+    /// there (the uniform rows: about one in sixteen), legal masks with the taken action in.
+    #[test]
+    fn the_quadrant_rows_are_played_observations() {
+        let usual = |u: &MlpUpdate| {
+            let rows: Vec<&Step> = u.batch.trajectories.iter().flat_map(|t| &t.steps).collect();
+            let mut at_usual = 0usize;
+            for k in 0..CELLS {
+                let mut counts = [0usize; CODES];
+                for r in &rows {
+                    counts[usize::from(r.encoded.cells[k])] += 1;
+                }
+                at_usual += counts.iter().max().unwrap();
+            }
+            assert!(rows.iter().all(|r| r.legal[usize::from(r.action)]));
+            at_usual as f64 / (rows.len() * CELLS) as f64
+        };
+        let spec = UpdateBench {
+            arenas: 2,
+            steps: 50,
+            ..Default::default()
+        };
+        let played = MlpUpdate::new(UpdateBench {
+            rows: Rows::Quadrant,
+            ..spec
+        })
+        .unwrap();
+        let uniform = MlpUpdate::new(spec).unwrap();
+        assert_eq!(played.samples(), 400);
+        let (p, u) = (usual(&played), usual(&uniform));
+        assert!(
+            p > 0.6 && u < 0.2,
+            "cells at their usual code: played {p}, uniform {u}"
+        );
+        let first = &played.batch.trajectories[0].steps[0].encoded;
+        assert_eq!((first.cells.len(), first.dense.len()), (CELLS, DENSE));
     }
 }

@@ -377,3 +377,68 @@ fn the_quadrant_game_favours_the_seekers_untrained_and_a_fort_wins() {
     assert!(shut >= 0.8, "the builders' doorways: {shut}");
     assert!(by_chance <= 0.05, "random hiders build forts: {by_chance}");
 }
+
+/// `door_dropout` (Baker et al.'s `p_door_dropout`): the quadrant game with 0.5 walls one of
+/// its two doorways up in about half the episodes, a different one from episode to episode;
+/// the episode's doorways (what `fort_prep_end` counts over) are the ones left open; with 0
+/// nothing changes. A map without two doorways to drop is refused at the parameter.
+#[test]
+fn door_dropout_walls_one_doorway_in_about_half_the_episodes() {
+    use emergence::envs::hide_and_seek::view;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenes/hide_and_seek/quadrant_game.scene.ron");
+    let src = std::fs::read_to_string(&path).expect("scene");
+    let doors = [IVec2::new(9, 6), IVec2::new(6, 9)];
+    let walled = |p: f32| {
+        let src = src.replace(
+            "        reward: 1.0,\n",
+            &format!("        reward: 1.0,\n        door_dropout: {p:?},\n"),
+        );
+        let arenas = 64;
+        let mut app = test_app(&src, arenas, 1, 11);
+        step(&mut app, 1);
+        let mut which = [0usize; 2];
+        for i in 0..arenas as usize {
+            let a = app.world().get::<HnsArena>(arena(&app, i)).expect("arena");
+            let shut: Vec<usize> = (0..2)
+                .filter(|&k| a.tiles.get(doors[k]) == Some(view::WALL))
+                .collect();
+            assert!(shut.len() <= 1, "both doorways walled up");
+            let open: Vec<IVec2> = doors
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| !shut.contains(k))
+                .map(|(_, &d)| d)
+                .collect();
+            assert_eq!(
+                *a.doorways, open,
+                "the episode's doorways are the open ones"
+            );
+            for k in shut {
+                which[k] += 1;
+            }
+        }
+        which
+    };
+    let [a, b] = walled(0.5);
+    assert!((16..=48).contains(&(a + b)), "{} of 64 walled up", a + b);
+    assert!(a > 0 && b > 0, "always the same doorway: {a} / {b}");
+    assert_eq!(walled(0.0), [0, 0]);
+    // One doorway only: nothing to drop.
+    let one = scene_src(
+        &["#######", "#h.#..#", "#s....#", "#..#..#", "#######"],
+        0.4,
+        4,
+    )
+    .replace(
+        "vision_cone: 135.0)",
+        "vision_cone: 135.0, door_dropout: 0.5)",
+    );
+    let e = emergence::load::parse_scene(&one, std::path::Path::new("bad.scene.ron"))
+        .expect_err("refused");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("bad.scene.ron:3:") && text.contains("door_dropout walls up one"),
+        "{text}"
+    );
+}

@@ -1,7 +1,34 @@
-//! The scene rules of hide-and-seek: every team is a side, and both sides play.
+//! The scene rules of hide-and-seek: every team is a side, and both sides play; a door
+//! dropout needs doorways to drop.
 
 use crate::scene::locate::Seg;
-use crate::scene::{Ctx, SceneError, SceneSpec, rule};
+use crate::scene::{Ctx, FAM, FamilySpec, Scene, SceneError, SceneSpec, rule};
+
+/// `door_dropout` above 0: the map has two doorways or more that may be walled up (no box,
+/// ramp or spawn cell on them), so that a room keeps a way in.
+pub(crate) fn check_door_dropout(cx: &Ctx<'_>, scene: &Scene) -> Result<(), SceneError> {
+    let FamilySpec::HideAndSeek(p) = &scene.spec.family else {
+        return Ok(());
+    };
+    if p.door_dropout <= 0.0 {
+        return Ok(());
+    }
+    let arena = super::HnsArena::from_scene(scene, p);
+    let n = arena.droppable_doorways().len();
+    if n < 2 {
+        return Err(cx.value_at(
+            &[FAM, Seg::Field("door_dropout")],
+            rule(
+                format!(
+                    "door_dropout walls up one of the map's doorways, and it has {n} that \
+                     may be (one-cell gaps in a wall line, with no box, ramp or spawn cell)"
+                ),
+                "a map with two doorways or more, or door_dropout: 0.0",
+            ),
+        ));
+    }
+    Ok(())
+}
 
 /// Hide-and-seek teams: every team's role is `hider` or `seeker`, and both sides exist.
 pub(crate) fn check_teams(cx: &Ctx<'_>, spec: &SceneSpec) -> Result<(), SceneError> {

@@ -20,7 +20,8 @@ impl Family for HideAndSeek {
         ACTIONS.iter().map(|s| s.to_string()).collect()
     }
     fn check(&self, cx: &Ctx<'_>, scene: &Scene) -> Result<(), SceneError> {
-        check::check_teams(cx, &scene.spec)
+        check::check_teams(cx, &scene.spec)?;
+        check::check_door_dropout(cx, scene)
     }
     fn spawner(&self, scene: &Scene) -> Box<dyn Spawner> {
         let FamilySpec::HideAndSeek(p) = &scene.spec.family else {

@@ -94,9 +94,16 @@ pub struct HnsArena {
     pub team: Arc<Vec<u8>>,
     /// Start cells.
     pub spawns: Arc<SpawnCells>,
-    /// The map's doorways: floor cells in a one-cell gap of a wall line (walls on two
+    /// This episode's doorways: floor cells in a one-cell gap of a wall line (walls on two
     /// opposite sides, open on the other two), where a box shuts a room.
     pub doorways: Arc<Vec<IVec2>>,
+    /// The scene's tiles and doorways, before a door dropout.
+    scene_map: (Arc<Grid<u8>>, Arc<Vec<IVec2>>),
+    /// Per doorway that may be walled up ([`HnsArena::droppable_doorways`]): the tiles with
+    /// it walled and the doorways left.
+    dropped: Arc<Vec<(Arc<Grid<u8>>, Arc<Vec<IVec2>>)>>,
+    /// Probability that an episode walls one of them up.
+    door_dropout: f32,
     /// Steps of preparation at the start of each episode.
     pub prep_steps: u32,
     /// Per-step team reward size.
@@ -149,13 +156,14 @@ impl HnsArena {
             }
         }
         let max_steps = scene.spec.episode.max_steps;
-        let doorways = doorways(&tiles);
+        let doorways = Arc::new(doorways(&tiles));
+        let tiles = Arc::new(tiles);
         let side = scene
             .agents
             .iter()
             .map(|a| side_of(&scene.roles[usize::from(a.role)]))
             .collect();
-        Self {
+        let mut arena = Self {
             opaque: Grid::filled(scene.width, scene.height, false),
             codes: [
                 Grid::filled(scene.width, scene.height, 0),
@@ -164,13 +172,16 @@ impl HnsArena {
             obj: Grid::filled(scene.width, scene.height, 0),
             occ: Grid::filled(scene.width, scene.height, 0),
             seats: vec![IVec2::ZERO; scene.agents.len()],
-            tiles: Arc::new(tiles),
+            scene_map: (tiles.clone(), doorways.clone()),
+            dropped: Arc::new(Vec::new()),
+            door_dropout: p.door_dropout,
+            tiles,
             template: Arc::new(objects.clone()),
             objects,
             side: Arc::new(side),
             team: Arc::new(scene.agents.iter().map(|a| a.team).collect()),
             spawns: Arc::new(SpawnCells::from_scene(scene)),
-            doorways: Arc::new(doorways),
+            doorways,
             prep_steps: (p.prep_fraction * max_steps as f32).floor() as u32,
             reward: p.reward,
             vision: Arc::new(Vision::new(p.vision_cone, p.vision_range)),
@@ -178,7 +189,38 @@ impl HnsArena {
             stats: HnsStats::default(),
             shuffle_spawns: scene.spec.randomize.shuffle_spawns,
             random_facing: scene.spec.randomize.random_facing,
+        };
+        if arena.door_dropout > 0.0 {
+            let (tiles, doorways) = arena.scene_map.clone();
+            let dropped = arena
+                .droppable_doorways()
+                .into_iter()
+                .map(|d| {
+                    let mut walled = (*tiles).clone();
+                    let i = walled.index(d);
+                    walled.cells_mut()[i] = view::WALL;
+                    let left = doorways.iter().copied().filter(|&p| p != d).collect();
+                    (Arc::new(walled), Arc::new(left))
+                })
+                .collect();
+            arena.dropped = Arc::new(dropped);
         }
+        arena
+    }
+
+    /// The scene's doorways that a door dropout may wall up: no box or ramp starts on them
+    /// and no agent does.
+    pub fn droppable_doorways(&self) -> Vec<IVec2> {
+        let spawn = |p: IVec2| {
+            let i = self.scene_map.0.index(p) as u32;
+            self.spawns.shared.contains(&i) || self.spawns.team_cells.iter().any(|c| c.contains(&i))
+        };
+        self.scene_map
+            .1
+            .iter()
+            .copied()
+            .filter(|&p| !self.template.iter().any(|o| o.pos == p) && !spawn(p))
+            .collect()
     }
 
     /// Whether sight is stopped at `p` (walls, boxes, off the map).
@@ -299,6 +341,22 @@ pub fn reset_hide_and_seek(
             continue;
         }
         let arena = &mut *arena;
+        // The door dropout's draws only where the scene asks for one, so that other scenes'
+        // streams are unchanged.
+        if arena.door_dropout > 0.0 {
+            let (tiles, doorways) = if rng.0.random::<f32>() < arena.door_dropout {
+                let k = rng.0.random_range(0..arena.dropped.len().max(1));
+                arena
+                    .dropped
+                    .get(k)
+                    .cloned()
+                    .unwrap_or_else(|| arena.scene_map.clone())
+            } else {
+                arena.scene_map.clone()
+            };
+            arena.tiles = tiles;
+            arena.doorways = doorways;
+        }
         arena.objects.clone_from(&arena.template);
         arena.obj.cells_mut().fill(0);
         for (i, o) in arena.objects.iter().enumerate() {

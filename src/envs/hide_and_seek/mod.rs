@@ -13,8 +13,9 @@
 //! | Observation | Egocentric window, `2·range+1` wide and `range+1` deep (deeper behind for cones over 180°), row 0 farthest ahead: every cell the agent sees with its content (codes in [`view`]: locks as "ours" or "theirs"), `?` elsewhere. Also: own map position and facing, the agents it sees, whether it holds an object, the preparation steps left. Oracle bots (`fort_builder`) also get the whole map. |
 //! | Rewards | After preparation, every step: hiders +`reward` (1) if no hider is seen by any seeker, else −`reward`; seekers the opposite. Per agent, the side's reward. |
 //! | Termination | None by the rules; episodes are truncated at `episode.max_steps`. |
-//! | Statistics | `max_box_displacement`, `max_ramp_displacement` (largest distance any box / ramp got from its start, cells), `boxes_locked_prep_end`, `boxes_locked_end`, `ramps_locked_prep_end`, `ramps_locked_end`, `doorways_blocked_prep_end` (doorways, one-cell gaps in a wall line, holding a box the hiders locked when preparation ended) and `fort_prep_end` (that count over the map's doorways; maps with doorways only), `hider_success` (share of post-preparation steps with no hider seen), `hider_seen_steps`, `pushes`, `pulls`, `ramp_climbs`. |
-//! | Parameters | `prep_fraction` 0.4, `vision_range` 6, `vision_cone` 135, `reward` 1. |
+//! | Statistics | `max_box_displacement`, `max_ramp_displacement` (largest distance any box / ramp got from its start, cells), `boxes_locked_prep_end`, `boxes_locked_end`, `ramps_locked_prep_end`, `ramps_locked_end`, `doorways_blocked_prep_end` (doorways, one-cell gaps in a wall line, holding a box the hiders locked when preparation ended) and `fort_prep_end` (that count over the episode's doorways; maps with doorways only), `hider_success` (share of post-preparation steps with no hider seen), `hider_seen_steps`, `pushes`, `pulls`, `ramp_climbs`. |
+//! | Doors | `door_dropout` p (0 by default): with probability p an episode walls up one of the map's doorways, drawn uniformly among those no object or spawn cell is on (Baker et al.'s `p_door_dropout`, 0.5 in their quadrant game: "the probability we don't place one of the doors"); maps with two such doorways or more. |
+//! | Parameters | `prep_fraction` 0.4, `vision_range` 6, `vision_cone` 135, `reward` 1, `door_dropout` 0. |
 
 pub mod actions;
 pub(crate) mod check;

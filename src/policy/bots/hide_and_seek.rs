@@ -251,6 +251,10 @@ impl<'a> MapView<'a> {
 struct Room {
     cells: Vec<bool>,
     doors: Vec<(IVec2, Dir4)>,
+    /// This builder's rank among its team by distance to the nearest doorway at the start
+    /// (the nearest first; ties by position): builder `k` starts on doorway `k`, and
+    /// builders beyond the doorways' count wait inside.
+    rank: usize,
 }
 
 /// The cells reachable from `from` without crossing a wall or a doorway.
@@ -299,11 +303,28 @@ fn find_room(m: &MapView<'_>, me: IVec2, slot: u16) -> Room {
             }
         }
     }
+    let _ = slot;
+    let near = |p: IVec2| {
+        let d = doors
+            .iter()
+            .map(|&(dr, _)| (p - dr).abs().element_sum())
+            .min();
+        (d.unwrap_or(0), p.y, p.x)
+    };
+    let mine = near(me);
+    let rank = (0..m.h)
+        .flat_map(|y| (0..m.w).map(move |x| IVec2::new(x, y)))
+        .filter(|&p| m.at(p) == view::TEAMMATE && near(p) < mine)
+        .count();
     if !doors.is_empty() {
-        let turn = usize::from(slot) % doors.len();
+        let turn = rank % doors.len();
         doors.rotate_left(turn);
     }
-    Room { cells: room, doors }
+    Room {
+        cells: room,
+        doors,
+        rank,
+    }
 }
 
 fn build_fort(d: &mut Decision<'_>, rooms: &mut BTreeMap<(u32, u16), Room>) -> Option<u8> {
@@ -319,7 +340,7 @@ fn build_fort(d: &mut Decision<'_>, rooms: &mut BTreeMap<(u32, u16), Room>) -> O
     let room = rooms
         .entry(key)
         .or_insert_with(|| find_room(&m, me, d.agent.slot));
-    let doors = &room.doors;
+    let (doors, rank) = (&room.doors, room.rank);
     let room = &room.cells;
     // A room is a part of the map shut off by doorways, not the whole map.
     if doors.is_empty() || room.iter().filter(|&&r| r).count() * 2 > m.cells.len() {
@@ -360,7 +381,29 @@ fn build_fort(d: &mut Decision<'_>, rooms: &mut BTreeMap<(u32, u16), Room>) -> O
             return Some(a);
         }
     }
-    // Then bring the nearest box to an open doorway, pushing it outwards.
+    // Then bring the nearest box to an open doorway, pushing it outwards: a builder per
+    // doorway (by slot); builders beyond the room's doorways (one door walled up, two
+    // builders) wait inside, out of the way, where two would fight over the same box.
+    if rank >= doors.len() {
+        // The room's cell farthest from its doorways (ties: the first in row order).
+        let far = (0..m.h)
+            .flat_map(|y| (0..m.w).map(move |x| IVec2::new(x, y)))
+            .filter(|&p| in_room(p) && !m.object(p))
+            .max_by_key(|&p| {
+                let near = doors
+                    .iter()
+                    .map(|&(dr, _)| (p - dr).abs().element_sum())
+                    .min();
+                (near.unwrap_or(0), -p.y, -p.x)
+            })?;
+        if me == far {
+            return Some(act::NOOP);
+        }
+        return match m.bfs(me, |p, _| walk(p) && !m.doorway(p), |p| p == far) {
+            Some((Some(first), _)) => head(d, first),
+            _ => Some(act::NOOP),
+        };
+    }
     for &(door, _) in doors {
         if m.object(door) {
             continue;
