@@ -19,6 +19,11 @@ pub struct HideSeekParams {
     /// episode (Baker et al.'s `p_door_dropout`, 0.5 in their quadrant game: half the
     /// episodes have one door fewer). Maps with two doorways or more.
     pub door_dropout: f32,
+    /// Place every box and ramp, each episode, on a free cell drawn uniformly from the
+    /// region it starts in (the room, bounded by walls and doorways, or the outside), never
+    /// on a doorway: Baker et al.'s quadrant game draws its boxes' places in the room and its
+    /// ramp's outside every episode. Otherwise objects start where the map puts them.
+    pub scatter_objects: bool,
 }
 
 impl Default for HideSeekParams {
@@ -29,6 +34,7 @@ impl Default for HideSeekParams {
             vision_cone: 135.0,
             reward: 1.0,
             door_dropout: 0.0,
+            scatter_objects: false,
         }
     }
 }

@@ -442,3 +442,50 @@ fn door_dropout_walls_one_doorway_in_about_half_the_episodes() {
         "{text}"
     );
 }
+
+/// `scatter_objects`: each episode the quadrant game's two boxes land on free cells of the
+/// room they start in and its ramp outside, never on a doorway or an agent, in many different
+/// places over the arenas; each object's start (what its displacement is measured from) is
+/// where it landed. Without it every arena has the map's places.
+#[test]
+fn scattered_objects_stay_in_their_region_and_off_doorways_and_agents() {
+    use emergence::envs::hide_and_seek::ObjectKind;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenes/hide_and_seek/quadrant_game.scene.ron");
+    let src = std::fs::read_to_string(&path).expect("scene");
+    let places = |scatter: bool| {
+        let src = src
+            .replace(
+                "        reward: 1.0,\n",
+                &format!("        reward: 1.0,\n        scatter_objects: {scatter},\n"),
+            )
+            .replace("policy: \"fort_builder\"", "policy: \"random\"")
+            .replace("policy: \"seeker\"", "policy: \"random\"");
+        let arenas = 64;
+        let mut app = test_app(&src, arenas, 1, 5);
+        // Everyone stands still, so the first step shows the places as laid out.
+        puppet(&mut app, "random");
+        step(&mut app, 1);
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..arenas as usize {
+            let a = app.world().get::<HnsArena>(arena(&app, i)).expect("arena");
+            // The room: x and y in 7..=10 (walls at 6 and 11).
+            let in_room = |p: IVec2| (7..=10).contains(&p.x) && (7..=10).contains(&p.y);
+            let mut at = Vec::new();
+            for o in &a.objects {
+                assert_eq!(o.start, o.pos, "start is where it landed");
+                assert!(!a.doorways.contains(&o.pos), "on a doorway");
+                assert!(!a.seats.contains(&o.pos), "on an agent");
+                match o.kind {
+                    ObjectKind::Box => assert!(in_room(o.pos), "a box left the room"),
+                    ObjectKind::Ramp => assert!(!in_room(o.pos), "the ramp in the room"),
+                }
+                at.push((o.pos.x, o.pos.y));
+            }
+            seen.insert(at);
+        }
+        seen.len()
+    };
+    assert!(places(true) >= 20, "scattered into few places");
+    assert_eq!(places(false), 1, "placed without scatter_objects");
+}

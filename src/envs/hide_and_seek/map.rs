@@ -104,6 +104,9 @@ pub struct HnsArena {
     dropped: Arc<Vec<(Arc<Grid<u8>>, Arc<Vec<IVec2>>)>>,
     /// Probability that an episode walls one of them up.
     door_dropout: f32,
+    /// With `scatter_objects`: per object, the cells it may be placed on each episode (its
+    /// region's floor, no doorway); empty otherwise.
+    scatter: Arc<Vec<Vec<IVec2>>>,
     /// Steps of preparation at the start of each episode.
     pub prep_steps: u32,
     /// Per-step team reward size.
@@ -175,6 +178,7 @@ impl HnsArena {
             scene_map: (tiles.clone(), doorways.clone()),
             dropped: Arc::new(Vec::new()),
             door_dropout: p.door_dropout,
+            scatter: Arc::new(Vec::new()),
             tiles,
             template: Arc::new(objects.clone()),
             objects,
@@ -190,6 +194,15 @@ impl HnsArena {
             shuffle_spawns: scene.spec.randomize.shuffle_spawns,
             random_facing: scene.spec.randomize.random_facing,
         };
+        if p.scatter_objects {
+            let (tiles, doorways) = &arena.scene_map;
+            let places = arena
+                .template
+                .iter()
+                .map(|o| region(tiles, doorways, o.pos))
+                .collect();
+            arena.scatter = Arc::new(places);
+        }
         if arena.door_dropout > 0.0 {
             let (tiles, doorways) = arena.scene_map.clone();
             let dropped = arena
@@ -395,7 +408,50 @@ pub fn reset_hide_and_seek(
                 arena.seats[slot] = pos.0;
             }
         }
+        // Objects scattered after the agents stand, each on a free cell of its region (its
+        // own start cell among them), in object order.
+        let scatter = arena.scatter.clone();
+        for (i, cells) in scatter.iter().enumerate() {
+            let from = arena.objects[i].pos;
+            let free: Vec<IVec2> = cells
+                .iter()
+                .copied()
+                .filter(|&c| c == from || arena.free(c))
+                .collect();
+            if free.is_empty() {
+                continue;
+            }
+            let to = free[rng.0.random_range(0..free.len())];
+            if to != from {
+                arena.move_object(i, to);
+            }
+            let o = &mut arena.objects[i];
+            o.start = to;
+            o.max_displacement = 0.0;
+        }
     }
+}
+
+/// The floor cells reachable from `from` without crossing a wall or a doorway (doorways
+/// themselves left out), in row-major order.
+fn region(tiles: &Grid<u8>, doorways: &[IVec2], from: IVec2) -> Vec<IVec2> {
+    let open = |p: IVec2| tiles.get(p) == Some(view::FLOOR) && !doorways.contains(&p);
+    let mut seen = vec![false; tiles.cells().len()];
+    let mut stack = vec![from];
+    seen[tiles.index(from)] = true;
+    while let Some(c) = stack.pop() {
+        for d in [IVec2::X, IVec2::NEG_X, IVec2::Y, IVec2::NEG_Y] {
+            let n = c + d;
+            if open(n) && !seen[tiles.index(n)] {
+                seen[tiles.index(n)] = true;
+                stack.push(n);
+            }
+        }
+    }
+    (0..seen.len())
+        .filter(|&i| seen[i] && open(tiles.pos(i)))
+        .map(|i| tiles.pos(i))
+        .collect()
 }
 
 /// The doorways of `tiles`: floor cells with walls (or the map's edge) on two opposite sides

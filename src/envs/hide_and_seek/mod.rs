@@ -15,7 +15,8 @@
 //! | Termination | None by the rules; episodes are truncated at `episode.max_steps`. |
 //! | Statistics | `max_box_displacement`, `max_ramp_displacement` (largest distance any box / ramp got from its start, cells), `boxes_locked_prep_end`, `boxes_locked_end`, `ramps_locked_prep_end`, `ramps_locked_end`, `doorways_blocked_prep_end` (doorways, one-cell gaps in a wall line, holding a box the hiders locked when preparation ended) and `fort_prep_end` (that count over the episode's doorways; maps with doorways only), `hider_success` (share of post-preparation steps with no hider seen), `hider_seen_steps`, `pushes`, `pulls`, `ramp_climbs`. |
 //! | Doors | `door_dropout` p (0 by default): with probability p an episode walls up one of the map's doorways, drawn uniformly among those no object or spawn cell is on (Baker et al.'s `p_door_dropout`, 0.5 in their quadrant game: "the probability we don't place one of the doors"); maps with two such doorways or more. |
-//! | Parameters | `prep_fraction` 0.4, `vision_range` 6, `vision_cone` 135, `reward` 1, `door_dropout` 0. |
+//! | Objects | With `scatter_objects`, every box and ramp is placed each episode on a free cell drawn uniformly from the region it starts in on the map (the room, bounded by walls and doorways, or the outside), never on a doorway or an agent: Baker et al.'s quadrant game draws its boxes' places in the room every episode (`quadrant_placement`). Otherwise objects start where the map puts them. |
+//! | Parameters | `prep_fraction` 0.4, `vision_range` 6, `vision_cone` 135, `reward` 1, `door_dropout` 0, `scatter_objects` false. |
 
 pub mod actions;
 pub(crate) mod check;
