@@ -1,4 +1,4 @@
-//! Environment families. Each is a plugin over the shared core; [`spawn_arenas`] builds the
+//! Environment families. Each is a plugin over the shared core; [`crate::policy::spawn_arenas`] builds the
 //! arenas of a scene with the components its family needs.
 
 pub mod dilemma;

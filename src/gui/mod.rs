@@ -10,8 +10,8 @@
 //! - **replay**: a file written by `--record`, scrubbed with the timeline.
 //! - **tap**: a training run on another thread pushes arena 0's frames (`train --gui`).
 //!
-//! The map is drawn with Bevy sprites and gizmos ([`draw`]); controls, the agent inspector,
-//! curves and the timeline are egui panels ([`panels`]). `--screenshot FILE --frames N` steps
+//! The map is drawn with Bevy sprites and gizmos (`draw.rs`); controls, the agent inspector,
+//! curves and the timeline are egui panels (`panels.rs`). `--screenshot FILE --frames N` steps
 //! once per frame for N frames, saves a PNG of the window and exits.
 //!
 //! Over 600 lines: the window's state machine (live arenas, replays, the training tap,

@@ -144,7 +144,7 @@ pub struct TrainConfig {
     pub threads: Option<usize>,
     /// Write a checkpoint every this many iterations (and after the last).
     pub checkpoint_every: u32,
-    /// Continue the run in `out` (see [`resume_config`]); `None`: a fresh run, whose `out`
+    /// Continue the run in `out` (see [`crate::train::resume_config`]); `None`: a fresh run, whose `out`
     /// must be empty or absent.
     pub resume: Option<Resume>,
     /// Stop after this many iterations (counted from 0, like `iterations`) as if the run
@@ -154,7 +154,7 @@ pub struct TrainConfig {
     /// `--gui`: arena 0's frames are pushed here every step, for a window on another thread.
     pub tap: Option<crate::frames::FrameTap>,
     /// `--eval-against`: partners the learning teams play without learning, at the first
-    /// iteration, every `eval_every` and at the last (see [`eval`]).
+    /// iteration, every `eval_every` and at the last (see [`crate::train::eval`]).
     pub eval_against: Vec<String>,
     /// Iterations between evaluations.
     pub eval_every: u32,

@@ -30,7 +30,7 @@
 //! ([`Ranks::all_gather`]), which writes the report.
 //!
 //! The transport is Open MPI through the `mpi` crate (feature `mpi`,
-//! [`mpi_world`]); the interface ([`Transport`]) is what a NCCL all-reduce would also
+//! `mpi_world`); the interface ([`Transport`]) is what a NCCL all-reduce would also
 //! implement.
 
 use serde::{Deserialize, Serialize};

@@ -5,7 +5,7 @@
 use crate::policy::{Decision, Policy, PolicyStats};
 use crate::scene::Scene;
 
-/// The model index of each slot under [`Sharing::Separate`]: the rank of the agent's team
+/// The model index of each slot under [`crate::train::Sharing::Separate`]: the rank of the agent's team
 /// among the teams that have agents on the learning policy `learner` (`lm` or `mlp`);
 /// `None` for slots not on it. Also the number of models.
 pub fn models_of_slots(scene: &Scene, learner: &str) -> (Vec<Option<usize>>, usize) {

@@ -75,7 +75,7 @@ pub fn observe_hide_and_seek(
 }
 
 /// MAPPO's global state of hide-and-seek, for each agent: the whole map as it would see it
-/// with nothing hidden ([`draw_codes`]: walls, boxes and ramps with whose lock, agents as
+/// with nothing hidden (`draw_codes`: walls, boxes and ramps with whose lock, agents as
 /// itself, its side or the other), then the step, the preparation steps left, whether a
 /// hider is seen, and every agent's position, facing, side and grip, in slot order.
 pub fn state_hide_and_seek(

@@ -111,7 +111,7 @@ fn doors_of(l: &Layout) -> usize {
 }
 
 /// `Err` (what fits, for the message) when sample layouts of `spec` (its fixed seed, or
-/// [`SAMPLES`] seeds) do not all get every door asked for.
+/// `SAMPLES` seeds) do not all get every door asked for.
 pub fn check_capacity(spec: &GenerateSpec, n_agents: usize) -> Result<(), String> {
     use rand::SeedableRng;
     let wanted = (spec.plate_doors, spec.key_doors);

@@ -123,7 +123,7 @@ impl candle_core::CustomOp1 for CellSum {
 
 /// `w1 · x` for the written-out rows of `rows` (`cells` cells and `dense` header fields each;
 /// `w1` is `(hidden, cells·16 + dense)`), without writing them out: the cells through
-/// [`CellSum`], the header fields through a matrix product. Differentiable in `w1`.
+/// `CellSum`, the header fields through a matrix product. Differentiable in `w1`.
 pub fn first_layer(
     w1: &Tensor,
     rows: &[&Encoded],

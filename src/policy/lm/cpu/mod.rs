@@ -2,9 +2,9 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | [`infer`] | the inference engine: prompts packed end to end (shared prefixes read once), plain buffers, one `gemm` ([`crate::policy::gemm`]) per product, LoRA per run of rows |
-//! | [`train`] | the training path: the same forward keeping its activations, a hand-written backward, tied into candle's autograd |
-//! | [`pool`] | the training path's recycled buffers |
+//! | `infer` | the inference engine: prompts packed end to end (shared prefixes read once), plain buffers, one `gemm` (`policy/gemm.rs`) per product, LoRA per run of rows |
+//! | `train` | the training path: the same forward keeping its activations, a hand-written backward, tied into candle's autograd |
+//! | `pool` | the training path's recycled buffers |
 //! | [`kernels`] | fused operations (RMS norm, softmaxes, rotary embedding, SwiGLU, attention), forward and backward, SIMD |
 //!
 //! The model ([`super::model`]) holds the weights and calls in here on the CPU; elsewhere it

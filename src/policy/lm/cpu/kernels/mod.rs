@@ -23,7 +23,7 @@
 //! place of libm's. The kernels take f32 tensors on the CPU; the model uses candle's
 //! operations elsewhere.
 //!
-//! One file per operation; [`simd`] holds what they share.
+//! One file per operation; `simd` holds what they share.
 
 mod attention;
 mod rms_norm;
