@@ -19,7 +19,8 @@ pub struct EvalArgs {
     /// `mlp` model) are the model's seats (every team when none is).
     pub scene: Option<PathBuf>,
     /// Partners, comma-separated: policy names (`always_defect`, `tit_for_tat`, `random`,
-    /// ...), `self`, `lm(model: "DIR")`, or `mlp:DIR` for a trained `mlp`.
+    /// ...), `self`, `lm(model: "DIR")`, or `mlp:DIR` for a trained `mlp`; `TEAM=POLICY`
+    /// gives one team the policy and the model every other team (`seekers=seeker`).
     #[arg(long, value_parser = parse_partners, required = true)]
     pub against: Vec<Partners>,
     /// Arenas per partner (one episode each unless --episodes).

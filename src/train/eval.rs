@@ -66,14 +66,39 @@ pub struct EvalResult {
     pub episodes: u64,
 }
 
+/// A partner for one team, `TEAM=POLICY` (`seekers=seeker`): the team and the policy, when
+/// `partner` has that form (the team a plain name before the first `=`).
+pub fn team_partner(partner: &str) -> Option<(&str, &str)> {
+    let (team, policy) = partner.split_once('=')?;
+    let plain = !team.is_empty()
+        && team
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '-');
+    plain.then_some((team, policy))
+}
+
 /// The partners of a comma-separated list (`always_defect,tit_for_tat,self`), each checked:
-/// a policy of the catalogue, `self`, or a model folder as `lm(model: "DIR")` or `lm:DIR`.
+/// a policy of the catalogue, `self`, a model folder as `lm(model: "DIR")` or `lm:DIR`, or
+/// one of those for one team only, `TEAM=POLICY` (`seekers=seeker`: the model plays the
+/// other teams against it, as Baker et al.'s transfer tests do; not `self`).
 pub fn parse_partners(list: &str) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for raw in split_partners(list) {
         let p = raw.trim();
         if p.is_empty() {
             return Err(format!("{list:?}: an empty partner name"));
+        }
+        if let Some((team, policy)) = team_partner(p) {
+            let inner = parse_partners(policy)?;
+            match inner.as_slice() {
+                [one] if one != SELF => out.push(format!("{team}={one}")),
+                _ => {
+                    return Err(format!(
+                        "{p:?}: expected TEAM=POLICY with one policy (not self), e.g. seekers=seeker"
+                    ));
+                }
+            }
+            continue;
         }
         let key = if p == SELF {
             SELF.to_string()
@@ -125,6 +150,9 @@ pub fn parse_partners(list: &str) -> Result<Vec<String>, String> {
 /// A partner's short name for metric keys: the policy's name, `self`, or `lm_FOLDER`
 /// (`mlp_FOLDER`) for a model folder (its last path component).
 pub fn label(partner: &str) -> String {
+    if let Some((team, policy)) = team_partner(partner) {
+        return format!("{team}={}", label(policy));
+    }
     let folder = |kind: &str, dir: &str| {
         format!(
             "{kind}_{}",
@@ -259,10 +287,22 @@ fn tally_strategies(
 pub fn check_partners(scene: &Scene, partners: &[String]) -> Result<(), String> {
     let family = scene.spec.family.name();
     let mut labels: Vec<String> = Vec::new();
-    for partner in partners {
+    for whole in partners {
+        let partner = match team_partner(whole) {
+            Some((team, policy)) => {
+                if !scene.team_names().contains(&team) {
+                    return Err(format!(
+                        "partner {whole}: the scene has no team {team:?} (its teams: {})",
+                        scene.team_names().join(", ")
+                    ));
+                }
+                policy
+            }
+            None => whole.as_str(),
+        };
         if let Some(info) = crate::policy::catalogue()
             .iter()
-            .find(|c| c.name == *partner)
+            .find(|c| c.name == partner)
             && !info.plays(family)
         {
             return Err(format!(
@@ -277,7 +317,7 @@ pub fn check_partners(scene: &Scene, partners: &[String]) -> Result<(), String> 
         {
             return Err(format!("partner {partner}: {dir} is not a model folder"));
         }
-        let l = label(partner);
+        let l = label(whole);
         if labels.contains(&l) {
             return Err(format!(
                 "two partners are both named {l} in the metrics; give each model folder a \
@@ -295,12 +335,24 @@ pub fn evaluate(spec: &EvalSpec, partner: &str) -> Result<EvalResult, TrainError
         .map_err(TrainError::Config)?;
     let learner = learner_of(&spec.model);
     let learners = learning_teams(&spec.scene, learner);
+    // `TEAM=POLICY`: that team plays the policy, the model every other learning team.
+    let fixed: Option<(u8, &str)> = team_partner(partner).and_then(|(team, policy)| {
+        let t = spec.scene.team_names().iter().position(|n| *n == team)?;
+        Some((t as u8, policy))
+    });
     // Each seating: the scene's slot policies and which slots are the model's.
     let seatings: Vec<Vec<u8>> = if partner == SELF {
         vec![learners.clone()]
+    } else if let Some((t, _)) = fixed {
+        vec![learners.iter().copied().filter(|&x| x != t).collect()]
     } else {
         learners.iter().map(|&t| vec![t]).collect()
     };
+    if seatings.iter().any(|s| s.is_empty()) {
+        return Err(TrainError::Config(format!(
+            "partner {partner}: the model plays no team then (its teams: the learning ones)"
+        )));
+    }
     let (mut model_sum, mut per_step_sum, mut partner_sum) = (0.0, 0.0, 0.0);
     let mut counts = StrategyCounts::default();
     let mut matrix = false;
@@ -311,6 +363,10 @@ pub fn evaluate(spec: &EvalSpec, partner: &str) -> Result<EvalResult, TrainError
         for a in &mut scene.agents {
             if seated.contains(&a.team) {
                 a.policy = model_of_team(spec, a.team)?;
+            } else if let Some((t, policy)) = fixed {
+                if a.team == t {
+                    a.policy = policy.to_string();
+                }
             } else if partner != SELF {
                 a.policy = partner.to_string();
             } else if a.policy == learner {

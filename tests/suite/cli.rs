@@ -777,25 +777,11 @@ fn the_run_summary_says_its_returns_are_per_agent() {
 fn eval_cuts_episodes_at_max_steps_and_prints_the_familys_metrics() {
     let dir = tempfile::tempdir().expect("tmp");
     let d = dir.path();
-    let scene = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/maze/memory_corridor.scene.ron");
-    let scene = scene.to_str().expect("utf-8 path");
-    let o = emergence(
+    train_small(
         d,
-        &[
-            "train",
-            scene,
-            "--learner",
-            "gru",
-            "--iterations",
-            "1",
-            "--arenas",
-            "4",
-            "--out",
-            "run",
-            "--quiet",
-        ],
+        "scenes/maze/memory_corridor.scene.ron",
+        &["--learner", "gru", "--arenas", "4"],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     for (cut, steps) in [(None, "30.000"), (Some("3"), "3.000")] {
         let json = format!("eval{steps}.json");
         let mut args = vec![
@@ -830,4 +816,67 @@ fn eval_cuts_episodes_at_max_steps_and_prints_the_familys_metrics() {
                 .expect("json");
         assert!(written[0]["metrics"]["success"].is_number(), "{written}");
     }
+}
+
+/// `eval --against TEAM=POLICY` gives that team the policy and the model every other team
+/// (Baker et al.'s transfer tests): the scripted fort builders seated as the hiders shut the
+/// doorways against the trained seekers, the trained hiders against the scripted seeker do
+/// not; a team the scene lacks and `TEAM=self` are refused.
+#[test]
+fn eval_seats_a_partner_on_one_team() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    train_small(
+        d,
+        "scenes/hide_and_seek/quadrant_game.scene.ron",
+        &["--learner", "mlp", "--sharing", "separate", "--arenas", "2"],
+    );
+    let o = emergence(
+        d,
+        &[
+            "eval",
+            "run",
+            "--against",
+            "seekers=seeker,hiders=fort_builder",
+            "--arenas",
+            "16",
+            "--json",
+            "eval.json",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("eval.json")).expect("json"))
+            .expect("json");
+    let fort = |i: usize| v[i]["metrics"]["fort_prep_end"].as_f64().expect("fort");
+    assert_eq!(v[0]["partner"], "seekers=seeker");
+    assert_eq!(v[1]["partner"], "hiders=fort_builder");
+    assert!(fort(0) < 0.1, "untrained hiders built forts: {v}");
+    assert!(fort(1) > 0.5, "the fort builders were not the hiders: {v}");
+    for (bad, why) in [
+        ("nobody=seeker", "the scene has no team \"nobody\""),
+        ("seekers=self", "expected TEAM=POLICY"),
+    ] {
+        let o = emergence(d, &["eval", "run", "--against", bad]);
+        assert!(
+            !o.status.success() && stderr(&o).contains(why),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
+
+/// One training iteration of the shipped scene `rel` into `dir/run`, with `args`.
+fn train_small(dir: &Path, rel: &str, args: &[&str]) {
+    let scene = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    let mut all = vec![
+        "train",
+        scene.to_str().expect("utf-8 path"),
+        "--iterations",
+        "1",
+    ];
+    all.extend_from_slice(args);
+    all.extend(["--out", "run", "--quiet"]);
+    let o = emergence(dir, &all);
+    assert!(o.status.success(), "{}", stderr(&o));
 }
