@@ -322,11 +322,15 @@ pub fn parse(src: &str, path: &Path) -> Result<Experiment, ExperimentError> {
                         ),
                     ));
                 }
-                if !EVAL_VALUES.contains(&value.as_str()) {
+                let metric = value
+                    .strip_prefix("metrics.")
+                    .is_some_and(|t| !t.is_empty());
+                if !metric && !EVAL_VALUES.contains(&value.as_str()) {
                     return Err(cx.value(
                         &[from[0], from[1], from[2], Seg::Field("value")],
                         format!(
-                            "evaluation value {value:?}; expected one of: {}",
+                            "evaluation value {value:?}; expected metrics.NAME (the family's \
+                             episode metrics) or one of: {}",
                             EVAL_VALUES.join(", ")
                         ),
                     ));

@@ -578,6 +578,13 @@ fn run_one(
                 v.insert("partner_return".to_string(), x);
             }
             v.extend(res.strategy);
+            // The family's episode metrics, as `metrics.NAME` (hide-and-seek's transfer
+            // tests read `metrics.hider_success`).
+            v.extend(
+                res.metrics
+                    .into_iter()
+                    .map(|(k, x)| (format!("metrics.{k}"), x)),
+            );
             partners.insert(eval::label(p), v);
         }
     }

@@ -132,6 +132,13 @@ fn each_error_names_its_line_and_column() {
             "return_per_step",
         ),
         (
+            "value: \"return_per_step\"",
+            "value: \"metrics.\"",
+            "\"metrics.\"",
+            0,
+            "expected metrics.NAME",
+        ),
+        (
             "Train(value: \"return\", at: Last(2))",
             "Train(value: \"retrun\", at: Last(2))",
             "\"retrun\"",
