@@ -559,3 +559,76 @@ fn a_decision_does_not_depend_on_what_the_rest_of_its_batch_holds() {
     };
     assert_eq!(run(&random), run(&skewed));
 }
+
+/// A policy's [`Fused`] keeps its tables between decisions while the weights stay as they
+/// were, and must notice any change however it was made: a weight set through its variable
+/// (as an optimizer's step or a copy of trained weights sets them), a training step on the
+/// same buffers (which measures cells from its batch's codes, not from code 0), the last
+/// variable alone. After each, its decision is a fresh [`Fused`]'s to the bit.
+#[test]
+fn a_decision_reads_the_weights_as_they_are_now() {
+    for memory in [false, true] {
+        let net = MlpNet::with_core(12, 5, 6, 3, memory, 4, &Device::Cpu).unwrap();
+        scale(&net, 2.0);
+        let (enc, legal, data) = batch(&net, 40, 43);
+        let refs: Vec<&Encoded> = enc.iter().collect();
+        let states: Vec<&[f32]> = data.iter().map(|d| d.memory.as_slice()).collect();
+        let states = if memory { states } else { Vec::new() };
+        let bits = |f: &Fused| -> Vec<u32> {
+            (0..refs.len())
+                .flat_map(|i| {
+                    f.logits(i)
+                        .iter()
+                        .chain(f.words(i).unwrap())
+                        .map(|v| v.to_bits())
+                        .chain([f.value(i).to_bits()])
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        let fresh = || {
+            let mut f = Fused::new(&net);
+            f.infer_from(&net, &refs, &states).unwrap();
+            bits(&f)
+        };
+        let mut kept = Fused::new(&net);
+        kept.infer_from(&net, &refs, &states).unwrap();
+        let before = bits(&kept);
+        kept.infer_from(&net, &refs, &states).unwrap();
+        assert_eq!(bits(&kept), before, "memory {memory}: unchanged weights");
+        // One cell's column of the first layer, then the talk head's last bias.
+        let vars = net.vars();
+        let nudge = |k: usize, at: usize| {
+            let v = &vars[k].1;
+            let mut x: Vec<f32> = v.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+            x[at] += 0.25;
+            let t = Tensor::from_vec(x, v.shape(), &Device::Cpu).unwrap();
+            v.set(&t).unwrap();
+        };
+        nudge(0, 3 * CODES + usize::from(enc[0].cells[3]));
+        kept.infer_from(&net, &refs, &states).unwrap();
+        let after = bits(&kept);
+        assert_ne!(
+            after, before,
+            "memory {memory}: the nudge changes decisions"
+        );
+        assert_eq!(
+            after,
+            fresh(),
+            "memory {memory}: a weight set through its variable"
+        );
+        nudge(vars.len() - 1, 1);
+        kept.infer_from(&net, &refs, &states).unwrap();
+        assert_eq!(bits(&kept), fresh(), "memory {memory}: the last variable");
+        // A training step on the same buffers, weights unchanged.
+        let old = vec![-1.0f32; enc.len()];
+        kept.step(&net, &rows(&enc, &legal, &data, &old), specs()[1])
+            .unwrap();
+        kept.infer_from(&net, &refs, &states).unwrap();
+        assert_eq!(
+            bits(&kept),
+            fresh(),
+            "memory {memory}: after a training step"
+        );
+    }
+}
