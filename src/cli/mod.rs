@@ -52,12 +52,16 @@ pub const NO_GUI: &str = "this binary was built without the window: build it wit
      (`cargo run --release --features gui -- view ...`; see README.md for the system packages)";
 
 /// The scene as the command line asks: every team on `--policy`, episodes cut at
-/// `--max-steps`.
+/// `--max-steps`, observations written for language models in `--text`'s style.
 pub fn apply_overrides(
     mut scene: Scene,
     policy: Option<&str>,
     max_steps: Option<u32>,
+    text: Option<emergence::scene::TextStyle>,
 ) -> Result<Scene> {
+    if let Some(t) = text {
+        scene.spec.text = t;
+    }
     if let Some(p) = policy {
         let info = catalogue().iter().find(|i| i.name == p).with_context(|| {
             let known: Vec<&str> = catalogue().iter().map(|i| i.name).collect();

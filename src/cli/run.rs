@@ -61,6 +61,11 @@ pub struct RunArgs {
     /// `episode.max_steps` (a short look at a slow policy).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub max_steps: Option<u32>,
+    /// How language-model agents read their observations, overriding the scene's `text:`:
+    /// `full`, or `compact` (the scene's constant lines first, shared by every prompt, then
+    /// the agent's own in short form).
+    #[arg(long, value_enum, hide_possible_values = true)]
+    pub text: Option<emergence::scene::TextStyle>,
 }
 
 pub fn cmd_run(args: RunArgs) -> Result<()> {
@@ -68,6 +73,7 @@ pub fn cmd_run(args: RunArgs) -> Result<()> {
         load_scene(&args.scene)?,
         args.policy.as_deref(),
         args.max_steps,
+        args.text,
     )?;
     let device = parse_device(&args.device)?;
     let model = model_source(args.model.as_deref())?;
@@ -164,6 +170,17 @@ pub fn print_report(cfg: &RunConfig, r: &RunReport) {
                 "{:<28} {:>14.0}",
                 format!("{name} tokens/s"),
                 p.tokens as f64 / secs
+            );
+            let per = |t: u64| t as f64 / p.decisions.max(1) as f64;
+            println!(
+                "{:<28} {:>14.1}",
+                format!("{name} tokens per decision"),
+                per(p.tokens)
+            );
+            println!(
+                "{:<28} {:>14.1}",
+                "  of which computed",
+                per(p.tokens - p.shared_tokens.min(p.tokens))
             );
         }
         println!(

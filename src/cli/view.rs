@@ -49,6 +49,10 @@ pub struct ViewArgs {
     /// Truncate episodes after this many steps.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub max_steps: Option<u32>,
+    /// How language-model agents read their observations, overriding the scene's `text:`
+    /// (`full` or `compact`); the inspector shows that text.
+    #[arg(long, value_enum, hide_possible_values = true)]
+    pub text: Option<emergence::scene::TextStyle>,
     /// Where language models run: `cpu`, or `cuda:N`.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -128,8 +132,8 @@ pub fn cmd_view(args: ViewArgs) -> Result<()> {
             anyhow::bail!("give a SCENE or --replay FILE");
         };
         let policy = args.policy.clone();
-        let max_steps = args.max_steps;
-        let scene = apply_overrides(load_scene(path)?, policy.as_deref(), max_steps)?;
+        let (max_steps, text) = (args.max_steps, args.text);
+        let scene = apply_overrides(load_scene(path)?, policy.as_deref(), max_steps, text)?;
         let model = match &args.checkpoint {
             Some(c) => {
                 if !c.join("model.safetensors").is_file() {
@@ -168,7 +172,8 @@ pub fn cmd_view(args: ViewArgs) -> Result<()> {
             watch: Some(SceneWatch {
                 path: path.clone(),
                 prepare: Box::new(move |s| {
-                    apply_overrides(s, policy.as_deref(), max_steps).map_err(|e| format!("{e:#}"))
+                    apply_overrides(s, policy.as_deref(), max_steps, text)
+                        .map_err(|e| format!("{e:#}"))
                 }),
             }),
         }

@@ -16,7 +16,7 @@ use std::fmt::Write;
 use crate::core::{ActionMask, Dir4, Observation};
 use crate::envs::senses::Senses;
 use crate::envs::{dilemma, hide_and_seek, maze};
-use crate::scene::{FamilySpec, Scene, Thing};
+use crate::scene::{FamilySpec, Scene, TextStyle, Thing};
 
 /// What the text of a scene's observations needs besides the observation itself.
 #[derive(Debug, Clone)]
@@ -28,6 +28,7 @@ pub struct TextFormat {
     max_steps: u32,
     /// Maze key colours, by index (sorted names of a fixed map; `key0`… when generated).
     key_names: Vec<String>,
+    style: TextStyle,
 }
 
 /// The agent an observation belongs to.
@@ -59,7 +60,21 @@ impl TextFormat {
             roles: scene.roles.clone(),
             max_steps: scene.spec.episode.max_steps,
             key_names,
+            style: scene.spec.text,
         }
+    }
+
+    /// The role's and the team's names of `who` (`?` for an index the scene lacks).
+    fn names(&self, who: Speaker) -> (&str, &str) {
+        fn name(v: &[String], i: u8) -> &str {
+            v.get(usize::from(i)).map_or("?", String::as_str)
+        }
+        (name(&self.roles, who.role), name(&self.teams, who.team))
+    }
+
+    /// The style observations are written in.
+    pub fn style(&self) -> TextStyle {
+        self.style
     }
 
     /// The action words, by index.
@@ -77,15 +92,11 @@ impl TextFormat {
         mask: ActionMask,
         last_reward: f32,
     ) -> String {
+        if self.style == TextStyle::Compact {
+            return self.compact(who, obs, senses, mask, last_reward);
+        }
         let mut s = String::with_capacity(512);
-        let role = self
-            .roles
-            .get(usize::from(who.role))
-            .map_or("?", String::as_str);
-        let team = self
-            .teams
-            .get(usize::from(who.team))
-            .map_or("?", String::as_str);
+        let (role, team) = self.names(who);
         match &self.family {
             FamilySpec::Matrix(m) => {
                 let _ = writeln!(
@@ -103,7 +114,7 @@ impl TextFormat {
                     obs.step, self.max_steps
                 );
                 grid(&mut s, obs, &dilemma::view::CHARS, "view ahead is up");
-                s.push_str("legend @ you T teammate O other W wall A apple , empty apple cell ~ river # dirt ? outside\n");
+                s.push_str(HARVEST_LEGEND);
                 reward_line(&mut s, last_reward);
                 if obs.removed {
                     s.push_str("you are zapped out of play\n");
@@ -138,7 +149,7 @@ impl TextFormat {
                     }
                 );
                 grid(&mut s, obs, &hide_and_seek::view::CHARS, "view ahead is up");
-                s.push_str("legend @ you T your side O other side # wall = low wall b box B box locked by your side X box locked by them r ramp R ramp locked by your side Y ramp locked by them ? unseen\n");
+                s.push_str(HIDE_AND_SEEK_LEGEND);
                 reward_line(&mut s, last_reward);
                 if obs.others.is_empty() {
                     s.push_str("you see nobody\n");
@@ -154,10 +165,7 @@ impl TextFormat {
                     "role {role} team {team} step {} of {}",
                     obs.step, self.max_steps
                 );
-                let keys: Vec<String> = (0..32)
-                    .filter(|k| senses.keys() & (1 << k) != 0)
-                    .map(|k| self.key_name(k))
-                    .collect();
+                let keys = self.keys_held(senses);
                 let _ = writeln!(
                     s,
                     "you at {} {} keys {}",
@@ -170,34 +178,119 @@ impl TextFormat {
                     }
                 );
                 self.maze_map(&mut s, obs);
-                s.push_str("legend @ you T teammate # wall p plate D shut door / open door k key L locked door E exit ? unknown\n");
+                s.push_str(MAZE_LEGEND);
                 reward_line(&mut s, last_reward);
-                for o in &obs.others {
-                    let _ = writeln!(s, "teammate {} at {} {}", o.slot, o.pos[0], o.pos[1]);
-                }
-                for h in senses.heard() {
-                    let word = m
-                        .vocabulary
-                        .get(usize::from(h.word))
-                        .map_or("?", String::as_str);
-                    let _ = writeln!(s, "teammate {} said {word}", h.from);
-                }
+                teammates(&mut s, obs, senses, &m.vocabulary);
             }
         }
-        s.push_str("actions ");
-        let mut sep = "";
-        for (i, a) in self.actions.iter().enumerate() {
-            if mask.allows(i as u8) {
-                s.push_str(sep);
-                s.push_str(a);
-                sep = " ";
-            }
-        }
-        s.push('\n');
+        actions_line(&mut s, &self.actions, mask);
         if let FamilySpec::Maze(m) = &self.family {
             let _ = writeln!(s, "say {}", m.vocabulary.join(" "));
         }
         s
+    }
+
+    /// The lines every observation of the scene starts with in the compact style: the
+    /// legend, the view's title, the episode's length and (talk) the words that may be said.
+    /// The same for every agent and step, so every prompt of a batch begins with them.
+    pub fn preamble(&self) -> String {
+        let mut s = String::with_capacity(256);
+        match &self.family {
+            FamilySpec::Matrix(m) => {
+                let _ = writeln!(s, "rounds {} legend you other you got", m.rounds);
+            }
+            FamilySpec::CommonsHarvest(_) | FamilySpec::CleanUp(_) => {
+                s.push_str(HARVEST_LEGEND);
+                let _ = writeln!(s, "view ahead is up {} steps", self.max_steps);
+            }
+            FamilySpec::HideAndSeek(_) => {
+                s.push_str(HIDE_AND_SEEK_LEGEND);
+                let _ = writeln!(s, "view ahead is up {} steps", self.max_steps);
+            }
+            FamilySpec::Maze(m) => {
+                s.push_str(MAZE_LEGEND);
+                let _ = writeln!(s, "map north is up {} steps", self.max_steps);
+                let _ = writeln!(s, "say {}", m.vocabulary.join(" "));
+            }
+        }
+        s
+    }
+
+    /// The compact style ([`TextStyle::Compact`]): [`TextFormat::preamble`], then the agent's
+    /// own lines with the words that say what a line is left out where its place says it
+    /// (`hider hiders step 2 preparation 8` for `role hider team hiders step 2 of 20 phase
+    /// preparation 8 steps left`), the legal actions last.
+    fn compact(
+        &self,
+        who: Speaker,
+        obs: &Observation,
+        senses: Senses<'_>,
+        mask: ActionMask,
+        last_reward: f32,
+    ) -> String {
+        let mut s = self.preamble();
+        let (role, team) = self.names(who);
+        match &self.family {
+            FamilySpec::Matrix(m) => {
+                let _ = writeln!(s, "{role} {team} round {}", obs.step + 1);
+                self.matrix_events(&mut s, senses, m);
+            }
+            FamilySpec::CommonsHarvest(_) | FamilySpec::CleanUp(_) => {
+                let _ = writeln!(s, "{role} {team} step {}", obs.step);
+                rows(&mut s, obs, &dilemma::view::CHARS);
+                reward_words(&mut s, "reward", last_reward);
+                if obs.removed {
+                    s.push_str("zapped out\n");
+                } else if senses.cooldown() > 0 {
+                    let _ = writeln!(s, "zap in {}", senses.cooldown());
+                }
+            }
+            FamilySpec::HideAndSeek(_) => {
+                let _ = write!(s, "{role} {team} step {}", obs.step);
+                if senses.prep_left() > 0 {
+                    let _ = writeln!(s, " preparation {}", senses.prep_left());
+                } else {
+                    s.push_str(" play\n");
+                }
+                let facing = Dir4::ALL[usize::from(obs.facing % 4)];
+                let _ = writeln!(
+                    s,
+                    "at {} {} {}{}",
+                    obs.pos[0],
+                    obs.pos[1],
+                    dir_word(facing),
+                    if senses.holding() { " holding" } else { "" }
+                );
+                rows(&mut s, obs, &hide_and_seek::view::CHARS);
+                reward_words(&mut s, "reward", last_reward);
+                for o in &obs.others {
+                    let side = if o.ally { "ally" } else { "opponent" };
+                    let _ = writeln!(s, "{side} {} at {} {}", o.slot, o.pos[0], o.pos[1]);
+                }
+            }
+            FamilySpec::Maze(m) => {
+                let _ = writeln!(s, "{role} {team} step {}", obs.step);
+                let _ = write!(s, "at {} {}", obs.pos[0], obs.pos[1]);
+                let keys = self.keys_held(senses);
+                if !keys.is_empty() {
+                    let _ = write!(s, " keys {}", keys.join(" "));
+                }
+                s.push('\n');
+                self.map_rows(&mut s, obs);
+                reward_words(&mut s, "reward", last_reward);
+                teammates(&mut s, obs, senses, &m.vocabulary);
+            }
+        }
+        actions_line(&mut s, &self.actions, mask);
+        s
+    }
+
+    /// The names of the keys an agent holds.
+    fn keys_held(&self, senses: Senses<'_>) -> Vec<String> {
+        (0..32)
+            .filter(|k| senses.keys() & (1 << k) != 0)
+            .map(|k| self.key_name(k))
+            .collect()
     }
 
     fn key_name(&self, k: usize) -> String {
@@ -207,19 +300,28 @@ impl TextFormat {
             .unwrap_or_else(|| format!("key{k}"))
     }
 
+    /// The rounds remembered and the other's counts; in the compact style without the words
+    /// the preamble's legend stands for (`cooperate defect 0` for `you cooperate other
+    /// defect you got 0`).
     fn matrix_events(&self, s: &mut String, senses: Senses<'_>, m: &crate::scene::MatrixParams) {
         let word = |a: u8| self.actions.get(usize::from(a)).map_or("?", String::as_str);
-        if senses.history().is_empty() {
+        let full = self.style == TextStyle::Full;
+        if full && senses.history().is_empty() {
             s.push_str("no rounds played yet\n");
         }
         for h in senses.history() {
             let (mine, theirs) = (usize::from(h[0].min(1)), usize::from(h[1].min(1)));
             let pay = m.payoffs[mine][theirs];
-            let _ = writeln!(s, "you {} other {} you got {pay}", word(h[0]), word(h[1]));
+            if full {
+                let _ = writeln!(s, "you {} other {} you got {pay}", word(h[0]), word(h[1]));
+            } else {
+                let _ = writeln!(s, "{} {} {pay}", word(h[0]), word(h[1]));
+            }
         }
         let _ = writeln!(
             s,
-            "other so far {} {} {} {}",
+            "other {}{} {} {} {}",
+            if full { "so far " } else { "" },
             word(0),
             senses.other_counts()[0],
             word(1),
@@ -228,8 +330,13 @@ impl TextFormat {
     }
 
     fn maze_map(&self, s: &mut String, obs: &Observation) {
-        let (w, h) = (usize::from(obs.map_width), usize::from(obs.map_height));
         s.push_str("map north is up\n");
+        self.map_rows(s, obs);
+    }
+
+    /// The maze's known map, one row per line.
+    fn map_rows(&self, s: &mut String, obs: &Observation) {
+        let (w, h) = (usize::from(obs.map_width), usize::from(obs.map_height));
         if w == 0 || obs.map.len() != w * h {
             return;
         }
@@ -257,10 +364,48 @@ impl TextFormat {
     }
 }
 
+/// The legends, one per family kind (the same line in both styles).
+const HARVEST_LEGEND: &str =
+    "legend @ you T teammate O other W wall A apple , empty apple cell ~ river # dirt ? outside\n";
+const HIDE_AND_SEEK_LEGEND: &str = "legend @ you T your side O other side # wall = low wall b box B box locked by your side X box locked by them r ramp R ramp locked by your side Y ramp locked by them ? unseen\n";
+const MAZE_LEGEND: &str = "legend @ you T teammate # wall p plate D shut door / open door k key L locked door E exit ? unknown\n";
+
+/// The maze's teammates in sight and the words heard, a line each.
+fn teammates(s: &mut String, obs: &Observation, senses: Senses<'_>, vocabulary: &[String]) {
+    for o in &obs.others {
+        let _ = writeln!(s, "teammate {} at {} {}", o.slot, o.pos[0], o.pos[1]);
+    }
+    for h in senses.heard() {
+        let word = vocabulary
+            .get(usize::from(h.word))
+            .map_or("?", String::as_str);
+        let _ = writeln!(s, "teammate {} said {word}", h.from);
+    }
+}
+
+/// `actions` and the legal action words.
+fn actions_line(s: &mut String, actions: &[String], mask: ActionMask) {
+    s.push_str("actions ");
+    let mut sep = "";
+    for (i, a) in actions.iter().enumerate() {
+        if mask.allows(i as u8) {
+            s.push_str(sep);
+            s.push_str(a);
+            sep = " ";
+        }
+    }
+    s.push('\n');
+}
+
 /// The egocentric window, one row per line, under a title.
 fn grid(s: &mut String, obs: &Observation, chars: &[char], title: &str) {
     s.push_str(title);
     s.push('\n');
+    rows(s, obs, chars);
+}
+
+/// The egocentric window, one row per line.
+fn rows(s: &mut String, obs: &Observation, chars: &[char]) {
     let w = usize::from(obs.view_width);
     if w == 0 {
         return;
@@ -278,12 +423,17 @@ fn grid(s: &mut String, obs: &Observation, chars: &[char], title: &str) {
 }
 
 fn reward_line(s: &mut String, r: f32) {
+    reward_words(s, "last reward", r);
+}
+
+/// `words` and the reward `r`, on a line.
+fn reward_words(s: &mut String, words: &str, r: f32) {
     // Whole rewards (most steps: 0) as integers, which is how `{r}` writes them (not -0,
     // which `{r}` writes with its sign); others through the float formatter.
     if r.fract() == 0.0 && r.abs() < 1e6 && !(r == 0.0 && r.is_sign_negative()) {
-        let _ = writeln!(s, "last reward {}", r as i32);
+        let _ = writeln!(s, "{words} {}", r as i32);
     } else {
-        let _ = writeln!(s, "last reward {r}");
+        let _ = writeln!(s, "{words} {r}");
     }
 }
 

@@ -105,6 +105,9 @@ pub struct PolicyStats {
     pub decisions: u64,
     /// Prompt tokens run through the model.
     pub tokens: u64,
+    /// Of those, tokens a prompt shared with another of its batch (the same beginning: read
+    /// from the other's rows, computed once for both).
+    pub shared_tokens: u64,
     /// Batched forward passes.
     pub forwards: u64,
     /// Seconds spent deciding.
@@ -119,6 +122,7 @@ impl std::ops::AddAssign for PolicyStats {
     fn add_assign(&mut self, o: Self) {
         self.decisions += o.decisions;
         self.tokens += o.tokens;
+        self.shared_tokens += o.shared_tokens;
         self.forwards += o.forwards;
         self.seconds += o.seconds;
         self.errors += o.errors;

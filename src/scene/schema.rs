@@ -34,6 +34,22 @@ pub struct SceneSpec {
     /// Default settings for `emergence train` on this scene; its flags override them.
     #[serde(default)]
     pub train: TrainSettings,
+    /// How language-model agents read their observations ([`TextStyle`]).
+    #[serde(default)]
+    pub text: TextStyle,
+}
+
+/// How a scene's observations are written for language models (`text: Compact` in a scene,
+/// `--text compact` for `run` and `view`). The viewer shows the same text the model reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum TextStyle {
+    /// Every line spelled out in each observation: role and team named, titles, the legend.
+    #[default]
+    Full,
+    /// The scene's constant lines first (legend, titles, the episode's length, the talk
+    /// vocabulary), the same in every prompt, so that a batch computes them once; then the
+    /// agent's own lines in short form. About half the tokens of `Full` per decision.
+    Compact,
 }
 
 /// A scene's default training settings: the `train:` block, the same type as the command's

@@ -59,15 +59,38 @@ fn text(app: &bevy::app::App, slot: usize) -> String {
     app.world().resource::<Texts>().0[slot].clone()
 }
 
+/// `src` with `text: Compact` (the scene's observations in the compact style).
+fn compact(src: &str) -> String {
+    let at = src.find('(').expect("a scene") + 1;
+    format!("{}text: Compact, {}", &src[..at], &src[at..])
+}
+
 #[test]
 fn matrix_game_text() {
     let src = r#"(name: "pd", family: Matrix(rounds: 10, history: 2),
         teams: [(name: "me", role: "player", policy: "random"), (name: "you", role: "player", policy: "random")])"#;
-    let (mut app, acts) = app(src);
-    set_actions(&acts, &[0, 1]);
-    step(&mut app, 1);
-    set_actions(&acts, &[1, 1]);
-    step(&mut app, 2);
+    let play = |src: &str| {
+        let (mut app, acts) = app(src);
+        set_actions(&acts, &[0, 1]);
+        step(&mut app, 1);
+        set_actions(&acts, &[1, 1]);
+        step(&mut app, 2);
+        app
+    };
+    let app = play(src);
+    assert_eq!(
+        text(&play(&compact(src)), 0),
+        [
+            "rounds 10 legend you other you got",
+            "player me round 3",
+            "cooperate defect 0",
+            "defect defect 1",
+            "other cooperate 0 defect 2",
+            "actions cooperate defect",
+            "",
+        ]
+        .join("\n")
+    );
     assert_eq!(
         text(&app, 0),
         [
@@ -89,9 +112,28 @@ fn commons_harvest_text() {
         legend: {'W': Wall, '.': Floor, 'A': Apple, 'P': Spawn},
         teams: [(name: "g", role: "harvester", count: 2, policy: "random")],
         randomize: (shuffle_spawns: false, random_facing: false))"#;
-    let (mut app, acts) = app(src);
-    set_actions(&acts, &[1, 7]);
-    step(&mut app, 2);
+    let play = |src: &str| {
+        let (mut app, acts) = app(src);
+        set_actions(&acts, &[1, 7]);
+        step(&mut app, 2);
+        app
+    };
+    let app = play(src);
+    let small = play(&compact(src));
+    assert_eq!(text(&small, 0), [
+        "legend @ you T teammate O other W wall A apple , empty apple cell ~ river # dirt ? outside",
+        "view ahead is up 1000 steps",
+        "harvester g step 1",
+        "? ? ? ? ?",
+        "W W W W W",
+        "W A @ A A",
+        "W . . . T",
+        "reward 0",
+        "actions noop forward backward step_left step_right turn_left turn_right zap",
+        "",
+    ]
+    .join("\n"));
+    assert_eq!(text(&small, 1).lines().nth(8), Some("zap in 4"));
     assert_eq!(text(&app, 0), [
         "role harvester team g step 1 of 1000",
         "view ahead is up",
@@ -130,14 +172,62 @@ fn hide_and_seek_text() {
         teams: [(name: "hiders", role: "hider", policy: "random"), (name: "seekers", role: "seeker", policy: "random")],
         episode: (max_steps: 20),
         randomize: (shuffle_spawns: false, random_facing: false))"#;
-    let (mut app, acts) = app(src);
-    // The hider steps up to the box and locks it; the seekers wait out the preparation.
-    set_actions(&acts, &[1, 0]);
-    step(&mut app, 1);
-    set_actions(&acts, &[7, 0]);
-    step(&mut app, 1);
-    set_actions(&acts, &[0, 0]);
-    step(&mut app, 1);
+    let play = |src: &str| {
+        let (mut app, acts) = app(src);
+        // The hider steps up to the box and locks it; the seekers wait out the preparation.
+        set_actions(&acts, &[1, 0]);
+        step(&mut app, 1);
+        set_actions(&acts, &[7, 0]);
+        step(&mut app, 1);
+        set_actions(&acts, &[0, 0]);
+        step(&mut app, 1);
+        app
+    };
+    let app = play(src);
+    let small = play(&compact(src));
+    let preamble = [
+        "legend @ you T your side O other side # wall = low wall b box B box locked by your side X box locked by them r ramp R ramp locked by your side Y ramp locked by them ? unseen",
+        "view ahead is up 20 steps",
+    ];
+    assert_eq!(
+        text(&small, 0),
+        preamble
+            .iter()
+            .copied()
+            .chain([
+                "hider hiders step 2 preparation 8",
+                "at 3 2 north",
+                "? ? ? ? ? ? ?",
+                "? # # ? # # ?",
+                "? . . B . . ?",
+                "? ? ? @ ? ? ?",
+                "reward 0",
+                "actions noop backward turn_left turn_right unlock",
+                "",
+            ])
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(
+        text(&small, 1),
+        preamble
+            .iter()
+            .copied()
+            .chain([
+                "seeker seekers step 2 preparation 8",
+                "at 1 4 north",
+                "? ? ? . ? ? ?",
+                "? ? ? . . O ?",
+                "? ? # . . . ?",
+                "? ? ? @ ? ? ?",
+                "reward 0",
+                "opponent 0 at 3 2",
+                "actions noop",
+                "",
+            ])
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     assert_eq!(text(&app, 0), [
         "role hider team hiders step 2 of 20 phase preparation 8 steps left",
         "you at 3 2 facing north",
@@ -177,17 +267,38 @@ fn maze_text() {
         legend: {'W': Wall, '.': Floor, 'S': Spawn, 'k': Key("red"), 'L': LockedDoor("red"), 'E': Exit},
         teams: [(name: "pair", count: 2, policy: "random")],
         randomize: (shuffle_spawns: false, random_facing: false))"#;
-    let (mut app, acts) = app(src);
-    // Agent 0 walks east twice and picks up the red key; agent 1 says "west" on the
-    // second step, which agent 0 hears on the third.
-    set_actions(&acts, &[2, 0]);
-    step(&mut app, 1);
-    force_words(&mut app);
-    app.world_mut().resource_mut::<ForcedWords>().0 = vec![None, Some(3)];
-    step(&mut app, 1);
-    app.world_mut().resource_mut::<ForcedWords>().0.clear();
-    set_actions(&acts, &[0, 0]);
-    step(&mut app, 1);
+    let play = |src: &str| {
+        let (mut app, acts) = app(src);
+        // Agent 0 walks east twice and picks up the red key; agent 1 says "west" on the
+        // second step, which agent 0 hears on the third.
+        set_actions(&acts, &[2, 0]);
+        step(&mut app, 1);
+        force_words(&mut app);
+        app.world_mut().resource_mut::<ForcedWords>().0 = vec![None, Some(3)];
+        step(&mut app, 1);
+        app.world_mut().resource_mut::<ForcedWords>().0.clear();
+        set_actions(&acts, &[0, 0]);
+        step(&mut app, 1);
+        app
+    };
+    let app = play(src);
+    assert_eq!(text(&play(&compact(src)), 0), [
+        "legend @ you T teammate # wall p plate D shut door / open door k key L locked door E exit ? unknown",
+        "map north is up 1000 steps",
+        "say north south east west plate door key here wait exit",
+        "pair pair step 2",
+        "at 3 1 keys red",
+        "# # # # # ? ?",
+        "# . . @ . ? ?",
+        "# T . . . ? ?",
+        "# # # # ? ? ?",
+        "reward -0.01",
+        "teammate 1 at 1 2",
+        "teammate 1 said west",
+        "actions noop east south west",
+        "",
+    ]
+    .join("\n"));
     assert_eq!(text(&app, 0), [
         "role pair team pair step 2 of 1000",
         "you at 3 1 keys red",

@@ -684,6 +684,7 @@ impl LmPolicy {
         }
         self.stats.decisions += batch.len() as u64;
         self.stats.tokens += tokens;
+        self.stats.shared_tokens += super::cpu::infer::take_shared_tokens();
         self.stats.forwards += forwards;
         self.stats.seconds += start.elapsed().as_secs_f64();
     }

@@ -376,6 +376,17 @@ pub(in crate::policy::lm) fn gather(x: &[f32], rows: &[usize], width: usize) -> 
     out
 }
 
+thread_local! {
+    /// Prompt tokens whose rows [`packed_hidden`] read from another prompt's on this thread
+    /// (computed once for both), for the policy's statistics ([`take_shared_tokens`]).
+    static SHARED_TOKENS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The prompt tokens read from another prompt's rows on this thread since the last call.
+pub(in crate::policy::lm) fn take_shared_tokens() -> u64 {
+    SHARED_TOKENS.with(|c| c.replace(0))
+}
+
 /// The final normed hidden states of packed prompts: at every token (`every_row`,
 /// `(tokens, hidden)`) or at each prompt's last token only (`(prompts, hidden)`; the last
 /// layer then computes those rows alone, their keys and values still covering every
@@ -398,6 +409,7 @@ pub(in crate::policy::lm) fn packed_hidden(
         share_prefixes(prompts, adapter_of)
     };
     let own = |i: usize| prompts[i].len() - shared[i].1;
+    SHARED_TOKENS.with(|c| c.set(c.get() + shared.iter().map(|&(_, n)| n as u64).sum::<u64>()));
     let token_runs = runs(per_prompt, own);
     let last_runs = runs(per_prompt, |_| 1);
     let project = |y: &mut [f32], x: &[f32], w, dims, add, at| {
