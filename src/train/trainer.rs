@@ -742,32 +742,59 @@ impl Trainer {
                 } else {
                     Lora::Each(&each)
                 };
-                let h = decoder.last_hidden(&prompts, m.pad, path, lora)?;
-                let tlp = candle_nn::ops::log_softmax(&decoder.head(&h)?, 1)?;
-                let alp = masked_action_logprobs(&tlp, &m.action_tokens, bias)?;
-                let v = decoder.value(&h)?.map(|v| v.squeeze(1)).transpose()?;
                 // Families with talk: what was said, after the prompt, the chosen action and
-                // `say`, as the policy scored it (one more forward over those prompts).
-                let wlp = match &m.talk {
-                    Some((choices, say)) if mb.iter().any(|s| s.said.is_some()) => {
-                        let talk: Vec<Vec<u32>> = mb
-                            .iter()
+                // `say`, as the policy scored it. One pass over those longer prompts gives the
+                // action's state too (at each prompt's last token: an inner position), where
+                // the decoder can (the training path on the CPU), else a pass each.
+                let talk: Option<(Vec<Vec<u32>>, &Tensor)> = match &m.talk {
+                    Some((choices, say)) if mb.iter().any(|s| s.said.is_some()) => Some((
+                        mb.iter()
                             .map(|s| {
                                 let mut p = s.tokens.to_vec();
                                 p.extend(m.action_ids.get(usize::from(s.action)));
                                 p.extend(say);
                                 p
                             })
+                            .collect(),
+                        choices,
+                    )),
+                    _ => None,
+                };
+                let (h, said) = match &talk {
+                    Some((talk, choices)) => {
+                        // An empty prompt reads one padding token, as `last_hidden` reads it.
+                        let inner: Vec<usize> =
+                            prompts.iter().map(|p| p.len().max(1) - 1).collect();
+                        let talk: Vec<Vec<u32>> = talk
+                            .iter()
+                            .zip(&prompts)
+                            .map(|(t, p)| {
+                                if p.is_empty() {
+                                    std::iter::once(m.pad).chain(t.iter().copied()).collect()
+                                } else {
+                                    t.clone()
+                                }
+                            })
                             .collect();
-                        // The same adapters, row by row, as the action's forward.
-                        let h = decoder.last_hidden(&talk, m.pad, path, lora)?;
+                        // The same adapters, row by row, for both.
+                        let (said, h) =
+                            decoder.last_and_inner_hidden(&talk, &inner, m.pad, path, lora)?;
+                        (h, Some((said, *choices)))
+                    }
+                    None => (decoder.last_hidden(&prompts, m.pad, path, lora)?, None),
+                };
+                let tlp = candle_nn::ops::log_softmax(&decoder.head(&h)?, 1)?;
+                let alp = masked_action_logprobs(&tlp, &m.action_tokens, bias)?;
+                let v = decoder.value(&h)?.map(|v| v.squeeze(1)).transpose()?;
+                let wlp = match said {
+                    Some((h, choices)) => {
                         let tlp = candle_nn::ops::log_softmax(&decoder.head(&h)?, 1)?;
                         Some(candle_nn::ops::log_softmax(
                             &tlp.index_select(choices, 1)?,
                             1,
                         )?)
                     }
-                    _ => None,
+                    None => None,
                 };
                 Ok(Some((alp, v, wlp)))
             }

@@ -2,6 +2,7 @@
 //! same weights, gradients to every tensor, Hugging Face folders written and loaded, errors
 //! that name the file and the tensor or field, and the default tokenizer on every scene.
 
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, IndexOp, Tensor, Var};
 use candle_nn::{Linear, Module, VarBuilder};
 use emergence::policy::lm::model::{Pass as Fwd, Weights, init_weights, weight_shapes};
@@ -148,15 +149,7 @@ fn last_hidden_of_mixed_lengths_matches_each_prompt_alone() {
         .enumerate()
         .map(|(i, &n)| (0..n).map(|j| ((i * 13 + j * 7) % 61) as u32).collect())
         .collect();
-    let alone: Vec<Tensor> = prompts
-        .iter()
-        .map(|p| {
-            let ids = Tensor::from_vec(p.clone(), (1, p.len()), &Device::Cpu).expect("ids");
-            let h = dec.hidden(&ids, None, Fwd::Composed).expect("hidden");
-            h.i((0, p.len() - 1)).expect("last")
-        })
-        .collect();
-    let alone = Tensor::stack(&alone, 0).expect("stack");
+    let alone = each_alone(&dec, &prompts, &vec![None; prompts.len()]);
     let mut grads = Vec::new();
     for path in [Fwd::Fast, Fwd::Train, Fwd::Composed] {
         let h = dec
@@ -169,8 +162,107 @@ fn last_hidden_of_mixed_lengths_matches_each_prompt_alone() {
             grads.push(loss.backward().expect("backward"));
         }
     }
-    for (name, v) in &vars {
-        match (grads[0].get(v), grads[1].get(v)) {
+    all_gradients_agree(&vars, &grads[0], &grads[1]);
+}
+
+/// Prompts that all begin alike (a compact scene's preamble): the training path computes
+/// that beginning once per part of the batch and adds every prompt's gradient into it, and
+/// each prompt still gets what it gives alone, with the composed path's gradients. Checked
+/// with the beginning shared (13 tokens, one prompt only one token longer) and where one
+/// prompt differs at its first token (nothing shared), and that sharing happened.
+#[test]
+fn prompts_that_begin_alike_share_their_beginning_on_the_training_path() {
+    let cfg = small_config(false);
+    let init = init_weights(&cfg, 5, &Device::Cpu).expect("init");
+    let (vars, weights) = trainable(&init);
+    let dec = Decoder::new(&cfg, &weights, Path::new("mem")).expect("decoder");
+    let beginning: Vec<u32> = (0..13).map(|j| ((j * 5 + 2) % 61) as u32).collect();
+    for differ in [false, true] {
+        let mut prompts: Vec<Vec<u32>> = [6usize, 1, 11, 3, 9, 2]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let tail = (0..n).map(|j| ((i * 17 + j * 3 + 1) % 61) as u32);
+                beginning.iter().copied().chain(tail).collect()
+            })
+            .collect();
+        if differ {
+            prompts[4][0] = 60;
+        }
+        let alone = each_alone(&dec, &prompts, &vec![None; prompts.len()]);
+        let shared_before = emergence::policy::lm::tape_shared_tokens();
+        let mut grads = Vec::new();
+        for path in [Fwd::Train, Fwd::Composed] {
+            let h = dec
+                .last_hidden(&prompts, 0, path, Lora::Base)
+                .expect("last hidden");
+            let d = max_abs_diff(&h, &alone);
+            assert!(d < 1e-5, "differ {differ}, {path:?}: {d}");
+            let loss = (&h * &alone).and_then(|x| x.sum_all()).expect("loss");
+            grads.push(loss.backward().expect("backward"));
+        }
+        let shared = emergence::policy::lm::tape_shared_tokens() - shared_before;
+        // Two parts of three prompts: 13 shared tokens read twice more in each part (the
+        // part with the differing prompt shares nothing).
+        assert_eq!(shared, if differ { 26 } else { 52 }, "differ {differ}");
+        all_gradients_agree(&vars, &grads[0], &grads[1]);
+    }
+}
+
+/// The state at each prompt's last token and at an inner position of it (an action's, in
+/// the prompt that goes on to the word said): one pass on the training path gives what two
+/// passes give (the prompts cut after the inner position), with the composed path's
+/// gradients; with a shared beginning, an inner position inside it and without.
+#[test]
+fn one_training_pass_gives_the_last_and_an_inner_state() {
+    let cfg = small_config(false);
+    let init = init_weights(&cfg, 9, &Device::Cpu).expect("init");
+    let (vars, weights) = trainable(&init);
+    let dec = Decoder::new(&cfg, &weights, Path::new("mem")).expect("decoder");
+    for shared in [0usize, 7] {
+        let prompts: Vec<Vec<u32>> = [5usize, 2, 9, 4]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let begin = (0..shared).map(|j| ((j * 3 + 5) % 61) as u32);
+                let tail = (0..n).map(|j| ((i * 11 + j * 7 + 1) % 61) as u32);
+                begin.chain(tail).collect()
+            })
+            .collect();
+        let inner: Vec<usize> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| if i == 2 && shared > 0 { 3 } else { p.len() - 2 })
+            .collect();
+        let mut grads = Vec::new();
+        let mut states = Vec::new();
+        for path in [Fwd::Train, Fwd::Composed] {
+            let (last, at) = dec
+                .last_and_inner_hidden(&prompts, &inner, 0, path, Lora::Base)
+                .expect("hidden");
+            let loss = (last.sqr().and_then(|x| x.sum_all()))
+                .and_then(|a| at.sum_all().and_then(|b| a + b))
+                .expect("loss");
+            grads.push(loss.backward().expect("backward"));
+            states.push((last, at));
+        }
+        let (a, b) = (&states[0], &states[1]);
+        let (d_last, d_inner) = (max_abs_diff(&a.0, &b.0), max_abs_diff(&a.1, &b.1));
+        assert!(
+            d_last < 1e-5 && d_inner < 1e-5,
+            "shared {shared}: {d_last} {d_inner}"
+        );
+        // Not the same state twice.
+        assert!(max_abs_diff(&a.0, &a.1) > 1e-3);
+        all_gradients_agree(&vars, &grads[0], &grads[1]);
+    }
+}
+
+/// Every variable's gradient in `a` agrees with its gradient in `b`
+/// ([`assert_gradients_agree`]), and one has a gradient where the other has.
+fn all_gradients_agree(vars: &[(String, Var)], a: &GradStore, b: &GradStore) {
+    for (name, v) in vars {
+        match (a.get(v), b.get(v)) {
             (Some(a), Some(b)) => assert_gradients_agree(name, a, b),
             (a, b) => assert_eq!(
                 a.is_some(),

@@ -85,7 +85,7 @@ impl Decoder {
                 Some(h) => Ok(h),
                 None => self.last_hidden_packed(&prompts, lora),
             },
-            Pass::Train => match self.tape(&prompts, lora)? {
+            Pass::Train => match self.tape(&prompts, lora, None)? {
                 Some(h) => Ok(h),
                 None => self.last_hidden_train(&prompts, pad, longest, lora),
             },
@@ -95,6 +95,63 @@ impl Decoder {
                 Ok(hidden.index_select(&last, 0)?)
             }
         }
+    }
+
+    /// The final hidden states at each prompt's last token and at an earlier position of it
+    /// (`inner[i]` of prompt `i`): `(last, inner)`, each `(prompts, hidden)`. On the training
+    /// path on the CPU one pass gives both (the last layer computes the two rows of each
+    /// prompt); elsewhere two (the prompts cut after their inner position for the second).
+    /// A language agent's word is scored after its prompt, its action and `say`: the
+    /// action's state is the same prompt's at an inner position.
+    pub fn last_and_inner_hidden(
+        &self,
+        prompts: &[Vec<u32>],
+        inner: &[usize],
+        pad: u32,
+        path: Pass,
+        lora: Lora<'_>,
+    ) -> Result<(Tensor, Tensor), LmError> {
+        if let Some((i, (p, &at))) = prompts
+            .iter()
+            .zip(inner)
+            .enumerate()
+            .find(|(_, (p, at))| **at >= p.len())
+        {
+            return Err(LmError::Candle(candle_core::Error::Msg(format!(
+                "prompt {i} has {} tokens, its inner position {at} is past them",
+                p.len()
+            ))));
+        }
+        if inner.len() != prompts.len() {
+            return Err(LmError::Candle(candle_core::Error::Msg(format!(
+                "{} inner positions for {} prompts",
+                inner.len(),
+                prompts.len()
+            ))));
+        }
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
+        if path == Pass::Train
+            && self.embed.device().is_cpu()
+            && longest <= self.cfg.max_position_embeddings
+            && !matches!(lora, Lora::Each(e) if e.len() != prompts.len())
+        {
+            let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+            if let Some(h) = self.tape(&refs, lora, Some(inner))? {
+                let (n, d) = (prompts.len(), self.cfg.hidden_size);
+                let h = h.reshape((n, 2, d))?;
+                let row = |k: usize| h.narrow(1, k, 1).and_then(|t| t.squeeze(1));
+                return Ok((row(1)?, row(0)?));
+            }
+        }
+        let cut: Vec<&[u32]> = prompts
+            .iter()
+            .zip(inner)
+            .map(|(p, &at)| &p[..=at])
+            .collect();
+        Ok((
+            self.last_hidden(prompts, pad, path, lora)?,
+            self.last_hidden(&cut, pad, path, lora)?,
+        ))
     }
 
     /// The fast path's final hidden states from [`engine::packed_hidden`] over non-empty
@@ -130,21 +187,23 @@ impl Decoder {
     /// backward (`cpu::train::backward`)
     /// and gives every weight and adapter matrix that tracks a gradient its own; `None`
     /// where [`Decoder::engine`] would be (the caller then takes candle's operations).
-    fn tape(&self, prompts: &[&[u32]], lora: Lora<'_>) -> Result<Option<Tensor>, LmError> {
+    fn tape(
+        &self,
+        prompts: &[&[u32]],
+        lora: Lora<'_>,
+        inner: Option<&[usize]>,
+    ) -> Result<Option<Tensor>, LmError> {
         let Some(packed) = self.packed(prompts, lora)? else {
             return Ok(None);
         };
         let Some((out, saved)) = packed.read(|model, adapters, _| {
             let lora = (adapters, &packed.per_prompt[..]);
-            tape::forward(model, &self.rope, prompts, lora)
+            tape::forward(model, &self.rope, prompts, lora, inner)
         }) else {
             return Ok(None);
         };
-        let h = Tensor::from_vec(
-            out,
-            (prompts.len(), self.cfg.hidden_size),
-            self.embed.device(),
-        )?;
+        let rows = out.len() / self.cfg.hidden_size.max(1);
+        let h = Tensor::from_vec(out, (rows, self.cfg.hidden_size), self.embed.device())?;
         Ok(Some(tape::attach(h, packed, saved, self.rope.clone())?))
     }
 

@@ -16,4 +16,4 @@ mod pool;
 pub(super) mod train;
 
 pub use pool::release_buffers;
-pub use train::backward_passes;
+pub use train::{backward_passes, tape_shared_tokens};

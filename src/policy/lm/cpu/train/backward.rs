@@ -163,34 +163,51 @@ fn attention_backward(
     let rep = nh / nkv.max(1);
     let total = rows.pos.len();
     let tasks = attention_tasks(rows, last);
-    let q_rows = if last { rows.spans.len() } else { total };
+    let q_rows = if last { rows.last.len() } else { total };
     // Every element is written: each query head's block of dq, and the first query head of
-    // each key/value head writes its block of dk and dv, the others add to it.
+    // each key/value head writes its block of dk and dv, the others add to it. The shared
+    // beginning's rows (see `Rows`): written by its own task, or zero in the last layer
+    // (which has none); every prompt's gradient into them is added after, in prompt order.
+    let pre = rows.pre;
     let mut dq = buffer(q_rows * qw);
     let mut dk = buffer(total * kvw);
     let mut dv = buffer(total * kvw);
-    let dqs = split_runs(&mut dq, tasks.iter().map(|t| t.1 * qw));
-    let dks = split_runs(&mut dk, tasks.iter().map(|t| t.3 * kvw));
-    let dvs = split_runs(&mut dv, tasks.iter().map(|t| t.3 * kvw));
+    let (dk_pre, dk_rest) = dk.split_at_mut(if last { pre * kvw } else { 0 });
+    let (dv_pre, dv_rest) = dv.split_at_mut(if last { pre * kvw } else { 0 });
+    dk_pre.fill(0.0);
+    dv_pre.fill(0.0);
+    let dqs = split_runs(&mut dq, tasks.iter().map(|t| t.nq * qw));
+    let dks = split_runs(dk_rest, tasks.iter().map(|t| t.len * kvw));
+    let dvs = split_runs(dv_rest, tasks.iter().map(|t| t.len * kvw));
     let mut ps = Vec::with_capacity(tasks.len());
     let mut rest = p;
     for t in &tasks {
-        let (a, b) = rest.split_at(nh * t.1 * t.3);
+        let (a, b) = rest.split_at(nh * t.nq * t.keys());
         ps.push(a);
         rest = b;
     }
-    dqs.into_par_iter()
+    let shared: Vec<Option<(Vec<f32>, Vec<f32>)>> = dqs
+        .into_par_iter()
         .zip(dks)
         .zip(dvs)
         .zip(ps)
         .zip(tasks.par_iter())
-        .for_each(|((((dq, dk), dv), p), &(q0, nq, k0, len))| {
+        .map(|((((dq, dk_own), dv_own), p), t)| {
+            let (q0, nq, len) = (t.q0, t.nq, t.keys());
+            let (kt, vt) = (task_keys(k, t, kvw), task_keys(v, t, kvw));
+            // The keys' gradients: into the prompt's own rows directly, or (with a shared
+            // beginning) into one buffer of all its keys, split below.
+            let mut both = (t.pre > 0).then(|| (buffer(len * kvw), buffer(len * kvw)));
+            let (dk, dv): (&mut [f32], &mut [f32]) = match &mut both {
+                Some((a, b)) => (a, b),
+                None => (dk_own, dv_own),
+            };
             let mut ds = vec![0f32; nq * len];
             for (head, p) in p.chunks_exact(nq * len).enumerate() {
                 let kvh = head / rep.max(1);
                 let qh = Mat::strided(&q[q0 * qw + head * hd..], nq, hd, qw);
-                let kh = Mat::strided(&k[k0 * kvw + kvh * hd..], len, hd, kvw);
-                let vh = Mat::strided(&v[k0 * kvw + kvh * hd..], len, hd, kvw);
+                let kh = Mat::strided(&kt[kvh * hd..], len, hd, kvw);
+                let vh = Mat::strided(&vt[kvh * hd..], len, hd, kvw);
                 let doh = Mat::strided(&d_att[q0 * qw + head * hd..], nq, hd, qw);
                 gemm(
                     MatMut::new(&mut ds, nq, len),
@@ -217,7 +234,26 @@ fn attention_backward(
                 let dvh = MatMut::strided(&mut dv[kvh * hd..], len, hd, kvw);
                 gemm(dvh, pm.t(), doh, add, 1.0, Threads::One);
             }
-        });
+            both.map(|(mut dk, mut dv)| {
+                let cut = t.pre * kvw;
+                dk_own.copy_from_slice(&dk[cut..]);
+                dv_own.copy_from_slice(&dv[cut..]);
+                dk.truncate(cut);
+                dv.truncate(cut);
+                (dk, dv)
+            })
+        })
+        .collect();
+    for (a, b) in shared.into_iter().flatten() {
+        for (y, x) in dk[..pre * kvw].iter_mut().zip(&a) {
+            *y += x;
+        }
+        for (y, x) in dv[..pre * kvw].iter_mut().zip(&b) {
+            *y += x;
+        }
+        recycle(a);
+        recycle(b);
+    }
     (dq, dk, dv)
 }
 

@@ -32,41 +32,123 @@ use super::pool::{buffer, copy, recycle, zeros};
 use crate::policy::gemm::{Mat, MatMut, Threads, gemm, gemm_long, matmul_wt};
 
 /// Where each prompt's rows lie once packed end to end, and the keys each query row sees.
+/// Where every prompt of the part begins with the same tokens (under the same adapter; at
+/// least [`MIN_SHARED`] of them, and each prompt keeps one of its own), those come first, once
+/// ([`Rows::pre`] rows, as a prompt of their own), and each prompt's rows are the rest, its
+/// queries seeing the shared rows and its own: their forward pass is computed once for the
+/// part, and in the backward pass every prompt's gradient into them is added there.
 struct Rows {
-    /// Each prompt's first row and length.
+    /// The shared beginning's rows (0: none), the first rows of the part.
+    pre: usize,
+    /// Each prompt's first own row and own length.
     spans: Vec<(usize, usize)>,
     /// Each row's position in its prompt.
     pos: Vec<u32>,
-    /// Each prompt's last row and its position.
+    /// The rows the last layer computes and the hidden states come from, and their
+    /// positions: each prompt's last, after (with an inner position asked for) that one's,
+    /// [`Rows::outputs`] per prompt.
     last: Vec<usize>,
     last_pos: Vec<u32>,
+    outputs: usize,
     /// The adapter runs over every row and over the last rows.
     token_runs: Runs,
     last_runs: Runs,
 }
 
+/// The fewest tokens worth sharing (the fast path's rule, `infer.rs`).
+const MIN_SHARED: usize = 4;
+
+/// Prompt tokens whose forward pass the training path computed once for a whole part (the
+/// shared beginnings' rows times the part's prompts less one), since the process started.
+static SHARED_ROWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many prompt tokens the training path has not computed again because the prompts of
+/// a part began alike (see [`Rows`]), since the process started.
+pub fn tape_shared_tokens() -> u64 {
+    SHARED_ROWS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// How many first tokens every prompt shares (see [`Rows`]): 0 unless there are two
+/// prompts or more, all on one adapter, whose common beginning is at least [`MIN_SHARED`]
+/// tokens after leaving each prompt its last.
+fn shared_beginning(prompts: &[&[u32]], per_prompt: &[Option<usize>]) -> usize {
+    let (Some(first), true) = (prompts.first(), prompts.len() > 1) else {
+        return 0;
+    };
+    if per_prompt.windows(2).any(|w| w[0] != w[1]) {
+        return 0;
+    }
+    let mut n = prompts
+        .iter()
+        .map(|p| p.len().saturating_sub(1))
+        .min()
+        .unwrap_or(0);
+    for p in &prompts[1..] {
+        n = n.min(
+            first
+                .iter()
+                .zip(p.iter())
+                .take_while(|(a, b)| a == b)
+                .count(),
+        );
+    }
+    if n >= MIN_SHARED { n } else { 0 }
+}
+
 impl Rows {
-    fn new(prompts: &[&[u32]], per_prompt: &[Option<usize>]) -> Self {
+    /// `inner`: an earlier position of each prompt whose hidden state is wanted too.
+    fn new(prompts: &[&[u32]], per_prompt: &[Option<usize>], inner: Option<&[usize]>) -> Self {
+        let pre = shared_beginning(prompts, per_prompt);
+        SHARED_ROWS.fetch_add(
+            (pre * prompts.len().saturating_sub(1)) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let mut spans = Vec::with_capacity(prompts.len());
-        let mut pos = Vec::new();
+        let mut pos: Vec<u32> = (0..pre as u32).collect();
         let (mut last, mut last_pos) = (Vec::new(), Vec::new());
-        let mut first = 0;
-        for p in prompts {
-            let n = p.len();
+        let mut first = pre;
+        for (i, p) in prompts.iter().enumerate() {
+            let n = p.len() - pre;
             spans.push((first, n));
-            pos.extend(0..n as u32);
+            pos.extend(pre as u32..p.len() as u32);
+            // An inner position inside the shared beginning reads its row there.
+            if let Some(at) = inner.map(|a| a[i]) {
+                last.push(if at < pre { at } else { first + at - pre });
+                last_pos.push(at as u32);
+            }
             last.push(first + n - 1);
-            last_pos.push(n as u32 - 1);
+            last_pos.push(p.len() as u32 - 1);
             first += n;
         }
+        let outputs = if inner.is_some() { 2 } else { 1 };
+        let token_runs = if pre > 0 {
+            // The shared rows read the adapter every prompt of the part reads.
+            let mut r = runs(per_prompt, |i| prompts[i].len() - pre);
+            r[0].1 += pre;
+            r
+        } else {
+            runs(per_prompt, |i| prompts[i].len())
+        };
         Self {
-            token_runs: runs(per_prompt, |i| prompts[i].len()),
-            last_runs: runs(per_prompt, |_| 1),
+            pre,
+            token_runs,
+            last_runs: runs(per_prompt, |_| outputs),
             spans,
             pos,
             last,
             last_pos,
+            outputs,
         }
+    }
+
+    /// The packed token ids: the shared beginning, then each prompt's own.
+    fn ids(&self, prompts: &[&[u32]]) -> Vec<u32> {
+        let shared = prompts.first().map_or(&[][..], |p| &p[..self.pre]);
+        shared
+            .iter()
+            .copied()
+            .chain(prompts.iter().flat_map(|p| p[self.pre..].iter().copied()))
+            .collect()
     }
 }
 
@@ -118,8 +200,9 @@ fn forward_part(
     rope: &RopeTables,
     prompts: &[&[u32]],
     (adapters, per_prompt): (&[LoraData<'_>], &[Option<usize>]),
+    inner: Option<&[usize]>,
 ) -> (Vec<f32>, Part) {
-    let rows = Rows::new(prompts, per_prompt);
+    let rows = Rows::new(prompts, per_prompt, inner);
     let projections = Project::new(adapters, per_prompt);
     let project = |y: &mut [f32], x: &[f32], w, dims, add, at| {
         projections.run(y, x, w, dims, add, at);
@@ -127,7 +210,7 @@ fn forward_part(
     let (h, nh, nkv, hd, iw) = m.sizes.dims();
     let (qw, kvw) = (nh * hd, nkv * hd);
     let total = rows.pos.len();
-    let ids: Vec<u32> = prompts.iter().flat_map(|p| p.iter().copied()).collect();
+    let ids = rows.ids(prompts);
     let mut x = buffer(total * h);
     embed_rows(&mut x, m.embed, &ids);
     let scale = 1.0 / (hd as f32).sqrt();
@@ -234,20 +317,62 @@ fn gated(act: &mut [f32], (g, u, sig): (&[f32], &[f32], &[f32])) {
         });
 }
 
-/// Attention's work per prompt: its first query row and query count, its first key row and
-/// key count (`last`: the query rows are each prompt's last token alone).
-fn attention_tasks(rows: &Rows, last: bool) -> Vec<(usize, usize, usize, usize)> {
-    rows.spans
+/// Attention's work for one prompt (or the shared beginning, see [`Rows`]): its first query
+/// row and query count, then its keys: the shared beginning's first `pre` rows (0: none)
+/// followed by `len` rows from `k0`.
+#[derive(Clone, Copy)]
+struct Task {
+    q0: usize,
+    nq: usize,
+    pre: usize,
+    k0: usize,
+    len: usize,
+}
+
+impl Task {
+    /// The keys it reads.
+    fn keys(&self) -> usize {
+        self.pre + self.len
+    }
+}
+
+/// The attention tasks (`last`: the query rows are each prompt's last token alone): the
+/// shared beginning's own (every layer but the last: its rows attend among themselves),
+/// then one per prompt.
+fn attention_tasks(rows: &Rows, last: bool) -> Vec<Task> {
+    let pre = rows.pre;
+    let beginning = (pre > 0 && !last).then_some(Task {
+        q0: 0,
+        nq: pre,
+        pre: 0,
+        k0: 0,
+        len: pre,
+    });
+    let prompts = rows
+        .spans
         .iter()
         .enumerate()
-        .map(|(p, &(first, len))| {
-            if last {
-                (p, 1, first, len)
-            } else {
-                (first, len, first, len)
-            }
-        })
-        .collect()
+        .map(|(p, &(first, len))| Task {
+            q0: if last { p * rows.outputs } else { first },
+            nq: if last { rows.outputs } else { len },
+            pre,
+            k0: first,
+            len,
+        });
+    beginning.into_iter().chain(prompts).collect()
+}
+
+/// `x`'s rows of a task's keys (`width` wide) in one buffer: the shared beginning's, then
+/// the task's own; borrowed as they are when there is no shared beginning.
+fn task_keys<'a>(x: &'a [f32], t: &Task, width: usize) -> Cow<'a, [f32]> {
+    let own = &x[t.k0 * width..(t.k0 + t.len) * width];
+    if t.pre == 0 {
+        return Cow::Borrowed(own);
+    }
+    let mut both = Vec::with_capacity(t.keys() * width);
+    both.extend_from_slice(&x[..t.pre * width]);
+    both.extend_from_slice(own);
+    Cow::Owned(both)
 }
 
 /// Splits `data` into consecutive pieces of the given lengths.
@@ -261,12 +386,12 @@ fn split_runs(mut data: &mut [f32], lens: impl Iterator<Item = usize>) -> Vec<&m
     parts
 }
 
-/// Softmax over each row of the scores `p` (`nq × len`; query `i` sits at position
-/// `len − nq + i` and sees keys up to it), zero where a query cannot see.
-fn causal_softmax(p: &mut [f32], nq: usize, len: usize) {
+/// Softmax over each row of the scores `p` (`len` keys a row; key `j` at position `j`; the
+/// query of row `i` at position `at[i]` sees keys up to it), zero where a query cannot see.
+fn causal_softmax(p: &mut [f32], at: &[u32], len: usize) {
     kernels::vectorised(|| {
-        for (i, row) in p.chunks_exact_mut(len).enumerate() {
-            let (seen, hidden) = row.split_at_mut(len - nq + i + 1);
+        for (row, &pos) in p.chunks_exact_mut(len).zip(at) {
+            let (seen, hidden) = row.split_at_mut(pos as usize + 1);
             let max = seen.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
             for s in seen.iter_mut() {
                 *s = kernels::exp(*s - max);
@@ -295,16 +420,21 @@ fn attention_forward(
     let (qw, kvw) = (nh * hd, nkv * hd);
     let rep = nh / nkv.max(1);
     let tasks = attention_tasks(rows, last);
-    let mut p = buffer(tasks.iter().map(|t| nh * t.1 * t.3).sum());
-    let ps = split_runs(&mut p, tasks.iter().map(|t| nh * t.1 * t.3));
-    let outs = split_runs(att, tasks.iter().map(|t| t.1 * qw));
-    ps.into_par_iter().zip(outs).zip(tasks.par_iter()).for_each(
-        |((p, out), &(q0, nq, k0, len))| {
+    let q_pos = if last { &rows.last_pos } else { &rows.pos };
+    let mut p = buffer(tasks.iter().map(|t| nh * t.nq * t.keys()).sum());
+    let ps = split_runs(&mut p, tasks.iter().map(|t| nh * t.nq * t.keys()));
+    let outs = split_runs(att, tasks.iter().map(|t| t.nq * qw));
+    ps.into_par_iter()
+        .zip(outs)
+        .zip(tasks.par_iter())
+        .for_each(|((p, out), t)| {
+            let (q0, nq, len) = (t.q0, t.nq, t.keys());
+            let (kt, vt) = (task_keys(k, t, kvw), task_keys(v, t, kvw));
             for (head, p) in p.chunks_exact_mut(nq * len).enumerate() {
                 let kvh = head / rep.max(1);
                 let qh = Mat::strided(&q[q0 * qw + head * hd..], nq, hd, qw);
-                let kh = Mat::strided(&k[k0 * kvw + kvh * hd..], len, hd, kvw);
-                let vh = Mat::strided(&v[k0 * kvw + kvh * hd..], len, hd, kvw);
+                let kh = Mat::strided(&kt[kvh * hd..], len, hd, kvw);
+                let vh = Mat::strided(&vt[kvh * hd..], len, hd, kvw);
                 gemm(
                     MatMut::new(p, nq, len),
                     qh,
@@ -313,16 +443,15 @@ fn attention_forward(
                     scale,
                     Threads::One,
                 );
-                causal_softmax(p, nq, len);
+                causal_softmax(p, &q_pos[q0..q0 + nq], len);
                 let oh = MatMut::strided(&mut out[head * hd..], nq, hd, qw);
                 gemm(oh, Mat::new(p, nq, len), vh, false, 1.0, Threads::One);
             }
-        },
-    );
+        });
     p
 }
 
-/// What the forward pass keeps for the backward pass: each part's prompts and keepings.
+/// What the forward pass keeps for the backward pass: each part's output rows and keepings.
 pub(in crate::policy::lm) struct Saved {
     parts: Vec<(std::ops::Range<usize>, Part)>,
 }
@@ -387,25 +516,37 @@ fn each_part<T: Send, R: Send>(inputs: Vec<T>, f: impl Fn(usize, T) -> R + Sync)
         .collect()
 }
 
-/// The final normed hidden states at each prompt's last token, `(prompts, hidden)`, and what
-/// [`backward`] needs. Prompts must be non-empty, their ids below the vocabulary size and
-/// their lengths within the rotary tables, and the model must have a layer (the caller
-/// checks). The batch runs in two parts (see [`parts`]), one thread each.
+/// The final normed hidden states at each prompt's last token, `(prompts, hidden)` (with
+/// `inner`, an earlier position of each prompt, the states there too: `(2 · prompts,
+/// hidden)`, each prompt's inner row before its last), and what [`backward`] needs. Prompts
+/// must be non-empty, their ids below the vocabulary size and their lengths within the
+/// rotary tables, inner positions below their lengths, and the model must have a layer
+/// (the caller checks). The batch runs in two parts (see [`parts`]), one thread each.
 pub(in crate::policy::lm) fn forward(
     m: &ModelData<'_>,
     rope: &RopeTables,
     prompts: &[&[u32]],
     (adapters, per_prompt): (&[LoraData<'_>], &[Option<usize>]),
+    inner: Option<&[usize]>,
 ) -> (Vec<f32>, Saved) {
     let ranges = parts(prompts);
     let done = each_part(ranges.clone(), |_, r| {
-        forward_part(m, rope, &prompts[r.clone()], (adapters, &per_prompt[r]))
+        let inner = inner.map(|a| &a[r.clone()]);
+        forward_part(
+            m,
+            rope,
+            &prompts[r.clone()],
+            (adapters, &per_prompt[r]),
+            inner,
+        )
     });
-    let mut out = Vec::with_capacity(prompts.len() * m.sizes.hidden);
+    let k = if inner.is_some() { 2 } else { 1 };
+    let mut out = Vec::with_capacity(k * prompts.len() * m.sizes.hidden);
     let mut parts = Vec::with_capacity(done.len());
     for (r, (o, part)) in ranges.into_iter().zip(done) {
         out.extend_from_slice(&o);
-        parts.push((r, part));
+        // The part's output rows.
+        parts.push((k * r.start..k * r.end, part));
     }
     (out, Saved { parts })
 }
