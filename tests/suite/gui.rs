@@ -307,13 +307,20 @@ fn editing_the_scene_reloads_it_and_a_broken_edit_is_shown_with_its_place() {
             }
         }
     });
-    let wait_for = |what: &str| -> Option<String> {
+    // Writes `text` and waits for a line holding `what`, writing the file again every 5 s
+    // until one comes (at most 60 s): under a loaded machine the window may start watching
+    // the file only after a first write.
+    let wait_for = |text: &str, what: &str| -> Option<String> {
         let end = Instant::now() + Duration::from_secs(60);
         while Instant::now() < end {
-            if let Ok(l) = rx.recv_timeout(Duration::from_millis(200))
-                && l.contains(what)
-            {
-                return Some(l);
+            std::fs::write(&scene, text).expect("write");
+            let again = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < again.min(end) {
+                if let Ok(l) = rx.recv_timeout(Duration::from_millis(200))
+                    && l.contains(what)
+                {
+                    return Some(l);
+                }
             }
         }
         None
@@ -326,11 +333,9 @@ fn editing_the_scene_reloads_it_and_a_broken_edit_is_shown_with_its_place() {
         .position(|l| l.contains("nmae:"))
         .expect("the edit")
         + 1;
-    std::fs::write(&scene, &broken).expect("write");
-    let err = wait_for("scene error");
+    let err = wait_for(&broken, "scene error");
     // Then mend it: the scene reloads.
-    std::fs::write(&scene, &good).expect("write");
-    let reloaded = wait_for("scene reloaded");
+    let reloaded = wait_for(&good, "scene reloaded");
     let _ = child.kill();
     let _ = child.wait();
     let err = err.expect("no scene error was reported for the broken edit");
