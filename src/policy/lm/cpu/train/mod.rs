@@ -63,7 +63,7 @@ const MIN_SHARED: usize = 4;
 static SHARED_ROWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many prompt tokens the training path has not computed again because the prompts of
-/// a part began alike (see [`Rows`]), since the process started.
+/// a part began alike (their common beginning computed once), since the process started.
 pub fn tape_shared_tokens() -> u64 {
     SHARED_ROWS.load(std::sync::atomic::Ordering::Relaxed)
 }
