@@ -180,7 +180,7 @@ pub fn print_report(cfg: &RunConfig, r: &RunReport) {
             println!(
                 "{:<28} {:>14.1}",
                 "  of which computed",
-                per(p.tokens - p.shared_tokens.min(p.tokens))
+                per(p.tokens.saturating_sub(p.shared_tokens))
             );
         }
         println!(

@@ -29,6 +29,8 @@ pub struct TextFormat {
     /// Maze key colours, by index (sorted names of a fixed map; `key0`… when generated).
     key_names: Vec<String>,
     style: TextStyle,
+    /// The compact style's first lines ([`preamble`]), the same for every agent and step.
+    preamble: String,
 }
 
 /// The agent an observation belongs to.
@@ -53,12 +55,14 @@ impl TextFormat {
             .collect();
         key_names.sort();
         key_names.dedup();
+        let max_steps = scene.spec.episode.max_steps;
         Self {
+            preamble: preamble(&scene.spec.family, max_steps),
             family: scene.spec.family.clone(),
             actions: actions.to_vec(),
             teams: scene.team_names().iter().map(|s| s.to_string()).collect(),
             roles: scene.roles.clone(),
-            max_steps: scene.spec.episode.max_steps,
+            max_steps,
             key_names,
             style: scene.spec.text,
         }
@@ -70,11 +74,6 @@ impl TextFormat {
             v.get(usize::from(i)).map_or("?", String::as_str)
         }
         (name(&self.roles, who.role), name(&self.teams, who.team))
-    }
-
-    /// The style observations are written in.
-    pub fn style(&self) -> TextStyle {
-        self.style
     }
 
     /// The action words, by index.
@@ -190,33 +189,7 @@ impl TextFormat {
         s
     }
 
-    /// The lines every observation of the scene starts with in the compact style: the
-    /// legend, the view's title, the episode's length and (talk) the words that may be said.
-    /// The same for every agent and step, so every prompt of a batch begins with them.
-    pub fn preamble(&self) -> String {
-        let mut s = String::with_capacity(256);
-        match &self.family {
-            FamilySpec::Matrix(m) => {
-                let _ = writeln!(s, "rounds {} legend you other you got", m.rounds);
-            }
-            FamilySpec::CommonsHarvest(_) | FamilySpec::CleanUp(_) => {
-                s.push_str(HARVEST_LEGEND);
-                let _ = writeln!(s, "view ahead is up {} steps", self.max_steps);
-            }
-            FamilySpec::HideAndSeek(_) => {
-                s.push_str(HIDE_AND_SEEK_LEGEND);
-                let _ = writeln!(s, "view ahead is up {} steps", self.max_steps);
-            }
-            FamilySpec::Maze(m) => {
-                s.push_str(MAZE_LEGEND);
-                let _ = writeln!(s, "map north is up {} steps", self.max_steps);
-                let _ = writeln!(s, "say {}", m.vocabulary.join(" "));
-            }
-        }
-        s
-    }
-
-    /// The compact style ([`TextStyle::Compact`]): [`TextFormat::preamble`], then the agent's
+    /// The compact style ([`TextStyle::Compact`]): the scene's [`preamble`], then the agent's
     /// own lines with the words that say what a line is left out where its place says it
     /// (`hider hiders step 2 preparation 8` for `role hider team hiders step 2 of 20 phase
     /// preparation 8 steps left`), the legal actions last.
@@ -228,7 +201,7 @@ impl TextFormat {
         mask: ActionMask,
         last_reward: f32,
     ) -> String {
-        let mut s = self.preamble();
+        let mut s = self.preamble.clone();
         let (role, team) = self.names(who);
         match &self.family {
             FamilySpec::Matrix(m) => {
@@ -362,6 +335,32 @@ impl TextFormat {
             s.push('\n');
         }
     }
+}
+
+/// The lines every observation of a scene of `family` starts with in the compact style: the
+/// legend, the view's title, the episode's length and (talk) the words that may be said.
+/// The same for every agent and step, so every prompt of a batch begins with them.
+fn preamble(family: &FamilySpec, max_steps: u32) -> String {
+    let mut s = String::with_capacity(256);
+    match family {
+        FamilySpec::Matrix(m) => {
+            let _ = writeln!(s, "rounds {} legend you other you got", m.rounds);
+        }
+        FamilySpec::CommonsHarvest(_) | FamilySpec::CleanUp(_) => {
+            s.push_str(HARVEST_LEGEND);
+            let _ = writeln!(s, "view ahead is up {max_steps} steps");
+        }
+        FamilySpec::HideAndSeek(_) => {
+            s.push_str(HIDE_AND_SEEK_LEGEND);
+            let _ = writeln!(s, "view ahead is up {max_steps} steps");
+        }
+        FamilySpec::Maze(m) => {
+            s.push_str(MAZE_LEGEND);
+            let _ = writeln!(s, "map north is up {max_steps} steps");
+            let _ = writeln!(s, "say {}", m.vocabulary.join(" "));
+        }
+    }
+    s
 }
 
 /// The legends, one per family kind (the same line in both styles).

@@ -746,42 +746,27 @@ impl Trainer {
                 // `say`, as the policy scored it. One pass over those longer prompts gives the
                 // action's state too (at each prompt's last token: an inner position), where
                 // the decoder can (the training path on the CPU), else a pass each.
-                let talk: Option<(Vec<Vec<u32>>, &Tensor)> = match &m.talk {
-                    Some((choices, say)) if mb.iter().any(|s| s.said.is_some()) => Some((
-                        mb.iter()
-                            .map(|s| {
-                                let mut p = s.tokens.to_vec();
-                                p.extend(m.action_ids.get(usize::from(s.action)));
-                                p.extend(say);
-                                p
-                            })
-                            .collect(),
-                        choices,
-                    )),
-                    _ => None,
-                };
-                let (h, said) = match &talk {
-                    Some((talk, choices)) => {
+                let (h, said) = match &m.talk {
+                    Some((choices, say)) if mb.iter().any(|s| s.said.is_some()) => {
                         // An empty prompt reads one padding token, as `last_hidden` reads it.
-                        let inner: Vec<usize> =
-                            prompts.iter().map(|p| p.len().max(1) - 1).collect();
-                        let talk: Vec<Vec<u32>> = talk
+                        let pad = [m.pad];
+                        let (talk, inner): (Vec<Vec<u32>>, Vec<usize>) = prompts
                             .iter()
-                            .zip(&prompts)
-                            .map(|(t, p)| {
-                                if p.is_empty() {
-                                    std::iter::once(m.pad).chain(t.iter().copied()).collect()
-                                } else {
-                                    t.clone()
-                                }
+                            .zip(mb)
+                            .map(|(&p, s)| {
+                                let p = if p.is_empty() { &pad[..] } else { p };
+                                let mut t = p.to_vec();
+                                t.extend(m.action_ids.get(usize::from(s.action)));
+                                t.extend(say);
+                                (t, p.len() - 1)
                             })
-                            .collect();
+                            .unzip();
                         // The same adapters, row by row, for both.
                         let (said, h) =
                             decoder.last_and_inner_hidden(&talk, &inner, m.pad, path, lora)?;
-                        (h, Some((said, *choices)))
+                        (h, Some((said, choices)))
                     }
-                    None => (decoder.last_hidden(&prompts, m.pad, path, lora)?, None),
+                    _ => (decoder.last_hidden(&prompts, m.pad, path, lora)?, None),
                 };
                 let tlp = candle_nn::ops::log_softmax(&decoder.head(&h)?, 1)?;
                 let alp = masked_action_logprobs(&tlp, &m.action_tokens, bias)?;

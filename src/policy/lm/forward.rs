@@ -111,6 +111,13 @@ impl Decoder {
         path: Pass,
         lora: Lora<'_>,
     ) -> Result<(Tensor, Tensor), LmError> {
+        if inner.len() != prompts.len() {
+            return Err(LmError::Candle(candle_core::Error::Msg(format!(
+                "{} inner positions for {} prompts",
+                inner.len(),
+                prompts.len()
+            ))));
+        }
         if let Some((i, (p, &at))) = prompts
             .iter()
             .zip(inner)
@@ -120,13 +127,6 @@ impl Decoder {
             return Err(LmError::Candle(candle_core::Error::Msg(format!(
                 "prompt {i} has {} tokens, its inner position {at} is past them",
                 p.len()
-            ))));
-        }
-        if inner.len() != prompts.len() {
-            return Err(LmError::Candle(candle_core::Error::Msg(format!(
-                "{} inner positions for {} prompts",
-                inner.len(),
-                prompts.len()
             ))));
         }
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);

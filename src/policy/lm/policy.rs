@@ -569,6 +569,8 @@ impl LmPolicy {
             return;
         }
         let start = Instant::now();
+        // Counted from here: the thread may have run other forwards (a trainer's reference).
+        super::cpu::infer::take_shared_tokens();
         let mut unencodable = 0u64;
         let mut texts: Vec<String> = batch
             .iter()

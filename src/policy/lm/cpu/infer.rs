@@ -314,7 +314,7 @@ impl Layout {
 }
 
 /// The fewest leading tokens worth sharing between prompts.
-const MIN_SHARED: usize = 4;
+pub(in crate::policy::lm) const MIN_SHARED: usize = 4;
 
 /// For each prompt, `(leader, n)`: its first `n` tokens are those of prompt `leader` (which
 /// shares none itself), read from there; `n` is 0 when it shares none, and at most its

@@ -25,7 +25,8 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use super::infer::{
-    LoraData, ModelData, ModelIx, Packed, Project, Runs, add_bias, embed_rows, gather, runs,
+    LoraData, MIN_SHARED, ModelData, ModelIx, Packed, Project, Runs, add_bias, embed_rows, gather,
+    runs,
 };
 use super::kernels::{self, RopeTables};
 use super::pool::{buffer, copy, recycle, zeros};
@@ -45,8 +46,8 @@ struct Rows {
     /// Each row's position in its prompt.
     pos: Vec<u32>,
     /// The rows the last layer computes and the hidden states come from, and their
-    /// positions: each prompt's last, after (with an inner position asked for) that one's,
-    /// [`Rows::outputs`] per prompt.
+    /// positions, [`Rows::outputs`] per prompt: its row at the inner position asked for
+    /// (if any), then its last.
     last: Vec<usize>,
     last_pos: Vec<u32>,
     outputs: usize,
@@ -54,9 +55,6 @@ struct Rows {
     token_runs: Runs,
     last_runs: Runs,
 }
-
-/// The fewest tokens worth sharing (the fast path's rule, `infer.rs`).
-const MIN_SHARED: usize = 4;
 
 /// Prompt tokens whose forward pass the training path computed once for a whole part (the
 /// shared beginnings' rows times the part's prompts less one), since the process started.
@@ -336,7 +334,7 @@ impl Task {
     }
 }
 
-/// The attention tasks (`last`: the query rows are each prompt's last token alone): the
+/// The attention tasks (`last`: the query rows are each prompt's output rows alone): the
 /// shared beginning's own (every layer but the last: its rows attend among themselves),
 /// then one per prompt.
 fn attention_tasks(rows: &Rows, last: bool) -> Vec<Task> {
