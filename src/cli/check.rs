@@ -41,6 +41,12 @@ pub fn describe(scene: &Scene) -> String {
                 h.vision_cone,
                 h.vision_range
             );
+            if h.window > 0 && h.window < h.vision_range {
+                s += &format!("view      a window of range {}\n", h.window);
+            }
+            if h.entities {
+                s += "view      the entity list (agents, boxes, ramps, doorways)\n";
+            }
         }
         FamilySpec::Maze(m) => {
             match &m.generate {

@@ -64,6 +64,10 @@ impl<'a> Senses<'a> {
     pub fn holding(&self) -> bool {
         self.hide_and_seek.is_some_and(|h| h.holding)
     }
+    /// Hide-and-seek's entity list as numbers (empty unless the scene asks for it).
+    pub fn entities(&self) -> &'a [f32] {
+        self.hide_and_seek.map_or(&[], |h| h.entities.as_slice())
+    }
     /// Keys carried, one bit per colour (maze).
     pub fn keys(&self) -> u32 {
         self.maze.map_or(0, |m| m.keys)
@@ -95,7 +99,7 @@ impl<'w> SensesQueryItem<'w, '_> {
     }
 }
 
-/// Room for the header fields [`encode`] writes (69 of them today).
+/// Room for the header fields [`encode`] writes (69 of them today, before an entity list).
 const DENSE_CAPACITY: usize = 80;
 
 /// Fills `out` with the cells of `obs` and the header fields of `obs` and `senses`. The
@@ -107,7 +111,7 @@ pub fn encode(obs: &Observation, senses: Senses<'_>, out: &mut Encoded) {
     let d = &mut out.dense;
     d.clear();
     // One allocation for a new row (the header's length is fixed), none for a reused one.
-    d.reserve(DENSE_CAPACITY);
+    d.reserve(DENSE_CAPACITY + senses.entities().len());
     d.push(obs.step as f32 / 1000.0);
     d.push(f32::from(senses.cooldown()) / 10.0);
     d.push(f32::from(u8::from(obs.removed)));
@@ -137,6 +141,8 @@ pub fn encode(obs: &Observation, senses: Senses<'_>, out: &mut Encoded) {
     let counts = senses.other_counts();
     let total = (counts[0] + counts[1]).max(1) as f32;
     d.extend(counts.map(|c| c as f32 / total));
+    // Hide-and-seek's entity list, where the scene asks for it.
+    d.extend_from_slice(senses.entities());
 }
 
 /// Encodes every active agent's observation into its [`Features`], once per step

@@ -157,6 +157,7 @@ impl TextFormat {
                     let side = if o.ally { "ally" } else { "opponent" };
                     let _ = writeln!(s, "you see {side} {} at {} {}", o.slot, o.pos[0], o.pos[1]);
                 }
+                hns_entities(&mut s, senses, false);
             }
             FamilySpec::Maze(m) => {
                 let _ = writeln!(
@@ -240,6 +241,7 @@ impl TextFormat {
                     let side = if o.ally { "ally" } else { "opponent" };
                     let _ = writeln!(s, "{side} {} at {} {}", o.slot, o.pos[0], o.pos[1]);
                 }
+                hns_entities(&mut s, senses, true);
             }
             FamilySpec::Maze(m) => {
                 let _ = writeln!(s, "{role} {team} step {}", obs.step);
@@ -361,6 +363,46 @@ fn preamble(family: &FamilySpec, max_steps: u32) -> String {
         }
     }
     s
+}
+
+/// Hide-and-seek's entity list where the scene asks for it (`entities`): a line per box or
+/// ramp seen, beyond the window too (`you see box 0 at 8 8 locked by your side`; compact
+/// `box 0 at 8 8 ours`), and the doorways open this episode.
+fn hns_entities(s: &mut String, senses: Senses<'_>, compact: bool) {
+    let Some(h) = senses.hide_and_seek else {
+        return;
+    };
+    for o in &h.objects {
+        let kind = match o.kind {
+            hide_and_seek::ObjectKind::Box => "box",
+            hide_and_seek::ObjectKind::Ramp => "ramp",
+        };
+        let state = match (o.ours, o.theirs, o.held, compact) {
+            (true, _, _, false) => " locked by your side",
+            (_, true, _, false) => " locked by them",
+            (_, _, true, false) => " held by you",
+            (true, _, _, true) => " ours",
+            (_, true, _, true) => " theirs",
+            (_, _, true, true) => " held",
+            _ => "",
+        };
+        let see = if compact { "" } else { "you see " };
+        let _ = writeln!(
+            s,
+            "{see}{kind} {} at {} {}{state}",
+            o.index, o.pos[0], o.pos[1]
+        );
+    }
+    let open: Vec<String> = h
+        .doorways
+        .iter()
+        .filter(|d| d.1)
+        .map(|(d, _)| format!("{} {}", d[0], d[1]))
+        .collect();
+    if !open.is_empty() {
+        let head = if compact { "doors" } else { "doorways at" };
+        let _ = writeln!(s, "{head} {}", open.join(", "));
+    }
 }
 
 /// The legends, one per family kind (the same line in both styles).

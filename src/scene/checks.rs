@@ -260,6 +260,14 @@ fn check_hide_seek(cx: &Ctx<'_>, h: &HideSeekParams) -> Result<(), SceneError> {
             out_of_range("family.vision_cone", c, "an angle in degrees in (0, 360]"),
         ));
     }
+    check_int(
+        cx,
+        &f("window"),
+        "family.window",
+        h.window.into(),
+        0,
+        h.vision_range.into(),
+    )?;
     check_range(cx, &f("reward"), "family.reward", h.reward, -1e6, 1e6)?;
     check_range(
         cx,

@@ -24,6 +24,14 @@ pub struct HideSeekParams {
     /// on a doorway: Baker et al.'s quadrant game draws its boxes' places in the room and its
     /// ramp's outside every episode. Otherwise objects start where the map puts them.
     pub scatter_objects: bool,
+    /// Range of the observation's window, in cells, when smaller than `vision_range` (0:
+    /// the vision range). Sight still reaches `vision_range`: the agents and objects seen
+    /// beyond the window are in the entity list (`entities`), and rewards count them.
+    pub window: u8,
+    /// The observation carries Baker et al.'s entity list: own position; each other agent,
+    /// box and ramp (masked unless seen) with its place relative to the agent and on the
+    /// map and its lock; each of the map's doorways. See `envs::hide_and_seek`.
+    pub entities: bool,
 }
 
 impl Default for HideSeekParams {
@@ -35,6 +43,8 @@ impl Default for HideSeekParams {
             reward: 1.0,
             door_dropout: 0.0,
             scatter_objects: false,
+            window: 0,
+            entities: false,
         }
     }
 }

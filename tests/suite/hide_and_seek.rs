@@ -148,6 +148,60 @@ fn observation_shows_what_the_cone_lights() {
 }
 
 #[test]
+fn the_entity_list_places_what_is_seen_around_the_agent_and_masks_the_rest() {
+    use emergence::envs::hide_and_seek::{HnsSenses, view};
+    let src = scene_src(&VISION_MAP, 0.0, 5).replace(
+        "vision_cone: 135.0)",
+        "vision_cone: 135.0, entities: true, window: 2)",
+    );
+    let mut app = test_app(&src, 1, 1, 0);
+    let acts = puppet(&mut app, "random");
+    step(&mut app, 1);
+    let (hider, seeker) = (agents(&app, 0)[0], agents(&app, 0)[1]);
+    let senses = |app: &bevy::app::App, e| {
+        app.world()
+            .get::<HnsSenses>(e)
+            .expect("senses")
+            .entities
+            .clone()
+    };
+    let n = 15.0; // the map's larger side
+    // The seeker at (7, 6) facing north: the hider behind it unseen (zeros), the box at
+    // (9, 5) one ahead and two to the right, the doorway (7, 3) three ahead.
+    let e = senses(&app, seeker);
+    #[rustfmt::skip]
+    let want = [
+        7.0 / n, 6.0 / n,
+        0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+        1.0, 0.0, 1.0 / n, 2.0 / n, 9.0 / n, 5.0 / n, 0.0, 0.0, 0.0,
+        1.0, 3.0 / n, 0.0, 7.0 / n, 3.0 / n,
+    ];
+    assert_eq!(e, want);
+    // The window is cut to range 2 (5 x 3); the cells in it are where the full window has
+    // them.
+    let obs = app.world().get::<Observation>(seeker).expect("obs").clone();
+    assert_eq!(
+        (obs.view_width, obs.view_height, obs.view_self),
+        (5, 3, (2, 2))
+    );
+    assert_eq!(obs.view[2 * 5 + 2], view::SELF);
+    assert_eq!(obs.view[5 + 4], view::BOX, "one ahead, two right");
+    // The hider walks west to (11, 8): the seeker 4 ahead and 2 to its right, seen beyond
+    // the window; the box 2 ahead and 3 to the right.
+    face(&mut app, 0, Dir4::West);
+    play(&mut app, &acts, &[act::FORWARD, act::NOOP]);
+    play(&mut app, &acts, &[act::FORWARD, act::NOOP]);
+    play(&mut app, &acts, &[act::NOOP, act::NOOP]);
+    let e = senses(&app, hider);
+    assert_eq!(&e[..2], &[11.0 / n, 8.0 / n]);
+    assert_eq!(&e[2..8], &[1.0, 0.0, 4.0 / n, 2.0 / n, 7.0 / n, 6.0 / n]);
+    assert_eq!(&e[8..14], &[1.0, 0.0, 2.0 / n, 3.0 / n, 9.0 / n, 5.0 / n]);
+    // Without `entities` the list is empty.
+    let (app, _) = puppet_app(&VISION_MAP, 0.0, 5);
+    assert!(senses(&app, agents(&app, 0)[1]).is_empty());
+}
+
+#[test]
 fn reward_follows_who_is_seen_after_preparation() {
     // max_steps 20, prep 0.25: steps 0-4 are preparation.
     let (mut app, acts) = puppet_app(&VISION_MAP, 0.25, 5);

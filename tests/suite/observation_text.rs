@@ -261,6 +261,55 @@ fn hide_and_seek_text() {
 }
 
 #[test]
+fn hide_and_seek_text_with_the_entity_list() {
+    // The scene of `hide_and_seek_text` with the entity list and a window of range 1, and
+    // a wall across row 3 with a doorway at (4, 3).
+    let src = r#"(name: "hs", family: HideAndSeek(prep_fraction: 0.5, vision_range: 3, entities: true, window: 1),
+        map: ["WWWWWWW", "W.b...W", "W.....W", "WWWW.WW", "W..h..W", "Ws....W", "WWWWWWW"],
+        legend: {'W': Wall, '.': Floor, 'b': Box, 'h': TeamSpawn("hiders"), 's': TeamSpawn("seekers")},
+        teams: [(name: "hiders", role: "hider", policy: "random"), (name: "seekers", role: "seeker", policy: "random")],
+        episode: (max_steps: 20),
+        randomize: (shuffle_spawns: false, random_facing: false))"#;
+    let play = |src: &str| {
+        let (mut app, acts) = app(src);
+        // The hider steps east, turns north and walks through the doorway: the box is in
+        // sight, beyond the window's range.
+        for a in [4, 1, 3, 1, 1, 0] {
+            set_actions(&acts, &[a, 0]);
+            step(&mut app, 1);
+        }
+        app
+    };
+    let app = play(src);
+    let small = play(&compact(src));
+    assert_eq!(
+        text(&small, 0).lines().skip(2).collect::<Vec<_>>(),
+        [
+            "hider hiders step 5 preparation 5",
+            "at 4 2 north",
+            ". . .",
+            "? @ ?",
+            "reward 0",
+            "box 0 at 2 1",
+            "doors 4 3",
+            "actions noop forward backward turn_left turn_right",
+        ]
+    );
+    let full = text(&app, 0);
+    assert!(
+        full.contains("you see box 0 at 2 1\ndoorways at 4 3\n"),
+        "{full}"
+    );
+    // The seeker at (1, 5) facing north sees the wall row and nothing behind it: no box,
+    // and the doorway listed all the same.
+    let seeker = text(&small, 1);
+    assert!(
+        seeker.contains("reward 0\ndoors 4 3\nactions noop"),
+        "{seeker}"
+    );
+}
+
+#[test]
 fn maze_text() {
     let src = r#"(name: "mz", family: Maze(view: 1, knowledge: Strips, vocabulary: ["north", "south", "east", "west", "plate", "door", "key", "here", "wait", "exit"]),
         map: ["WWWWWWW", "WS.k.LW", "WS...EW", "WWWWWWW"],

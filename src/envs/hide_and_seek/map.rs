@@ -7,7 +7,7 @@ use rand::Rng;
 use std::sync::Arc;
 
 use super::codes::view;
-use super::vision::Vision;
+use super::vision::{Crop, Vision};
 use crate::core::*;
 use crate::envs::spawn::SpawnCells;
 use crate::scene::{HideSeekParams, Scene, Thing};
@@ -113,6 +113,10 @@ pub struct HnsArena {
     pub reward: f32,
     /// The vision tables.
     pub vision: Arc<Vision>,
+    /// The observation's window where the scene makes it smaller than the vision's.
+    pub crop: Option<Arc<Crop>>,
+    /// The observation carries the entity list (`entities` in the scene).
+    pub entities: bool,
     /// Whether a seeker saw a hider at the end of the last step.
     pub hider_seen: bool,
     /// Episode statistics.
@@ -189,6 +193,9 @@ impl HnsArena {
             prep_steps: (p.prep_fraction * max_steps as f32).floor() as u32,
             reward: p.reward,
             vision: Arc::new(Vision::new(p.vision_cone, p.vision_range)),
+            crop: (p.window > 0 && p.window < p.vision_range)
+                .then(|| Arc::new(Vision::new(p.vision_cone, p.vision_range).crop(p.window))),
+            entities: p.entities,
             hider_seen: false,
             stats: HnsStats::default(),
             shuffle_spawns: scene.spec.randomize.shuffle_spawns,
@@ -234,6 +241,19 @@ impl HnsArena {
             .copied()
             .filter(|&p| !self.template.iter().any(|o| o.pos == p) && !spawn(p))
             .collect()
+    }
+
+    /// Width and height of the observation window and the viewer's column and row in it.
+    pub fn window(&self) -> (usize, usize, (u8, u8)) {
+        match &self.crop {
+            Some(c) => (c.width, c.height, c.viewer),
+            None => self.vision.window(),
+        }
+    }
+
+    /// The scene's doorways, before a door dropout (the entity list's doorway slots).
+    pub fn scene_doorways(&self) -> &[IVec2] {
+        &self.scene_map.1
     }
 
     /// Whether sight is stopped at `p` (walls, boxes, off the map).

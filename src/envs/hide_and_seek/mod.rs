@@ -10,13 +10,14 @@
 //! | Ramps | With a ramp in front, a box or low wall right behind it and a free cell behind that, `forward` lands you on that free cell: the climb moves you three cells; ramp and box stay. Locked ramps can be climbed. A ramp you hold is pushed, never climbed. |
 //! | Preparation | The first `floor(prep_fraction × max_steps)` steps (40% by default): seekers cannot act (their only legal action is `noop`, and the rules ignore anything else) and every reward is zero. |
 //! | Vision | A cone of `vision_cone` degrees (135) around the facing, `vision_range` cells (6, Euclidean), line of sight on the grid: walls and boxes block it; low walls, ramps and agents do not. See [`vision`] for the ray rule. One function serves observations, rewards and the viewer. |
-//! | Observation | Egocentric window, `2·range+1` wide and `range+1` deep (deeper behind for cones over 180°), row 0 farthest ahead: every cell the agent sees with its content (codes in [`view`]: locks as "ours" or "theirs"), `?` elsewhere. Also: own map position and facing, the agents it sees, whether it holds an object, the preparation steps left. Oracle bots (`fort_builder`) also get the whole map. |
+//! | Observation | Egocentric window, `2·range+1` wide and `range+1` deep (deeper behind for cones over 180°), row 0 farthest ahead: every cell the agent sees with its content (codes in [`view`]: locks as "ours" or "theirs"), `?` elsewhere. Also: own map position and facing, the agents it sees, whether it holds an object, the preparation steps left. Oracle bots (`fort_builder`) also get the whole map. `window` cuts the window to a smaller range than the vision's (sight, rewards and the agents seen still reach `vision_range`). |
+//! | Entity list | With `entities`, Baker et al.'s object-centric observation as numbers after the header ([`rules::entity_features`]): own map position; each other agent, box and ramp with its place relative to the agent and on the map, its side or lock, zeros unless seen this step (the paper masks what is out of sight); each of the map's doorways with its place and whether it is open this episode (the paper's agents learn their map's fixed walls; a doorway's cell is that knowledge on a grid). With a small `window`, the pair stands for the paper's entities plus lidar. |
 //! | Rewards | After preparation, every step: hiders +`reward` (1) if no hider is seen by any seeker, else −`reward`; seekers the opposite. Per agent, the side's reward. |
 //! | Termination | None by the rules; episodes are truncated at `episode.max_steps`. |
 //! | Statistics | `max_box_displacement`, `max_ramp_displacement` (largest distance any box / ramp got from its start, cells), `boxes_locked_prep_end`, `boxes_locked_end`, `ramps_locked_prep_end`, `ramps_locked_end`, `doorways_blocked_prep_end` (doorways, one-cell gaps in a wall line, holding a box the hiders locked when preparation ended) and `fort_prep_end` (that count over the episode's doorways; maps with doorways only), `hider_success` (share of post-preparation steps with no hider seen), `hider_seen_steps`, `pushes`, `pulls`, `ramp_climbs`. |
 //! | Doors | `door_dropout` p (0 by default): with probability p an episode walls up one of the map's doorways, drawn uniformly among those no object or spawn cell is on (Baker et al.'s `p_door_dropout`, 0.5 in their quadrant game: "the probability we don't place one of the doors"); maps with two such doorways or more. |
 //! | Objects | With `scatter_objects`, every box and ramp is placed each episode on a free cell drawn uniformly from the region it starts in on the map (the room, bounded by walls and doorways, or the outside), never on a doorway or an agent: Baker et al.'s quadrant game draws its boxes' places in the room every episode (`quadrant_placement`). Otherwise objects start where the map puts them. |
-//! | Parameters | `prep_fraction` 0.4, `vision_range` 6, `vision_cone` 135, `reward` 1, `door_dropout` 0, `scatter_objects` false. |
+//! | Parameters | `prep_fraction` 0.4, `vision_range` 6, `vision_cone` 135, `reward` 1, `door_dropout` 0, `scatter_objects` false, `window` 0 (the vision range), `entities` false. |
 
 pub mod actions;
 pub(crate) mod check;
@@ -45,12 +46,36 @@ pub fn agent_components() -> impl Bundle {
 
 /// A hide-and-seek agent's part of its observation, written beside its [`Observation`] in
 /// `SimSystems::Observe`.
-#[derive(Component, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Component, Debug, Clone, Default, PartialEq)]
 pub struct HnsSenses {
     /// Steps of the preparation phase left (0 once it is over).
     pub prep_left: u32,
     /// The agent holds an object (grab).
     pub holding: bool,
+    /// With `entities`: the boxes and ramps seen this step, in map order.
+    pub objects: Vec<SeenObject>,
+    /// With `entities`: the map's doorways and whether each is open this episode.
+    pub doorways: Vec<([i32; 2], bool)>,
+    /// The entity list, as numbers (empty unless the scene asks for `entities`; see
+    /// [`rules::entity_features`]).
+    pub entities: Vec<f32>,
+}
+
+/// A box or ramp an agent sees (the entity list's objects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeenObject {
+    /// Its index among the arena's objects (map order).
+    pub index: u8,
+    /// Box or ramp.
+    pub kind: ObjectKind,
+    /// Its map position.
+    pub pos: [i32; 2],
+    /// Locked by the observer's side.
+    pub ours: bool,
+    /// Locked by the other side.
+    pub theirs: bool,
+    /// Held by the observer.
+    pub held: bool,
 }
 
 /// The hide-and-seek family.

@@ -4,10 +4,10 @@
 use bevy::math::IVec2;
 use bevy::prelude::*;
 
-use super::HnsSenses;
 use super::actions::{held, legal_actions};
 use super::codes::view;
 use super::map::{Grip, HnsArena, ObjectKind};
+use super::{HnsSenses, SeenObject};
 use crate::core::*;
 
 /// Writes every agent's view (what its vision cone lights), the agents it sees, its legal
@@ -30,8 +30,9 @@ pub fn observe_hide_and_seek(
     >,
 ) {
     agents.par_iter_mut().for_each_init(
-        Vec::new,
-        |clear, (in_arena, agent, pos, facing, grip, oracle, mut obs, mut senses, mut mask)| {
+        || (Vec::new(), Vec::new()),
+        |(clear, seen),
+         (in_arena, agent, pos, facing, grip, oracle, mut obs, mut senses, mut mask)| {
             let Ok((clock, arena)) = arenas.get(in_arena.0) else {
                 return;
             };
@@ -39,7 +40,7 @@ pub fn observe_hide_and_seek(
             let side = arena.side[slot];
             let (p, f) = (pos.0, facing.0);
             let obs = &mut *obs;
-            let (w, h, (sc, sr)) = arena.vision.window();
+            let (w, h, (sc, sr)) = arena.window();
             obs.step = clock.step;
             obs.pos = [p.x, p.y];
             obs.facing = f as u8;
@@ -53,15 +54,60 @@ pub fn observe_hide_and_seek(
             obs.others.clear();
             obs.view.clear();
             obs.view.resize(w * h, view::UNSEEN);
+            seen.clear();
+            seen.resize(arena.objects.len(), false);
             let (cells, others) = (&mut obs.view, &mut obs.others);
+            let crop = arena.crop.as_deref();
             arena.vision.cast(
                 p,
                 f,
                 |c| arena.blocks_sight(c),
-                |i, c| cells[i] = agent_code(arena, c, slot, side, others),
+                |i, c| {
+                    let code = agent_code(arena, c, slot, side, others);
+                    match crop {
+                        None => cells[i] = code,
+                        Some(crop) => {
+                            let k = crop.index[i];
+                            if k != u16::MAX {
+                                cells[usize::from(k)] = code;
+                            }
+                        }
+                    }
+                    if let Some(o) = arena.object_at(c) {
+                        seen[o] = true;
+                    }
+                },
                 clear,
             );
             obs.others.sort_by_key(|o| o.slot);
+            let senses = &mut *senses;
+            senses.objects.clear();
+            senses.doorways.clear();
+            senses.entities.clear();
+            if arena.entities {
+                senses.objects.extend(
+                    arena
+                        .objects
+                        .iter()
+                        .enumerate()
+                        .filter(|&(i, _)| seen[i])
+                        .map(|(i, o)| SeenObject {
+                            index: i as u8,
+                            kind: o.kind,
+                            pos: [o.pos.x, o.pos.y],
+                            ours: o.locked_by == Some(side),
+                            theirs: o.locked_by.is_some_and(|s| s != side),
+                            held: o.held_by == Some(slot as u16),
+                        }),
+                );
+                senses.doorways.extend(
+                    arena
+                        .scene_doorways()
+                        .iter()
+                        .map(|&d| ([d.x, d.y], arena.doorways.contains(&d))),
+                );
+                entity_features(arena, slot, p, f, &obs.others, senses);
+            }
             if oracle {
                 let (mw, mh) = (arena.tiles.width(), arena.tiles.height());
                 obs.map_width = mw as u16;
@@ -72,6 +118,71 @@ pub fn observe_hide_and_seek(
             *mask = legal_actions(arena, slot, p, f, holding, prep);
         },
     );
+}
+
+/// Numbers per entity slot of [`entity_features`]: another agent, an object, a doorway.
+pub const ENTITY_WIDTHS: [usize; 3] = [6, 9, 5];
+
+/// Baker et al.'s entity list for the agent in `slot` at `p` facing `f` as numbers, into
+/// `senses.entities` from the agents it sees (`others`) and `senses`' objects and doorways:
+/// its own map position, then one slot per other agent (slot order), per box or ramp (map
+/// order) and per doorway of the scene's map (map order), so the length depends only on
+/// the scene. Places are in cells divided by the map's larger side, both on the map (`x`,
+/// `y`) and relative to the agent (`ahead` along its facing, `right` to its right).
+/// - agent: seen, on my side, ahead, right, x, y;
+/// - object: seen, is a ramp, ahead, right, x, y, locked by my side, locked by the other,
+///   held by me;
+/// - doorway: open this episode (not walled by a door dropout), ahead, right, x, y.
+///
+/// Agents and objects not seen this step are all zeros, as the paper masks them; doorways
+/// are always known (the paper's agents learn the fixed walls of their map; a grid agent
+/// would need to learn each doorway's cell).
+pub fn entity_features(
+    arena: &HnsArena,
+    slot: usize,
+    p: IVec2,
+    f: Dir4,
+    others: &[Perceived],
+    senses: &mut HnsSenses,
+) {
+    let n = arena.tiles.width().max(arena.tiles.height()) as f32;
+    let (fw, rt) = (f.delta(), f.right().delta());
+    let place = |q: [i32; 2]| {
+        let d = IVec2::from(q) - p;
+        [
+            d.dot(fw) as f32 / n,
+            d.dot(rt) as f32 / n,
+            q[0] as f32 / n,
+            q[1] as f32 / n,
+        ]
+    };
+    let flag = |b: bool| f32::from(u8::from(b));
+    let out = &mut senses.entities;
+    out.extend([p.x as f32 / n, p.y as f32 / n]);
+    for s in (0..arena.side.len()).filter(|&s| s != slot) {
+        match others.iter().find(|o| usize::from(o.slot) == s) {
+            Some(o) => {
+                out.extend([1.0, flag(o.ally)]);
+                out.extend(place(o.pos));
+            }
+            None => out.extend([0.0; ENTITY_WIDTHS[0]]),
+        }
+    }
+    let mut seen = senses.objects.iter().peekable();
+    for i in 0..arena.objects.len() {
+        match seen.next_if(|o| usize::from(o.index) == i) {
+            Some(o) => {
+                out.extend([1.0, flag(o.kind == ObjectKind::Ramp)]);
+                out.extend(place(o.pos));
+                out.extend([flag(o.ours), flag(o.theirs), flag(o.held)]);
+            }
+            None => out.extend([0.0; ENTITY_WIDTHS[1]]),
+        }
+    }
+    for &(d, open) in &senses.doorways {
+        out.push(flag(open));
+        out.extend(place(d));
+    }
 }
 
 /// MAPPO's global state of hide-and-seek, for each agent: the whole map as it would see it

@@ -43,6 +43,19 @@ pub struct Vision {
     by_window: Vec<u16>,
 }
 
+/// A smaller observation window inside a [`Vision`]'s (see [`Vision::crop`]).
+#[derive(Debug, Clone)]
+pub struct Crop {
+    /// Width of the smaller window.
+    pub width: usize,
+    /// Its height.
+    pub height: usize,
+    /// The viewer's column and row in it.
+    pub viewer: (u8, u8),
+    /// For each cell of the full window, its index in the smaller one (`u16::MAX`: outside).
+    pub index: Vec<u16>,
+}
+
 /// `round(a / b)` for `b > 0`, halves away from zero.
 fn round_div(a: i32, b: i32) -> i32 {
     if a >= 0 {
@@ -113,6 +126,33 @@ impl Vision {
         let w = (2 * self.range + 1) as usize;
         let h = (self.range + 1 + self.behind) as usize;
         (w, h, (self.range as u8, self.range as u8))
+    }
+
+    /// A smaller window of range `small` (at most this one's) inside this one: its width,
+    /// height and the viewer's column and row, and for every cell of this window its index
+    /// in the smaller one (`u16::MAX` outside it). Cells behind the viewer are kept as deep
+    /// as the smaller range where this window has them.
+    pub fn crop(&self, small: u8) -> Crop {
+        let small = i32::from(small).min(self.range);
+        let behind = self.behind.min(small);
+        let (w, sw) = (2 * self.range + 1, 2 * small + 1);
+        let (_, h, _) = self.window();
+        let index = (0..w * h as i32)
+            .map(|i| {
+                let (right, ahead) = (i % w - self.range, self.range - i / w);
+                if right.abs() <= small && ahead <= small && ahead >= -behind {
+                    ((small - ahead) * sw + right + small) as u16
+                } else {
+                    u16::MAX
+                }
+            })
+            .collect();
+        Crop {
+            width: sw as usize,
+            height: (small + 1 + behind) as usize,
+            viewer: (small as u8, small as u8),
+            index,
+        }
     }
 
     /// Lights the window of a viewer at `from` facing `facing`: calls `visit(window index,
@@ -191,6 +231,26 @@ impl Vision {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_crop_keeps_the_cells_near_the_viewer_in_their_places() {
+        let v = Vision::new(135.0, 6);
+        let c = v.crop(2);
+        assert_eq!((c.width, c.height, c.viewer), (5, 3, (2, 2)));
+        let (w, h, _) = v.window();
+        assert_eq!(c.index.len(), w * h);
+        // The viewer (row 6, column 6 of the 13 x 7 window) is row 2, column 2 of 5 x 3.
+        assert_eq!(c.index[6 * 13 + 6], 2 * 5 + 2);
+        // Two ahead and two to the left: row 4, column 4 -> row 0, column 0.
+        assert_eq!(c.index[4 * 13 + 4], 0);
+        // Three ahead is outside.
+        assert_eq!(c.index[3 * 13 + 6], u16::MAX);
+        let kept = c.index.iter().filter(|&&k| k != u16::MAX).count();
+        assert_eq!(kept, 15);
+        // Wide cones keep cells behind, as deep as the smaller range.
+        let wide = Vision::new(360.0, 4).crop(1);
+        assert_eq!((wide.width, wide.height, wide.viewer), (3, 3, (1, 1)));
+    }
 
     #[test]
     fn parents_step_towards_the_viewer() {

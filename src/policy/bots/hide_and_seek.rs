@@ -404,7 +404,13 @@ fn build_fort(d: &mut Decision<'_>, rooms: &mut BTreeMap<(u32, u16), Room>) -> O
             _ => Some(act::NOOP),
         };
     }
-    for &(door, _) in doors {
+    // A teammate still outside the room: the box that would close its way in (onto the
+    // doorway, or onto the cell inside it) waits until it is in or preparation nearly over
+    // (with one doorway the latecomer was shut out).
+    let mate_outside = (0..m.h)
+        .flat_map(|y| (0..m.w).map(move |x| IVec2::new(x, y)))
+        .any(|p| m.at(p) == view::TEAMMATE && !in_room(p));
+    for &(door, out) in doors {
         if m.object(door) {
             continue;
         }
@@ -434,10 +440,14 @@ fn build_fort(d: &mut Decision<'_>, rooms: &mut BTreeMap<(u32, u16), Room>) -> O
                 }
             }
         }
-        if let Some((_, b, dir)) = best
-            && let Some(a) = approach(d, b - dir.delta(), dir, act::FORWARD)
-        {
-            return Some(a);
+        if let Some((_, b, dir)) = best {
+            let closes = b + dir.delta() == door || b + dir.delta() == door - out.delta();
+            if closes && mate_outside && me == b - dir.delta() && d.senses.prep_left() > 3 {
+                return Some(act::NOOP);
+            }
+            if let Some(a) = approach(d, b - dir.delta(), dir, act::FORWARD) {
+                return Some(a);
+            }
         }
     }
     Some(act::NOOP)
