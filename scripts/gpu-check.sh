@@ -17,6 +17,14 @@
 # benchmark's measurement time, default 3), FEATURES (default cuda; `DEVICE=cpu FEATURES=`
 # runs the whole script on the CPU alone, a dry run of the script itself). Everything it
 # writes goes under target/gpu-check/ (summary.md is the table it prints).
+#
+# On a GPU machine without Rust: PREBUILT=DIR takes the three programs from DIR instead of
+# building them (`emergence`, and the benches `inference` and `update`, each optionally
+# xz-compressed; DIR/source-dir, the folder they were built in), built elsewhere with `--features cuda` (`cargo build --profile bench
+# --features cuda --bin emergence`, `cargo bench --features cuda --no-run --bench inference
+# --bench update`: the benches are target/release/deps/{inference,update}-HASH); the CUDA
+# libraries they link (cuBLAS, cuRAND, NVRTC, the runtime, 13.x) are looked for in the
+# machine's Python packages (nvidia-*) and /usr/local/cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEVICE=${DEVICE:-cuda:0}
@@ -27,14 +35,56 @@ started=$(date +%s)
 say() { echo "== $* ($(($(date +%s) - started)) s)"; }
 
 say "what this machine has"
-for tool in cargo python3; do
+need=(cargo python3)
+if [ -n "${PREBUILT:-}" ]; then
+    need=(python3)
+    mkdir -p target/prebuilt
+    for prog in emergence inference update; do
+        if [ -f "$PREBUILT/$prog.xz" ]; then
+            xz -dc "$PREBUILT/$prog.xz" > "target/prebuilt/$prog"
+        elif [ -f "$PREBUILT/$prog" ]; then
+            cp "$PREBUILT/$prog" "target/prebuilt/$prog"
+        else
+            echo "error: $PREBUILT/$prog (or $prog.xz) not found: PREBUILT needs emergence, inference and update"
+            exit 1
+        fi
+        chmod +x "target/prebuilt/$prog"
+    done
+    # The benches read scenes by the source folder they were built in (DIR/source-dir says
+    # which): that path is made to lead here where it is missing.
+    if [ -f "$PREBUILT/source-dir" ]; then
+        src=$(cat "$PREBUILT/source-dir")
+        if [ ! -e "$src" ]; then
+            mkdir -p "$(dirname "$src")"
+            ln -s "$PWD" "$src"
+        fi
+    fi
+    # The CUDA libraries the programs link, from the Python packages or the toolkit.
+    libs=$(python3 - <<'PY'
+import glob, os, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()] + sys.path
+dirs = []
+for r in roots:
+    for d in glob.glob(os.path.join(r, "nvidia", "*", "lib")) + glob.glob(os.path.join(r, "nvidia", "*", "*", "lib")):
+        if d not in dirs and glob.glob(os.path.join(d, "lib*.so*")):
+            dirs.append(d)
+print(":".join(dirs))
+PY
+)
+    export LD_LIBRARY_PATH="$libs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    if ldd target/prebuilt/emergence | grep "not found"; then
+        echo "error: libraries above not found (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
+        exit 1
+    fi
+fi
+for tool in "${need[@]}"; do
     if ! command -v "$tool" > /dev/null; then
         echo "error: $tool is not on PATH (the check builds with cargo and summarises with python3)"
         exit 1
     fi
 done
-cargo --version
-if [ "$DEVICE" != cpu ]; then
+[ -n "${PREBUILT:-}" ] || cargo --version
+if [ "$DEVICE" != cpu ] && [ -z "${PREBUILT:-}" ]; then
     if ! command -v nvcc > /dev/null; then
         for d in /usr/local/cuda/bin /usr/local/cuda-*/bin /opt/cuda/bin; do
             if [ -x "$d/nvcc" ]; then export PATH="$d:$PATH"; break; fi
@@ -59,21 +109,36 @@ mkdir -p "$OUT"
 feat=()
 if [ -n "$FEATURES" ]; then feat=(--features "$FEATURES"); fi
 
-say "build (release, ${FEATURES:-default features})"
-# The bench profile (release settings): the benches reuse what the binary built.
-cargo build --locked --profile bench "${feat[@]}" --bin emergence
-cargo bench --locked "${feat[@]}" --no-run --bench inference --bench update 2> "$OUT/bench-build.log" \
-    || { cat "$OUT/bench-build.log"; exit 1; }
-BIN=target/release/emergence
+if [ -n "${PREBUILT:-}" ]; then
+    nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader || true
+    BIN=target/prebuilt/emergence
+else
+    say "build (release, ${FEATURES:-default features})"
+    # The bench profile (release settings): the benches reuse what the binary built.
+    cargo build --locked --profile bench "${feat[@]}" --bin emergence
+    cargo bench --locked "${feat[@]}" --no-run --bench inference --bench update 2> "$OUT/bench-build.log" \
+        || { cat "$OUT/bench-build.log"; exit 1; }
+    BIN=target/release/emergence
+fi
+# Runs bench $1 (inference or update) with criterion's arguments.
+run_bench() {
+    local name=$1
+    shift
+    if [ -n "${PREBUILT:-}" ]; then
+        "target/prebuilt/$name" --bench "$@"
+    else
+        cargo bench --locked "${feat[@]}" --bench "$name" -- "$@"
+    fi
+}
 
 bench() { # DEVICE NAME: the benches on DEVICE, criterion's estimates kept under $OUT/NAME
     local dev=$1 name=$2
     rm -rf target/criterion
-    EMERGENCE_BENCH_DEVICE=$dev cargo bench --locked "${feat[@]}" --bench inference -- \
+    EMERGENCE_BENCH_DEVICE=$dev run_bench inference \
         --warm-up-time 1 --measurement-time "$SECS" \
         '^(forward/(tiny|small)/batch(64|256)|decide/batch64|matmul/4096x512x2048)$' \
         > "$OUT/bench-inference-$name.log" 2>&1 || { tail -30 "$OUT/bench-inference-$name.log"; exit 1; }
-    EMERGENCE_BENCH_DEVICE=$dev cargo bench --locked "${feat[@]}" --bench update -- \
+    EMERGENCE_BENCH_DEVICE=$dev run_bench update \
         --warm-up-time 1 --measurement-time "$SECS" '^update/(tiny|small)/' \
         > "$OUT/bench-update-$name.log" 2>&1 || { tail -30 "$OUT/bench-update-$name.log"; exit 1; }
     cp -r target/criterion "$OUT/criterion-$name"

@@ -432,9 +432,50 @@ fn the_quadrant_game_favours_the_seekers_untrained_and_a_fort_wins() {
     assert!(by_chance <= 0.05, "random hiders build forts: {by_chance}");
 }
 
+/// The fort's measure from the geometry: the room is shut when no way leads in from the
+/// outside except through a box the hiders locked, in the doorway or just inside it; an
+/// unlocked box, or a box the seekers locked, leaves it open.
+#[test]
+fn a_room_is_shut_by_a_locked_box_in_its_doorway_or_just_inside_it() {
+    // A room (right, 3 x 3) with one doorway at (4, 2); the box starts inside the doorway's
+    // inner cell (5, 2), the hider behind it at (6, 2) facing west.
+    let map = [
+        "########", "#...#..#", "#s.....#", "#...#bh#", "#...#..#", "########",
+    ];
+    let (mut app, acts) = puppet_app(&map, 0.5, 4);
+    let shut = |app: &bevy::app::App| hns(app).rooms_shut();
+    assert_eq!(hns(&app).regions.rooms.len(), 1);
+    assert_eq!(shut(&app), (0, 1), "nothing locked: open");
+    // Hider at (6, 3) facing north: the box at (5, 3) is beside it. Walk it round to push
+    // the box north onto (5, 2), the cell just inside the doorway, and lock it.
+    face(&mut app, 0, Dir4::West);
+    play(&mut app, &acts, &[act::LOCK, act::NOOP]);
+    assert_eq!(
+        shut(&app),
+        (0, 1),
+        "a locked box away from the doorway leaves it open"
+    );
+    play(&mut app, &acts, &[act::UNLOCK, act::NOOP]);
+    face(&mut app, 0, Dir4::South);
+    play(&mut app, &acts, &[act::FORWARD, act::NOOP]);
+    face(&mut app, 0, Dir4::West);
+    play(&mut app, &acts, &[act::FORWARD, act::NOOP]);
+    face(&mut app, 0, Dir4::North);
+    play(&mut app, &acts, &[act::FORWARD, act::NOOP]);
+    assert_eq!(hns(&app).objects[0].pos, IVec2::new(5, 2));
+    assert_eq!(
+        shut(&app),
+        (0, 1),
+        "an unlocked box can be pushed aside: open"
+    );
+    play(&mut app, &acts, &[act::LOCK, act::NOOP]);
+    assert_eq!(hns(&app).objects[0].locked_by, Some(0));
+    assert_eq!(shut(&app), (1, 1), "locked just inside the doorway: shut");
+}
+
 /// `door_dropout` (Baker et al.'s `p_door_dropout`): the quadrant game with 0.5 walls one of
 /// its two doorways up in about half the episodes, a different one from episode to episode;
-/// the episode's doorways (what `fort_prep_end` counts over) are the ones left open; with 0
+/// the episode's doorways (what `doorways_blocked_prep_end` counts) are the ones left open; with 0
 /// nothing changes. A map without two doorways to drop is refused at the parameter.
 #[test]
 fn door_dropout_walls_one_doorway_in_about_half_the_episodes() {
@@ -445,8 +486,8 @@ fn door_dropout_walls_one_doorway_in_about_half_the_episodes() {
     let doors = [IVec2::new(9, 6), IVec2::new(6, 9)];
     let walled = |p: f32| {
         let src = src.replace(
-            "        reward: 1.0,\n",
-            &format!("        reward: 1.0,\n        door_dropout: {p:?},\n"),
+            "        door_dropout: 0.5,\n",
+            &format!("        door_dropout: {p:?},\n"),
         );
         let arenas = 64;
         let mut app = test_app(&src, arenas, 1, 11);

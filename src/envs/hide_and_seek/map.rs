@@ -60,6 +60,8 @@ pub struct HnsStats {
     pub ramps_locked_at_prep_end: Option<u32>,
     /// Doorways holding a box the hiders locked, when preparation ended.
     pub doorways_blocked_at_prep_end: Option<u32>,
+    /// Rooms shut at the end of the preparation phase ([`HnsArena::rooms_shut`]).
+    pub rooms_shut_at_prep_end: Option<u32>,
     /// Objects pushed.
     pub pushes: u32,
     /// Objects pulled.
@@ -99,6 +101,9 @@ pub struct HnsArena {
     pub doorways: Arc<Vec<IVec2>>,
     /// The scene's tiles and doorways, before a door dropout.
     scene_map: (Arc<Grid<u8>>, Arc<Vec<IVec2>>),
+    /// The scene map's parts bounded by walls and doorways (doorways left out): the largest
+    /// is the outside, the others are rooms. The fort's measure ([`HnsArena::rooms_shut`]).
+    pub regions: Arc<Regions>,
     /// Per doorway that may be walled up ([`HnsArena::droppable_doorways`]): the tiles with
     /// it walled and the doorways left.
     dropped: Arc<Vec<(Arc<Grid<u8>>, Arc<Vec<IVec2>>)>>,
@@ -123,6 +128,43 @@ pub struct HnsArena {
     pub stats: HnsStats,
     shuffle_spawns: bool,
     random_facing: bool,
+}
+
+/// The parts of a map bounded by walls and doorways.
+#[derive(Debug, Clone, Default)]
+pub struct Regions {
+    /// The largest part's floor cells.
+    pub outside: Vec<IVec2>,
+    /// Every other part's floor cells, in map order of their first cell.
+    pub rooms: Vec<Vec<IVec2>>,
+}
+
+impl Regions {
+    /// The parts of `tiles` cut at `doorways`.
+    fn of(tiles: &Grid<u8>, doorways: &[IVec2]) -> Self {
+        let mut taken = vec![false; tiles.cells().len()];
+        let mut parts: Vec<Vec<IVec2>> = Vec::new();
+        for i in 0..taken.len() {
+            let p = tiles.pos(i);
+            if taken[i] || tiles.get(p) != Some(view::FLOOR) || doorways.contains(&p) {
+                continue;
+            }
+            let part = region(tiles, doorways, p);
+            for c in &part {
+                taken[tiles.index(*c)] = true;
+            }
+            parts.push(part);
+        }
+        let Some(largest) = (0..parts.len()).max_by_key(|&k| (parts[k].len(), usize::MAX - k))
+        else {
+            return Self::default();
+        };
+        let outside = parts.remove(largest);
+        Self {
+            outside,
+            rooms: parts,
+        }
+    }
 }
 
 /// The object an agent holds (index into [`HnsArena::objects`]).
@@ -164,6 +206,7 @@ impl HnsArena {
         }
         let max_steps = scene.spec.episode.max_steps;
         let doorways = Arc::new(doorways(&tiles));
+        let regions = Arc::new(Regions::of(&tiles, &doorways));
         let tiles = Arc::new(tiles);
         let side = scene
             .agents
@@ -180,6 +223,7 @@ impl HnsArena {
             occ: Grid::filled(scene.width, scene.height, 0),
             seats: vec![IVec2::ZERO; scene.agents.len()],
             scene_map: (tiles.clone(), doorways.clone()),
+            regions,
             dropped: Arc::new(Vec::new()),
             door_dropout: p.door_dropout,
             scatter: Arc::new(Vec::new()),
@@ -340,6 +384,48 @@ impl HnsArena {
             .count() as u32
     }
 
+    /// The map's rooms that cannot be entered from the outside now, and the rooms: a room is
+    /// shut when none of its cells can be reached from the outside's through floor (this
+    /// episode's tiles: a doorway walled up by a door dropout is wall) that holds no box the
+    /// hiders locked. Boxes the hiders did not lock, ramps and agents do not shut a way (an
+    /// unlocked box can be pushed or pulled aside); a box locked in a doorway or on the cell
+    /// just inside it does. The fort's measure, from the geometry alone.
+    pub fn rooms_shut(&self) -> (u32, u32) {
+        let rooms = &self.regions.rooms;
+        if rooms.is_empty() {
+            return (0, 0);
+        }
+        let open = |p: IVec2| {
+            self.tiles.get(p) == Some(view::FLOOR)
+                && !self.object_at(p).is_some_and(|i| {
+                    let o = &self.objects[i];
+                    o.kind == ObjectKind::Box && o.locked_by == Some(0)
+                })
+        };
+        let mut reached = vec![false; self.tiles.cells().len()];
+        let mut stack: Vec<IVec2> = Vec::new();
+        for &p in &self.regions.outside {
+            if open(p) {
+                reached[self.tiles.index(p)] = true;
+                stack.push(p);
+            }
+        }
+        while let Some(c) = stack.pop() {
+            for d in [IVec2::X, IVec2::NEG_X, IVec2::Y, IVec2::NEG_Y] {
+                let n = c + d;
+                if self.tiles.contains(n) && !reached[self.tiles.index(n)] && open(n) {
+                    reached[self.tiles.index(n)] = true;
+                    stack.push(n);
+                }
+            }
+        }
+        let shut = rooms
+            .iter()
+            .filter(|room| !room.iter().any(|&p| reached[self.tiles.index(p)]))
+            .count();
+        (shut as u32, rooms.len() as u32)
+    }
+
     /// The code of map cell `p` for an observer of `side` (tiles and objects; no agents).
     #[inline]
     pub fn code_at(&self, p: IVec2, side: u8) -> u8 {
@@ -406,6 +492,7 @@ pub fn reset_hide_and_seek(
             arena.stats.boxes_locked_at_prep_end = Some(0);
             arena.stats.ramps_locked_at_prep_end = Some(0);
             arena.stats.doorways_blocked_at_prep_end = Some(0);
+            arena.stats.rooms_shut_at_prep_end = Some(0);
         }
         let cells = arena
             .spawns

@@ -55,7 +55,9 @@ pub fn observe_hide_and_seek(
             obs.view.clear();
             obs.view.resize(w * h, view::UNSEEN);
             seen.clear();
-            seen.resize(arena.objects.len(), false);
+            if arena.entities {
+                seen.resize(arena.objects.len(), false);
+            }
             let (cells, others) = (&mut obs.view, &mut obs.others);
             let crop = arena.crop.as_deref();
             arena.vision.cast(
@@ -73,7 +75,9 @@ pub fn observe_hide_and_seek(
                             }
                         }
                     }
-                    if let Some(o) = arena.object_at(c) {
+                    if arena.entities
+                        && let Some(o) = arena.object_at(c)
+                    {
                         seen[o] = true;
                     }
                 },
@@ -285,6 +289,7 @@ pub fn reward_hide_and_seek(
             arena.stats.boxes_locked_at_prep_end = Some(arena.locked(ObjectKind::Box));
             arena.stats.ramps_locked_at_prep_end = Some(arena.locked(ObjectKind::Ramp));
             arena.stats.doorways_blocked_at_prep_end = Some(arena.doorways_blocked());
+            arena.stats.rooms_shut_at_prep_end = Some(arena.rooms_shut().0);
         }
         if t < arena.prep_steps {
             continue;
@@ -351,15 +356,18 @@ pub fn summarize_hide_and_seek(mut arenas: Query<(&EpisodeClock, &HnsArena, &mut
             f64::from(s.ramps_locked_at_prep_end.unwrap_or(ramps_now)),
         );
         m.insert("ramps_locked_end", f64::from(ramps_now));
-        // The fort: doorways shut by a box the hiders locked, and the share of the map's
-        // doorways that is (1: every way into the rooms shut).
-        let doors = arena.doorways.len();
-        if doors > 0 {
+        // Doorways holding a box the hiders locked; the fort: the share of the map's rooms
+        // that cannot be entered from the outside (1: every room shut).
+        if !arena.doorways.is_empty() {
             let blocked = s
                 .doorways_blocked_at_prep_end
                 .unwrap_or_else(|| arena.doorways_blocked());
             m.insert("doorways_blocked_prep_end", f64::from(blocked));
-            m.insert("fort_prep_end", f64::from(blocked) / doors as f64);
+        }
+        let (shut_now, rooms) = arena.rooms_shut();
+        if rooms > 0 {
+            let shut = s.rooms_shut_at_prep_end.unwrap_or(shut_now);
+            m.insert("fort_prep_end", f64::from(shut) / f64::from(rooms));
         }
         m.insert("hider_seen_steps", f64::from(s.seen_steps));
         if s.play_steps > 0 {
