@@ -366,32 +366,40 @@ fn preamble(family: &FamilySpec, max_steps: u32) -> String {
 }
 
 /// Hide-and-seek's entity list where the scene asks for it (`entities`): a line per box or
-/// ramp seen, beyond the window too (`you see box 0 at 8 8 locked by your side`; compact
-/// `box 0 at 8 8 ours`), and the doorways open this episode.
+/// ramp seen, beyond the window too (`you see box 0 at 8 8 locked by your side`; compact, the
+/// legend's letter: `B 0 at 8 8`), and the doorways open this episode (`open door at 9 6, 6
+/// 9`; compact `door 9 6, 6 9`). Every word is one the default tokenizer already has.
 fn hns_entities(s: &mut String, senses: Senses<'_>, compact: bool) {
     let Some(h) = senses.hide_and_seek else {
         return;
     };
     for o in &h.objects {
-        let kind = match o.kind {
-            hide_and_seek::ObjectKind::Box => "box",
-            hide_and_seek::ObjectKind::Ramp => "ramp",
-        };
-        let state = match (o.ours, o.theirs, o.held, compact) {
-            (true, _, _, false) => " locked by your side",
-            (_, true, _, false) => " locked by them",
-            (_, _, true, false) => " held by you",
-            (true, _, _, true) => " ours",
-            (_, true, _, true) => " theirs",
-            (_, _, true, true) => " held",
-            _ => "",
-        };
-        let see = if compact { "" } else { "you see " };
-        let _ = writeln!(
-            s,
-            "{see}{kind} {} at {} {}{state}",
-            o.index, o.pos[0], o.pos[1]
-        );
+        let ramp = o.kind == hide_and_seek::ObjectKind::Ramp;
+        if compact {
+            let c = match (ramp, o.ours, o.theirs) {
+                (false, true, _) => 'B',
+                (false, _, true) => 'X',
+                (false, ..) => 'b',
+                (true, true, _) => 'R',
+                (true, _, true) => 'Y',
+                (true, ..) => 'r',
+            };
+            let _ = writeln!(s, "{c} {} at {} {}", o.index, o.pos[0], o.pos[1]);
+        } else {
+            let lock = if o.ours {
+                " locked by your side"
+            } else if o.theirs {
+                " locked by them"
+            } else {
+                ""
+            };
+            let kind = if ramp { "ramp" } else { "box" };
+            let _ = writeln!(
+                s,
+                "you see {kind} {} at {} {}{lock}",
+                o.index, o.pos[0], o.pos[1]
+            );
+        }
     }
     let open: Vec<String> = h
         .doorways
@@ -400,7 +408,7 @@ fn hns_entities(s: &mut String, senses: Senses<'_>, compact: bool) {
         .map(|(d, _)| format!("{} {}", d[0], d[1]))
         .collect();
     if !open.is_empty() {
-        let head = if compact { "doors" } else { "doorways at" };
+        let head = if compact { "door" } else { "open door at" };
         let _ = writeln!(s, "{head} {}", open.join(", "));
     }
 }

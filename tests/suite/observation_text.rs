@@ -290,21 +290,21 @@ fn hide_and_seek_text_with_the_entity_list() {
             ". . .",
             "? @ ?",
             "reward 0",
-            "box 0 at 2 1",
-            "doors 4 3",
+            "b 0 at 2 1",
+            "door 4 3",
             "actions noop forward backward turn_left turn_right",
         ]
     );
     let full = text(&app, 0);
     assert!(
-        full.contains("you see box 0 at 2 1\ndoorways at 4 3\n"),
+        full.contains("you see box 0 at 2 1\nopen door at 4 3\n"),
         "{full}"
     );
     // The seeker at (1, 5) facing north sees the wall row and nothing behind it: no box,
     // and the doorway listed all the same.
     let seeker = text(&small, 1);
     assert!(
-        seeker.contains("reward 0\ndoors 4 3\nactions noop"),
+        seeker.contains("reward 0\ndoor 4 3\nactions noop"),
         "{seeker}"
     );
 }
