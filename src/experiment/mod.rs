@@ -42,10 +42,10 @@ pub fn reproduce(
     exp: &Experiment,
     opts: &runner::Options,
     on_event: &(dyn Fn(runner::Event) + Sync),
-) -> Result<Written, runner::RunError> {
+) -> Result<Written, runner::ExperimentError> {
     let outcome = runner::run(exp, opts, on_event)?;
     if outcome.stopped > 0 {
-        return Err(runner::RunError::Folder(format!(
+        return Err(runner::ExperimentError::Folder(format!(
             "{}: {} runs stopped early (stop_after); run again to finish them",
             opts.out.display(),
             outcome.stopped
@@ -58,7 +58,7 @@ pub fn reproduce(
         outcome.wall_seconds,
         outcome.invocations,
     )
-    .map_err(runner::RunError::Folder)?;
+    .map_err(runner::ExperimentError::Folder)?;
     Ok(Written {
         report,
         files,
