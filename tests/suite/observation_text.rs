@@ -164,14 +164,29 @@ fn commons_harvest_text() {
     .join("\n"));
 }
 
-#[test]
-fn hide_and_seek_text() {
-    let src = r#"(name: "hs", family: HideAndSeek(prep_fraction: 0.5, vision_range: 3),
-        map: ["WWWWWWW", "W..b..W", "W.....W", "W..h..W", "Ws....W", "WWWWWWW"],
-        legend: {'W': Wall, '.': Floor, 'b': Box, 'h': TeamSpawn("hiders"), 's': TeamSpawn("seekers")},
+/// A hide-and-seek scene of a hider and a seeker on `map` (`h`, `s`; `b` a box), preparation
+/// half of 20 steps, vision range 3, fixed spawns and facings; `more` adds family parameters.
+fn hs_scene(more: &str, map: &[&str]) -> String {
+    let rows: Vec<String> = map.iter().map(|r| format!("{r:?}")).collect();
+    format!(
+        r#"(name: "hs", family: HideAndSeek(prep_fraction: 0.5, vision_range: 3{more}),
+        map: [{}],
+        legend: {{'W': Wall, '.': Floor, 'b': Box, 'h': TeamSpawn("hiders"), 's': TeamSpawn("seekers")}},
         teams: [(name: "hiders", role: "hider", policy: "random"), (name: "seekers", role: "seeker", policy: "random")],
         episode: (max_steps: 20),
-        randomize: (shuffle_spawns: false, random_facing: false))"#;
+        randomize: (shuffle_spawns: false, random_facing: false))"#,
+        rows.join(", ")
+    )
+}
+
+#[test]
+fn hide_and_seek_text() {
+    let src = &hs_scene(
+        "",
+        &[
+            "WWWWWWW", "W..b..W", "W.....W", "W..h..W", "Ws....W", "WWWWWWW",
+        ],
+    );
     let play = |src: &str| {
         let (mut app, acts) = app(src);
         // The hider steps up to the box and locks it; the seekers wait out the preparation.
@@ -264,12 +279,12 @@ fn hide_and_seek_text() {
 fn hide_and_seek_text_with_the_entity_list() {
     // The scene of `hide_and_seek_text` with the entity list and a window of range 1, and
     // a wall across row 3 with a doorway at (4, 3).
-    let src = r#"(name: "hs", family: HideAndSeek(prep_fraction: 0.5, vision_range: 3, entities: true, window: 1),
-        map: ["WWWWWWW", "W.b...W", "W.....W", "WWWW.WW", "W..h..W", "Ws....W", "WWWWWWW"],
-        legend: {'W': Wall, '.': Floor, 'b': Box, 'h': TeamSpawn("hiders"), 's': TeamSpawn("seekers")},
-        teams: [(name: "hiders", role: "hider", policy: "random"), (name: "seekers", role: "seeker", policy: "random")],
-        episode: (max_steps: 20),
-        randomize: (shuffle_spawns: false, random_facing: false))"#;
+    let src = &hs_scene(
+        ", entities: true, window: 1",
+        &[
+            "WWWWWWW", "W.b...W", "W.....W", "WWWW.WW", "W..h..W", "Ws....W", "WWWWWWW",
+        ],
+    );
     let play = |src: &str| {
         let (mut app, acts) = app(src);
         // The hider steps east, turns north and walks through the doorway: the box is in

@@ -207,6 +207,7 @@ impl HnsArena {
         let max_steps = scene.spec.episode.max_steps;
         let doorways = Arc::new(doorways(&tiles));
         let regions = Arc::new(Regions::of(&tiles, &doorways));
+        let vision = Arc::new(Vision::new(p.vision_cone, p.vision_range));
         let tiles = Arc::new(tiles);
         let side = scene
             .agents
@@ -236,9 +237,9 @@ impl HnsArena {
             doorways,
             prep_steps: (p.prep_fraction * max_steps as f32).floor() as u32,
             reward: p.reward,
-            vision: Arc::new(Vision::new(p.vision_cone, p.vision_range)),
             crop: (p.window > 0 && p.window < p.vision_range)
-                .then(|| Arc::new(Vision::new(p.vision_cone, p.vision_range).crop(p.window))),
+                .then(|| Arc::new(vision.crop(p.window))),
+            vision,
             entities: p.entities,
             hider_seen: false,
             stats: HnsStats::default(),
@@ -402,23 +403,8 @@ impl HnsArena {
                     o.kind == ObjectKind::Box && o.locked_by == Some(0)
                 })
         };
-        let mut reached = vec![false; self.tiles.cells().len()];
-        let mut stack: Vec<IVec2> = Vec::new();
-        for &p in &self.regions.outside {
-            if open(p) {
-                reached[self.tiles.index(p)] = true;
-                stack.push(p);
-            }
-        }
-        while let Some(c) = stack.pop() {
-            for d in [IVec2::X, IVec2::NEG_X, IVec2::Y, IVec2::NEG_Y] {
-                let n = c + d;
-                if self.tiles.contains(n) && !reached[self.tiles.index(n)] && open(n) {
-                    reached[self.tiles.index(n)] = true;
-                    stack.push(n);
-                }
-            }
-        }
+        let starts = self.regions.outside.iter().copied().filter(|&p| open(p));
+        let reached = flood(&self.tiles, starts, open);
         let shut = rooms
             .iter()
             .filter(|room| !room.iter().any(|&p| reached[self.tiles.index(p)]))
@@ -543,9 +529,29 @@ pub fn reset_hide_and_seek(
 /// themselves left out), in row-major order.
 fn region(tiles: &Grid<u8>, doorways: &[IVec2], from: IVec2) -> Vec<IVec2> {
     let open = |p: IVec2| tiles.get(p) == Some(view::FLOOR) && !doorways.contains(&p);
+    let seen = flood(tiles, [from], open);
+    (0..seen.len())
+        .filter(|&i| seen[i] && open(tiles.pos(i)))
+        .map(|i| tiles.pos(i))
+        .collect()
+}
+
+/// The cells of `tiles` reached from `starts` by steps to the four neighbours through cells
+/// where `open` holds (which must be false off the map), as a mask; the starts count as
+/// reached.
+fn flood(
+    tiles: &Grid<u8>,
+    starts: impl IntoIterator<Item = IVec2>,
+    open: impl Fn(IVec2) -> bool,
+) -> Vec<bool> {
     let mut seen = vec![false; tiles.cells().len()];
-    let mut stack = vec![from];
-    seen[tiles.index(from)] = true;
+    let mut stack: Vec<IVec2> = Vec::new();
+    for p in starts {
+        if !seen[tiles.index(p)] {
+            seen[tiles.index(p)] = true;
+            stack.push(p);
+        }
+    }
     while let Some(c) = stack.pop() {
         for d in [IVec2::X, IVec2::NEG_X, IVec2::Y, IVec2::NEG_Y] {
             let n = c + d;
@@ -555,10 +561,7 @@ fn region(tiles: &Grid<u8>, doorways: &[IVec2], from: IVec2) -> Vec<IVec2> {
             }
         }
     }
-    (0..seen.len())
-        .filter(|&i| seen[i] && open(tiles.pos(i)))
-        .map(|i| tiles.pos(i))
-        .collect()
+    seen
 }
 
 /// The doorways of `tiles`: floor cells with walls (or the map's edge) on two opposite sides
