@@ -905,6 +905,86 @@ fn prompts_that_begin_alike_match_each_prompt_alone() {
     }
 }
 
+/// A talking agent's word is scored after its prompt, its action and `say`: the policy runs
+/// the prompts once keeping their keys and values (`Decoder::last_hidden_kept`), then only
+/// each continuation's tokens (`Decoder::extend_last_hidden`). Both give what each prompt,
+/// and each continued prompt, gives alone, with shared beginnings (identical prompts, one the
+/// beginning of another) and an adapter per prompt; continuations that cannot be run so
+/// (another adapter than the kept pass's, an empty one) are declined, not run wrong.
+#[test]
+fn continuing_kept_prompts_matches_the_continued_prompts_alone() {
+    use emergence::policy::lm::{Adapter, LoraConfig};
+    let cfg = small_config(false);
+    let w = init_weights(&cfg, 14, &Device::Cpu).expect("init");
+    let dec = Decoder::new(&cfg, &w, Path::new("mem")).expect("decoder");
+    let (_, adapter) = as_variables(
+        &Adapter::init(&cfg, LoraConfig::all(2), 8, &Device::Cpu).expect("adapter"),
+        0.05,
+    );
+    let header: Vec<u32> = (0..9).map(|j| (j * 5 % 59) as u32).collect();
+    let with = |tail: &[u32]| -> Vec<u32> { header.iter().chain(tail).copied().collect() };
+    let prompts: Vec<Vec<u32>> = vec![
+        with(&[3, 4, 5, 6, 7, 8, 9, 10, 11, 12]),
+        with(&[3, 4, 5]),
+        with(&[3, 4, 5, 6, 7, 8, 9, 10, 11, 12]),
+        header[..6].to_vec(),
+        with(&[30, 31]),
+        (0..5).map(|j| (50 + j) as u32).collect(),
+    ];
+    let ext: Vec<Vec<u32>> = vec![
+        vec![7, 2],
+        vec![8],
+        vec![9, 2],
+        vec![1, 2, 3],
+        vec![60, 2],
+        vec![4],
+    ];
+    let continued: Vec<Vec<u32>> = prompts
+        .iter()
+        .zip(&ext)
+        .map(|(p, e)| p.iter().chain(e).copied().collect())
+        .collect();
+    let rows: Vec<&[u32]> = ext.iter().map(Vec::as_slice).collect();
+    // The policy puts prompts of one adapter next to each other.
+    for each in [
+        vec![None; prompts.len()],
+        vec![
+            None,
+            None,
+            None,
+            Some(&adapter),
+            Some(&adapter),
+            Some(&adapter),
+        ],
+    ] {
+        let (h, cache) = dec
+            .last_hidden_kept(&prompts, Lora::Each(&each))
+            .expect("kept")
+            .expect("the fast path runs on the CPU");
+        let d = max_abs_diff(&h, &each_alone(&dec, &prompts, &each));
+        assert!(d < 1e-5, "the kept pass: {d}");
+        let he = dec
+            .extend_last_hidden(&cache, &rows, Lora::Each(&each))
+            .expect("continued")
+            .expect("the continuation runs");
+        let d = max_abs_diff(&he, &each_alone(&dec, &continued, &each));
+        assert!(d < 1e-5, "the continuation: {d}");
+    }
+    let (_, cache) = dec
+        .last_hidden_kept(&prompts, Lora::Base)
+        .expect("kept")
+        .expect("fast");
+    let other = dec.extend_last_hidden(&cache, &rows, Lora::All(&adapter));
+    assert!(matches!(other, Ok(None)), "another adapter: {other:?}");
+    let mut short = rows.clone();
+    short[2] = &[];
+    let empty = dec.extend_last_hidden(&cache, &short, Lora::Base);
+    assert!(
+        matches!(empty, Ok(None)),
+        "an empty continuation: {empty:?}"
+    );
+}
+
 /// The final hidden state at each prompt's last token, each prompt run alone on the composed
 /// path with its adapter.
 fn each_alone(

@@ -97,6 +97,87 @@ impl Decoder {
         }
     }
 
+    /// [`Decoder::last_hidden`] on the fast path on the CPU, keeping every layer's keys and
+    /// values for [`Decoder::extend_last_hidden`]: `None` where that path cannot run (another
+    /// device, weights it cannot read in place, a misshapen adapter), where the caller takes
+    /// [`Decoder::last_hidden`].
+    pub fn last_hidden_kept(
+        &self,
+        prompts: &[Vec<u32>],
+        lora: Lora<'_>,
+    ) -> Result<Option<(Tensor, engine::KvCache)>, LmError> {
+        let each_fits = !matches!(lora, Lora::Each(each) if each.len() != prompts.len());
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        if !self.embed.device().is_cpu()
+            || !each_fits
+            || prompts.iter().any(Vec::is_empty)
+            || longest > self.cfg.max_position_embeddings
+        {
+            return Ok(None);
+        }
+        let prompts: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+        let Some(packed) = self.packed(&prompts, lora)? else {
+            return Ok(None);
+        };
+        let mut kept = None;
+        let Some(out) = packed.read(|model, adapters, _| {
+            let lora = (adapters, &packed.per_prompt[..]);
+            engine::packed_hidden_keep(model, &self.rope, &prompts, false, lora, Some(&mut kept))
+        }) else {
+            return Ok(None);
+        };
+        let Some(kept) = kept else {
+            return Ok(None);
+        };
+        let h = Tensor::from_vec(
+            out,
+            (prompts.len(), self.cfg.hidden_size),
+            self.embed.device(),
+        )?;
+        Ok(Some((h, kept)))
+    }
+
+    /// The final hidden state at the last token of each prompt of `cache` continued by
+    /// `ext[i]`, `(prompts, hidden)`: what [`Decoder::last_hidden`] gives for the continued
+    /// prompts, computing only the new tokens (the cached keys and values stand for the
+    /// rest). `lora` must give each prompt the adapter its cached pass read. `None` where the
+    /// fast path cannot run it (an empty continuation, one past the rotary tables, adapters
+    /// other than the cached pass's); an error for a token outside the vocabulary.
+    pub fn extend_last_hidden(
+        &self,
+        cache: &engine::KvCache,
+        ext: &[&[u32]],
+        lora: Lora<'_>,
+    ) -> Result<Option<Tensor>, LmError> {
+        let lens = cache.lens();
+        let each_fits = !matches!(lora, Lora::Each(each) if each.len() != ext.len());
+        if ext.len() != lens.len()
+            || !each_fits
+            || ext.iter().any(|e| e.is_empty())
+            || ext.iter().zip(lens).any(|(e, &n)| {
+                n + e.len() > self.cfg.max_position_embeddings.min(self.rope.positions())
+            })
+        {
+            return Ok(None);
+        }
+        let Some(packed) = self.packed(ext, lora)? else {
+            return Ok(None);
+        };
+        if packed.per_prompt != cache.per_prompt() {
+            return Ok(None);
+        }
+        let Some(out) = packed.read(|model, adapters, _| {
+            engine::extend_hidden(model, &self.rope, cache, ext, adapters)
+        }) else {
+            return Ok(None);
+        };
+        Ok(Some(Tensor::from_vec(
+            out,
+            (ext.len(), self.cfg.hidden_size),
+            self.embed.device(),
+        )?))
+    }
+
     /// The final hidden states at each prompt's last token and at an earlier position of it
     /// (`inner[i]` of prompt `i`): `(last, inner)`, each `(prompts, hidden)`. On the training
     /// path on the CPU one pass gives both (the last layer computes the two rows of each

@@ -10,6 +10,9 @@
 //! (the end-of-text token `<eos>`: nothing more to say) or one of the scene's words; the
 //! choice and its log-probability are kept, and training counts them as part of the
 //! decision (a tokenizer without `<eos>` offers no silence, and its words are not trained).
+//! On the CPU the word's pass runs only the action's and `say`'s tokens: the action's pass
+//! keeps every layer's keys and values of the prompts, and the continuation reads them
+//! ([`Decoder::extend_last_hidden`]; 1.6x the decisions a second on the corridor pair).
 //! When the
 //! model folder holds LoRA adapters for roles (`adapters/<role>/`) or for agents
 //! (`adapters/agent_<slot>/`), each agent runs with its adapter, still in one batched
@@ -27,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokenizers::Tokenizer;
 
+use super::cpu::infer::KvCache;
 use super::folder::ModelFolder;
 use super::lora::{Adapter, AdapterOwner};
 use super::model::{Decoder, Lora, Pass};
@@ -399,8 +403,22 @@ fn next_logprobs(
     r: &Ready,
     prompts: &[Vec<u32>],
     lora: Lora<'_>,
+    keep: Option<&mut Option<KvCache>>,
 ) -> Result<(Tensor, Option<Vec<f32>>), LmError> {
-    let h = r.decoder.last_hidden(prompts, r.pad, Pass::Fast, lora)?;
+    let kept = match keep {
+        Some(keep) => r
+            .decoder
+            .last_hidden_kept(prompts, lora)?
+            .map(|(h, cache)| {
+                *keep = Some(cache);
+                h
+            }),
+        None => None,
+    };
+    let h = match kept {
+        Some(h) => h,
+        None => r.decoder.last_hidden(prompts, r.pad, Pass::Fast, lora)?,
+    };
     let logits = r.decoder.head(&h)?;
     let values = match r.decoder.value(&h)? {
         Some(v) => Some(v.flatten_all()?.to_vec1::<f32>()?),
@@ -411,7 +429,9 @@ fn next_logprobs(
 
 /// Scores of `choices` (token sequences) after each prompt: the sum of their tokens'
 /// log-probabilities. One forward for single-token choices; multi-token choices add a second
-/// batched forward over the prompts extended by each choice.
+/// batched forward over the prompts extended by each choice. With `keep`, the first
+/// forward's keys and values are kept there where the fast path ran it.
+#[allow(clippy::too_many_arguments)]
 fn score(
     r: &Ready,
     device: &Device,
@@ -419,8 +439,9 @@ fn score(
     choices: &[Vec<u32>],
     lora: Lora<'_>,
     tokens: &mut u64,
+    keep: Option<&mut Option<KvCache>>,
 ) -> Result<(Vec<Vec<f32>>, Option<Vec<f32>>), LmError> {
-    let (lp, values) = next_logprobs(r, prompts, lora)?;
+    let (lp, values) = next_logprobs(r, prompts, lora, keep)?;
     let lp = lp.to_vec2::<f32>()?;
     *tokens += prompts.iter().map(|p| p.len() as u64).sum::<u64>();
     let mut out: Vec<Vec<f32>> = lp
@@ -486,7 +507,9 @@ fn score(
 /// [`score`] for every row in one batched forward, each row with the adapter of its owner
 /// (`owners[i]`, a role or slot index; rows whose owner has none read the base model alone).
 /// Rows are grouped by adapter for the forward (one low-rank update per group) and the
-/// results put back in order. Also returns the forwards run.
+/// results put back in order. Also returns the forwards run. With `keep`, the forward's keys
+/// and values are kept there (with the order its rows were in) where the fast path ran it.
+#[allow(clippy::too_many_arguments)]
 fn score_owned(
     r: &Ready,
     device: &Device,
@@ -494,7 +517,10 @@ fn score_owned(
     owners: &[usize],
     choices: &[Vec<u32>],
     tokens: &mut u64,
+    keep: Option<&mut Option<Kept>>,
 ) -> Result<(Vec<Vec<f32>>, Vec<Option<f32>>, u64), LmError> {
+    let mut cache = None;
+    let want = keep.is_some();
     let adapter_of = |i: usize| r.adapters.get(owners[i]).and_then(Option::as_ref);
     let values_of = |v: Option<Vec<f32>>, n: usize| -> Vec<Option<f32>> {
         (0..n)
@@ -509,14 +535,19 @@ fn score_owned(
         _ => false,
     };
     if (0..prompts.len()).all(|i| same(adapter_of(i))) {
-        let (s, v) = score(r, device, prompts, choices, first.into(), tokens)?;
+        let kept = want.then_some(&mut cache);
+        let (s, v) = score(r, device, prompts, choices, first.into(), tokens, kept)?;
+        if let Some(keep) = keep {
+            *keep = cache.map(|cache| Kept { cache, order: None });
+        }
         return Ok((s, values_of(v, prompts.len()), 1));
     }
     let mut order: Vec<usize> = (0..prompts.len()).collect();
     order.sort_by_key(|&i| adapter_of(i).map(|_| owners[i]));
     let sorted: Vec<Vec<u32>> = order.iter().map(|&i| prompts[i].clone()).collect();
     let each: Vec<Option<&Adapter>> = order.iter().map(|&i| adapter_of(i)).collect();
-    let (s, v) = score(r, device, &sorted, choices, Lora::Each(&each), tokens)?;
+    let kept = want.then_some(&mut cache);
+    let (s, v) = score(r, device, &sorted, choices, Lora::Each(&each), tokens, kept)?;
     let v = values_of(v, prompts.len());
     let mut scores = vec![Vec::new(); prompts.len()];
     let mut values = vec![None; prompts.len()];
@@ -524,7 +555,60 @@ fn score_owned(
         scores[i] = row;
         values[i] = value;
     }
+    if let Some(keep) = keep {
+        *keep = cache.map(|cache| Kept {
+            cache,
+            order: Some(order),
+        });
+    }
     Ok((scores, values, 1))
+}
+
+/// What the action's forward keeps for the word's: its keys and values, and the order its
+/// rows were in (sorted by adapter, or as given when every row read the same one).
+struct Kept {
+    cache: KvCache,
+    order: Option<Vec<usize>>,
+}
+
+/// The scores of single-token `choices` after each prompt of `kept` continued by `ext[i]`
+/// (decision `i`'s; in the decisions' order), computing only the continuations' tokens
+/// ([`Decoder::extend_last_hidden`]): what [`score_owned`] gives for the continued prompts.
+/// `None` where that cannot run (a choice of several tokens; the fast path declined), where
+/// the caller scores the continued prompts in full.
+fn score_continued(
+    r: &Ready,
+    kept: &Kept,
+    ext: &[Vec<u32>],
+    owners: &[usize],
+    choices: &[Vec<u32>],
+    tokens: &mut u64,
+) -> Result<Option<Vec<Vec<f32>>>, LmError> {
+    if choices.iter().any(|c| c.len() != 1) {
+        return Ok(None);
+    }
+    let adapter_of = |i: usize| r.adapters.get(owners[i]).and_then(Option::as_ref);
+    let order: Vec<usize> = match &kept.order {
+        Some(order) => order.clone(),
+        None => (0..ext.len()).collect(),
+    };
+    let rows: Vec<&[u32]> = order.iter().map(|&i| ext[i].as_slice()).collect();
+    let each: Vec<Option<&Adapter>> = order.iter().map(|&i| adapter_of(i)).collect();
+    let lora = match (&kept.order, ext.is_empty()) {
+        (Some(_), _) => Lora::Each(&each),
+        (None, false) => adapter_of(0).into(),
+        (None, true) => Lora::Base,
+    };
+    let Some(h) = r.decoder.extend_last_hidden(&kept.cache, &rows, lora)? else {
+        return Ok(None);
+    };
+    *tokens += rows.iter().map(|e| e.len() as u64).sum::<u64>();
+    let lp = candle_nn::ops::log_softmax(&r.decoder.head(&h)?, D::Minus1)?.to_vec2::<f32>()?;
+    let mut out = vec![Vec::new(); ext.len()];
+    for (&i, row) in order.iter().zip(&lp) {
+        out[i] = choices.iter().map(|c| row[c[0] as usize]).collect();
+    }
+    Ok(Some(out))
 }
 
 impl Policy for LmPolicy {
@@ -610,15 +694,25 @@ impl LmPolicy {
             .iter()
             .map(|d| r.owner.index(d.role, d.agent.slot))
             .collect();
-        let (scores, values, mut forwards) =
-            match score_owned(r, &self.device, &prompts, &owners, &r.actions, &mut tokens) {
-                Ok(scored) => scored,
-                Err(e) => {
-                    self.stats.errors += 1;
-                    self.failure.get_or_insert(format!("{model}: {e}"));
-                    return;
-                }
-            };
+        // With talk, the action's forward keeps its keys and values for the word's.
+        let mut kept = None;
+        let keep = r.words.is_some().then_some(&mut kept);
+        let (scores, values, mut forwards) = match score_owned(
+            r,
+            &self.device,
+            &prompts,
+            &owners,
+            &r.actions,
+            &mut tokens,
+            keep,
+        ) {
+            Ok(scored) => scored,
+            Err(e) => {
+                self.stats.errors += 1;
+                self.failure.get_or_insert(format!("{model}: {e}"));
+                return;
+            }
+        };
         if let Some((d, (i, v))) = batch.iter().zip(&scores).find_map(|(d, s)| {
             let mask = d.mask;
             crate::policy::sampling::first_non_finite(s, |i| mask.allows(i as u8))
@@ -653,17 +747,33 @@ impl LmPolicy {
             silence,
         }) = &r.words
         {
-            let talk: Vec<Vec<u32>> = batch
+            // The word after the prompt, the chosen action and `say`: the prompt's keys and
+            // values are the action pass's, so only the action's and `say`'s tokens are run.
+            let ext: Vec<Vec<u32>> = batch
                 .iter()
-                .zip(&prompts)
-                .map(|(d, p)| {
-                    let mut q = p.clone();
-                    q.extend(&r.actions[usize::from(d.action.0)]);
+                .map(|d| {
+                    let mut q = r.actions[usize::from(d.action.0)].clone();
                     q.extend(say);
                     q
                 })
                 .collect();
-            let talked = score_owned(r, &self.device, &talk, &owners, words, &mut tokens);
+            let continued = match &kept {
+                Some(kept) => score_continued(r, kept, &ext, &owners, words, &mut tokens)
+                    .map(|s| s.map(|s| (s, Vec::new(), 1))),
+                None => Ok(None),
+            };
+            let talked = match continued {
+                Ok(Some(scored)) => Ok(scored),
+                Err(e) => Err(e),
+                Ok(None) => {
+                    let talk: Vec<Vec<u32>> = prompts
+                        .iter()
+                        .zip(&ext)
+                        .map(|(p, e)| p.iter().chain(e).copied().collect())
+                        .collect();
+                    score_owned(r, &self.device, &talk, &owners, words, &mut tokens, None)
+                }
+            };
             if let Err(e) = &talked {
                 self.stats.errors += 1;
                 self.failure.get_or_insert(format!("{model}: {e}"));

@@ -397,7 +397,47 @@ pub(in crate::policy::lm) fn packed_hidden(
     rope: &RopeTables,
     prompts: &[&[u32]],
     every_row: bool,
+    lora: (&[LoraData<'_>], &[Option<usize>]),
+) -> Vec<f32> {
+    packed_hidden_keep(m, rope, prompts, every_row, lora, None)
+}
+
+/// The keys and values a fast pass computed ([`packed_hidden_keep`]), every layer's, with
+/// how its prompts were packed: what [`extend_hidden`] continues the prompts from.
+pub struct KvCache {
+    /// Per layer: the rotated keys and the values of every computed row, `(rows, kv width)`.
+    layers: Vec<(Vec<f32>, Vec<f32>)>,
+    /// Per prompt: its first own row, its own rows, `(leader, tokens read from the
+    /// leader)` as [`share_prefixes`] gives them, and its length.
+    firsts: Vec<usize>,
+    own: Vec<usize>,
+    shared: Vec<(usize, usize)>,
+    lens: Vec<usize>,
+    /// Each prompt's adapter index.
+    per_prompt: Vec<Option<usize>>,
+}
+
+impl KvCache {
+    /// The prompts' lengths.
+    pub(in crate::policy::lm) fn lens(&self) -> &[usize] {
+        &self.lens
+    }
+
+    /// Each prompt's adapter index.
+    pub(in crate::policy::lm) fn per_prompt(&self) -> &[Option<usize>] {
+        &self.per_prompt
+    }
+}
+
+/// [`packed_hidden`], keeping every layer's keys and values in `keep` when given (each
+/// prompt's last rows only, not `every_row`).
+pub(in crate::policy::lm) fn packed_hidden_keep(
+    m: &ModelData<'_>,
+    rope: &RopeTables,
+    prompts: &[&[u32]],
+    every_row: bool,
     (adapters, per_prompt): (&[LoraData<'_>], &[Option<usize>]),
+    mut keep: Option<&mut Option<KvCache>>,
 ) -> Vec<f32> {
     let projections = Project::new(adapters, per_prompt);
     let adapter_of = |i: usize| per_prompt.get(i).copied().flatten();
@@ -449,7 +489,6 @@ pub(in crate::policy::lm) fn packed_hidden(
         .flat_map(|(p, &(_, n_shared))| p[n_shared..].iter().copied())
         .collect();
     embed_rows(&mut x, m.embed, &own_ids);
-    let scale = 1.0 / (hd as f32).sqrt();
     let mut n = vec![0f32; total * h];
     let mut q = vec![0f32; total * qw];
     let mut k = vec![0f32; total * kvw];
@@ -465,6 +504,18 @@ pub(in crate::policy::lm) fn packed_hidden(
         kernels::rotate(&mut k, rope, kvw, |r| pos[r] as usize, 1.0);
         project(&mut v, &n, l.v, (total, h, kvw), false, (i, 2, tr));
         add_bias(&mut v, l.v_bias);
+        if let Some(kept) = keep.as_mut() {
+            kept.get_or_insert_with(|| KvCache {
+                layers: Vec::with_capacity(layers),
+                firsts: firsts.iter().map(|&f| f as usize).collect(),
+                own: (0..prompts.len()).map(own).collect(),
+                shared: shared.clone(),
+                lens: prompts.iter().map(|p| p.len()).collect(),
+                per_prompt: per_prompt.to_vec(),
+            })
+            .layers
+            .push((k.clone(), v.clone()));
+        }
         let (spans, q_pos, runs): (&[Segments], &[u32], &Runs) = if i + 1 == layers && !every_row {
             // The last layer for each prompt's last token only.
             x = gather(&x, &last_rows, h);
@@ -473,22 +524,150 @@ pub(in crate::policy::lm) fn packed_hidden(
         } else {
             (&spans_all, &pos, tr)
         };
-        let rows = spans.len();
-        let q = &mut q[..rows * qw];
-        project(q, &n, l.q, (rows, h, qw), false, (i, 0, runs));
-        add_bias(q, l.q_bias);
-        kernels::rotate(q, rope, qw, |r| q_pos[r] as usize, 1.0);
-        let att = kernels::attend(q, &k, &v, spans, (nh, nkv, hd), scale);
-        project(&mut x, &att, l.o, (rows, qw, h), true, (i, 3, runs));
-        let n = &mut n[..rows * h];
-        kernels::rms_rows(n, &x, l.ln2, m.sizes.eps);
-        let (g, u) = (&mut g[..rows * iw], &mut u[..rows * iw]);
-        project(g, n, l.gate, (rows, h, iw), false, (i, 4, runs));
-        project(u, n, l.up, (rows, h, iw), false, (i, 5, runs));
-        kernels::swiglu_rows(g, u);
-        project(&mut x, g, l.down, (rows, iw, h), true, (i, 6, runs));
+        let bufs = (&mut x[..], &mut n[..], &mut q[..], &mut g[..], &mut u[..]);
+        let at = (&projections, i, l, rope);
+        attend_and_mlp(m, at, bufs, (&k, &v), (spans, q_pos, runs));
     }
     let mut out = vec![0f32; x.len()];
     kernels::rms_rows(&mut out, &x, m.norm, m.sizes.eps);
     out
+}
+
+/// The final normed hidden state at the last token of each prompt of `cache` continued by
+/// `ext[i]` (non-empty), `(prompts, hidden)`: the same as [`packed_hidden`] over the
+/// continued prompts, computing only the new tokens' rows. Each prompt's keys and values are
+/// laid out again, its own rows followed by its new ones, so that every query still reads
+/// two segments (the shared beginning, from its leader's rows, and its own). The new tokens
+/// read the adapters the cached prompts did; their ids must be in the vocabulary and the
+/// continued prompts within the rotary tables (the caller checks).
+pub(in crate::policy::lm) fn extend_hidden(
+    m: &ModelData<'_>,
+    rope: &RopeTables,
+    cache: &KvCache,
+    ext: &[&[u32]],
+    adapters: &[LoraData<'_>],
+) -> Vec<f32> {
+    let per_prompt = &cache.per_prompt[..];
+    let projections = Project::new(adapters, per_prompt);
+    let (h, nh, nkv, hd, iw) = m.sizes.dims();
+    let (qw, kvw) = (nh * hd, nkv * hd);
+    let b = ext.len();
+    let total: usize = ext.iter().map(|e| e.len()).sum();
+    // Where each prompt's rows go in the new layout: its own cached rows, then its new ones.
+    let starts: Vec<usize> = (0..b)
+        .scan(0, |at, i| {
+            *at += cache.own[i] + ext[i].len();
+            Some(*at - cache.own[i] - ext[i].len())
+        })
+        .collect();
+    let rows_kv = starts
+        .last()
+        .map_or(0, |&s| s + cache.own[b - 1] + ext[b - 1].len());
+    let mut pos = Vec::with_capacity(total);
+    let mut spans_all: Vec<Segments> = Vec::with_capacity(total);
+    let mut spans_last: Vec<Segments> = Vec::with_capacity(b);
+    let mut last_rows = Vec::with_capacity(b);
+    let mut new_rows = Vec::with_capacity(total);
+    let mut at = 0;
+    for (i, e) in ext.iter().enumerate() {
+        let (leader, n_shared) = cache.shared[i];
+        let pre = if n_shared > 0 {
+            (starts[leader] as u32, n_shared as u32)
+        } else {
+            (0, 0)
+        };
+        let own = cache.own[i];
+        for k in 0..e.len() {
+            pos.push((cache.lens[i] + k) as u32);
+            spans_all.push([pre, (starts[i] as u32, (own + k + 1) as u32)]);
+            new_rows.push(starts[i] + own + k);
+        }
+        spans_last.push([pre, (starts[i] as u32, (own + e.len()) as u32)]);
+        at += e.len();
+        last_rows.push(at - 1);
+    }
+    let last_pos: Vec<u32> = (0..b)
+        .map(|i| (cache.lens[i] + ext[i].len() - 1) as u32)
+        .collect();
+    let token_runs = runs(per_prompt, |i| ext[i].len());
+    let last_runs = runs(per_prompt, |_| 1);
+    let ids: Vec<u32> = ext.iter().flat_map(|e| e.iter().copied()).collect();
+    let mut x = vec![0f32; total * h];
+    embed_rows(&mut x, m.embed, &ids);
+    let mut n = vec![0f32; total * h];
+    let mut q = vec![0f32; total * qw];
+    let mut k = vec![0f32; total * kvw];
+    let mut v = vec![0f32; total * kvw];
+    let mut kk = vec![0f32; rows_kv * kvw];
+    let mut vv = vec![0f32; rows_kv * kvw];
+    let mut g = vec![0f32; total * iw];
+    let mut u = vec![0f32; total * iw];
+    let layers = m.layers.len();
+    for (i, l) in m.layers.iter().enumerate() {
+        kernels::rms_rows(&mut n, &x, l.ln1, m.sizes.eps);
+        let tr = &token_runs;
+        projections.run(&mut k, &n, l.k, (total, h, kvw), false, (i, 1, tr));
+        add_bias(&mut k, l.k_bias);
+        kernels::rotate(&mut k, rope, kvw, |r| pos[r] as usize, 1.0);
+        projections.run(&mut v, &n, l.v, (total, h, kvw), false, (i, 2, tr));
+        add_bias(&mut v, l.v_bias);
+        // The cached rows and the new ones, prompt by prompt.
+        let (ck, cv) = &cache.layers[i];
+        for ((&first, &own), &start) in cache.firsts.iter().zip(&cache.own).zip(&starts) {
+            let (from, len) = (first * kvw, own * kvw);
+            let to = start * kvw;
+            kk[to..to + len].copy_from_slice(&ck[from..from + len]);
+            vv[to..to + len].copy_from_slice(&cv[from..from + len]);
+        }
+        for (r, &row) in new_rows.iter().enumerate() {
+            kk[row * kvw..(row + 1) * kvw].copy_from_slice(&k[r * kvw..(r + 1) * kvw]);
+            vv[row * kvw..(row + 1) * kvw].copy_from_slice(&v[r * kvw..(r + 1) * kvw]);
+        }
+        let (spans, q_pos, runs): (&[Segments], &[u32], &Runs) = if i + 1 == layers {
+            x = gather(&x, &last_rows, h);
+            n = gather(&n, &last_rows, h);
+            (&spans_last, &last_pos, &last_runs)
+        } else {
+            (&spans_all, &pos, tr)
+        };
+        let bufs = (&mut x[..], &mut n[..], &mut q[..], &mut g[..], &mut u[..]);
+        let at = (&projections, i, l, rope);
+        attend_and_mlp(m, at, bufs, (&kk, &vv), (spans, q_pos, runs));
+    }
+    let mut out = vec![0f32; x.len()];
+    kernels::rms_rows(&mut out, &x, m.norm, m.sizes.eps);
+    out
+}
+
+/// The rest of layer `i` (`l`) once its keys and values are in `k` and `v`: the queries of
+/// the rows of `spans` (their normed inputs in `n`, positions `q_pos`, adapters over
+/// `runs`), attention over each row's segments, the output projection and the MLP, both
+/// added into the residual rows `x`. The buffers `n`, `q`, `g` and `u` are scratch, at least
+/// as long as the rows need.
+#[allow(clippy::type_complexity)]
+fn attend_and_mlp(
+    m: &ModelData<'_>,
+    (projections, i, l, rope): (&Project<'_, '_>, usize, &LayerData<'_>, &RopeTables),
+    (x, n, q, g, u): (&mut [f32], &mut [f32], &mut [f32], &mut [f32], &mut [f32]),
+    (k, v): (&[f32], &[f32]),
+    (spans, q_pos, runs): (&[Segments], &[u32], &Runs),
+) {
+    let (h, nh, nkv, hd, iw) = m.sizes.dims();
+    let qw = nh * hd;
+    let rows = spans.len();
+    let scale = 1.0 / (hd as f32).sqrt();
+    let q = &mut q[..rows * qw];
+    projections.run(q, &n[..rows * h], l.q, (rows, h, qw), false, (i, 0, runs));
+    add_bias(q, l.q_bias);
+    kernels::rotate(q, rope, qw, |r| q_pos[r] as usize, 1.0);
+    let att = kernels::attend(q, k, v, spans, (nh, nkv, hd), scale);
+    let x = &mut x[..rows * h];
+    projections.run(x, &att, l.o, (rows, qw, h), true, (i, 3, runs));
+    let n = &mut n[..rows * h];
+    kernels::rms_rows(n, x, l.ln2, m.sizes.eps);
+    let (g, u) = (&mut g[..rows * iw], &mut u[..rows * iw]);
+    projections.run(g, n, l.gate, (rows, h, iw), false, (i, 4, runs));
+    projections.run(u, n, l.up, (rows, h, iw), false, (i, 5, runs));
+    kernels::swiglu_rows(g, u);
+    projections.run(x, g, l.down, (rows, iw, h), true, (i, 6, runs));
 }

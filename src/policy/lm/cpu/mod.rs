@@ -15,5 +15,6 @@ pub mod kernels;
 mod pool;
 pub(super) mod train;
 
+pub use infer::KvCache;
 pub use pool::release_buffers;
 pub use train::{backward_passes, tape_shared_tokens};
