@@ -184,7 +184,9 @@ impl TextFormat {
             }
         }
         actions_line(&mut s, &self.actions, mask);
-        if let FamilySpec::Maze(m) = &self.family {
+        if let FamilySpec::Maze(m) = &self.family
+            && !m.vocabulary.is_empty()
+        {
             let _ = writeln!(s, "say {}", m.vocabulary.join(" "));
         }
         s
@@ -359,7 +361,9 @@ fn preamble(family: &FamilySpec, max_steps: u32) -> String {
         FamilySpec::Maze(m) => {
             s.push_str(MAZE_LEGEND);
             let _ = writeln!(s, "map north is up {max_steps} steps");
-            let _ = writeln!(s, "say {}", m.vocabulary.join(" "));
+            if !m.vocabulary.is_empty() {
+                let _ = writeln!(s, "say {}", m.vocabulary.join(" "));
+            }
         }
     }
     s

@@ -281,13 +281,13 @@ fn check_hide_seek(cx: &Ctx<'_>, h: &HideSeekParams) -> Result<(), SceneError> {
 
 fn check_maze(cx: &Ctx<'_>, m: &MazeParams) -> Result<(), SceneError> {
     check_int(cx, &f("view"), "family.view", m.view.into(), 0, 7)?;
-    if m.vocabulary.is_empty() || m.vocabulary.len() > crate::core::MAX_WORDS {
+    if m.vocabulary.len() > crate::core::MAX_WORDS {
         return Err(cx.value_at(
             &f("vocabulary"),
             out_of_range(
                 "family.vocabulary",
                 format!("{} words", m.vocabulary.len()),
-                "1 to 32 words",
+                "0 to 32 words (none: the agents cannot speak)",
             ),
         ));
     }

@@ -880,3 +880,75 @@ fn train_small(dir: &Path, rel: &str, args: &[&str]) {
     let o = emergence(dir, &all);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// `vocabulary: []` in a maze: agents that cannot speak (a one-word vocabulary is still a
+/// one-bit channel, the word or silence). Language-model agents then say nothing where with
+/// one word they speak; an `mlp` trained there has no talk head; 33 words are refused at their
+/// line and column with the range.
+#[test]
+fn an_empty_maze_vocabulary_means_the_agents_cannot_speak() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let scene = |words: &str| {
+        format!(
+            "(name: \"quiet\",\n family: Maze(view: 1, knowledge: Strips, vocabulary: [{words}]),\n \
+             map: [\"#######\", \"#S..S.#\", \"#E....#\", \"#######\"],\n \
+             legend: {{'#': Wall, '.': Floor, 'S': Spawn, 'E': Exit}},\n \
+             teams: [(name: \"pair\", count: 2, policy: \"lm\")],\n episode: (max_steps: 8))"
+        )
+    };
+    let messages = |words: &str| -> f64 {
+        std::fs::write(d.join("q.scene.ron"), scene(words)).expect("scene");
+        let o = emergence(d, &["run", "q.scene.ron", "--arenas", "16"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        out.lines()
+            .find_map(|l| l.strip_prefix("messages"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no messages in the summary:\n{out}"))
+    };
+    assert_eq!(messages(""), 0.0, "agents without words spoke");
+    assert!(
+        messages("\"here\"") > 0.0,
+        "one word and silence: they speak"
+    );
+
+    std::fs::write(d.join("q.scene.ron"), scene("")).expect("scene");
+    let o = emergence(
+        d,
+        &[
+            "train",
+            "q.scene.ron",
+            "--learner",
+            "mlp",
+            "--iterations",
+            "1",
+            "--arenas",
+            "2",
+            "--out",
+            "r",
+            "--quiet",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let config = std::fs::read_to_string(d.join("r/checkpoints/iter_1/mlp.json"))
+        .or_else(|_| std::fs::read_to_string(d.join("r/mlp.json")))
+        .expect("the mlp's config");
+    let words = serde_json::from_str::<serde_json::Value>(&config).expect("json")["words"]
+        .as_u64()
+        .unwrap_or(0);
+    assert_eq!(
+        words, 0,
+        "a talk head for agents that cannot speak: {config}"
+    );
+
+    let many: Vec<String> = (0..33).map(|i| format!("\"w{i}\"")).collect();
+    std::fs::write(d.join("q.scene.ron"), scene(&many.join(", "))).expect("scene");
+    let o = emergence(d, &["check", "q.scene.ron"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("q.scene.ron:2:55:") && stderr(&o).contains("0 to 32 words"),
+        "{}",
+        stderr(&o)
+    );
+}

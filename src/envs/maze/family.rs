@@ -21,7 +21,9 @@ impl Family for Maze {
     }
     fn vocabulary(&self, scene: &Scene) -> Option<Vec<String>> {
         match &scene.spec.family {
-            FamilySpec::Maze(p) => Some(p.vocabulary.clone()),
+            // An empty vocabulary: the agents cannot speak (no talk at all, not even
+            // silence as a choice).
+            FamilySpec::Maze(p) => Some(p.vocabulary.clone()).filter(|v| !v.is_empty()),
             _ => None,
         }
     }
