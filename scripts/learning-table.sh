@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The table of README's Training section: what each algorithm learns on the iterated
+# The table of docs/training.md: what each algorithm learns on the iterated
 # Prisoner's Dilemma (and MAGRPO on the Stag Hunt), measured the way the learning tests
 # (tests/suite/learning.rs) measure it: train with the test's budget, then play the last
 # checkpoint against fixed partners on 256 fresh arenas without learning.

@@ -83,7 +83,7 @@ fn launch_refusal(launched: Option<usize>, with_mpi: bool, spreads: bool) -> Opt
         return Some(Refusal::NoMpi(format!(
             "mpirun started {n} processes, and this emergence was built without the `mpi` \
              feature: each would run the whole job; build it with \
-             `cargo build --release --features mpi` (README, Building)"
+             `cargo build --release --features mpi` (docs/building.md)"
         )));
     }
     (!spreads).then(|| {

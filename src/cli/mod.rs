@@ -49,7 +49,7 @@ pub fn progress_bar(quiet: bool, len: u64, template: &str) -> ProgressBar {
 }
 
 pub const NO_GUI: &str = "this binary was built without the window: build it with the `gui` feature \
-     (`cargo run --release --features gui -- view ...`; see README.md for the system packages)";
+     (`cargo run --release --features gui -- view ...`; see docs/building.md for the system packages)";
 
 /// The scene as the command line asks: every team on `--policy`, episodes cut at
 /// `--max-steps`, observations written for language models in `--text`'s style.

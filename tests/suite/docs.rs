@@ -275,12 +275,12 @@ fn every_metric_a_family_reports_is_on_the_page() {
     }
 }
 
-/// The README's command table gives every flag each command's `--help` lists, and none it
-/// does not: a row's synopsis (`emergence CMD ...`) and the `... --flag` rows under it.
+/// The command reference (docs/cli.md, and the window's page for `view`) gives every flag each
+/// command's `--help` lists, and none it does not: a row's synopsis (`emergence CMD ...`) and the `... --flag` rows under it.
 #[test]
-fn the_readme_synopses_are_the_commands_flags() {
+fn the_command_reference_synopses_are_the_commands_flags() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("readme");
+    let readme = command_reference(root);
     let flags = |text: &str| -> std::collections::BTreeSet<String> {
         let mut out = std::collections::BTreeSet::new();
         let b = text.as_bytes();
@@ -359,14 +359,14 @@ fn the_readme_synopses_are_the_commands_flags() {
             .collect();
         assert_eq!(
             given, &listed,
-            "README.md's `emergence {cmd}` rows against `emergence {cmd} --help`"
+            "docs/cli.md's `emergence {cmd}` rows against `emergence {cmd} --help`"
         );
     }
 }
 
-/// The defaults the README gives for `train` are the ones a run without flags takes.
+/// The defaults the command reference gives for `train` are the ones a run without flags takes.
 #[test]
-fn the_readme_gives_trains_defaults() {
+fn the_command_reference_gives_trains_defaults() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let path = root.join("scenes/dilemma/coordination.scene.ron");
     let scene = emergence::load::load_scene(&path).expect("scene");
@@ -386,16 +386,16 @@ fn the_readme_gives_trains_defaults() {
         cfg.model.name(),
         cfg.learner.policy()
     );
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("readme");
-    assert!(readme.contains(&said), "README.md should say {said}");
+    let readme = command_reference(root);
+    assert!(readme.contains(&said), "docs/cli.md should say {said}");
 }
 
-/// The defaults the README's command table gives as `(defaults: --flag value, ...)` are the
+/// The defaults the command reference gives as `(defaults: --flag value, ...)` are the
 /// ones each command's `--help` states, for `run`, `eval` and `view`.
 #[test]
-fn the_readme_gives_each_commands_defaults_as_help_does() {
+fn the_command_reference_gives_each_commands_defaults_as_help_does() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("readme");
+    let readme = command_reference(root);
     for cmd in ["run", "eval", "view"] {
         let row = readme
             .lines()
@@ -420,10 +420,17 @@ fn the_readme_gives_each_commands_defaults_as_help_does() {
                 .unwrap_or_else(|| panic!("`emergence {cmd}` has no {flag}"));
             assert!(
                 line.contains(&format!("[default: {value}]")),
-                "README.md gives `emergence {cmd} {flag}` the default {value}; --help: {line}"
+                "docs/cli.md gives `emergence {cmd} {flag}` the default {value}; --help: {line}"
             );
             pairs += 1;
         }
         assert!(pairs >= 2, "{cmd}: {given}");
     }
+}
+
+/// The command reference: docs/cli.md, then the window's page (its `view` rows).
+fn command_reference(root: &Path) -> String {
+    ["docs/cli.md", "docs/window.md"]
+        .map(|p| std::fs::read_to_string(root.join(p)).expect("the command reference"))
+        .join("\n")
 }
