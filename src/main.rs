@@ -126,6 +126,14 @@ fn bound_candle_threads(n: Option<u16>) {
 }
 
 fn main() -> ExitCode {
+    // A reader that closes the pipe (`emergence list | head -1`) ends the process as it ends
+    // any Unix tool; Rust's runtime ignores SIGPIPE, so each print would panic instead.
+    #[cfg(unix)]
+    #[allow(unsafe_code)]
+    // SAFETY: before any thread starts; sets the signal's disposition to the default.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     cli::allocator::keep_freed_memory();
     let cli = Cli::parse();
     let threads = match &cli.command {

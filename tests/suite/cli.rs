@@ -952,3 +952,22 @@ fn an_empty_maze_vocabulary_means_the_agents_cannot_speak() {
         stderr(&o)
     );
 }
+
+/// A reader that closes the pipe early (`emergence run ... | head -1`) ends the command
+/// quietly, as any Unix tool: no panic, no backtrace.
+#[test]
+fn a_closed_pipe_ends_a_command_without_a_panic() {
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().expect("tmp");
+    let scene = shipped("prisoners_dilemma.scene.ron");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_emergence"))
+        .current_dir(dir.path())
+        .args(["run", scene.to_str().unwrap(), "--arenas", "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("it ends");
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+}
