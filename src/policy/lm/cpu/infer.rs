@@ -402,8 +402,9 @@ pub(in crate::policy::lm) fn packed_hidden(
     packed_hidden_keep(m, rope, prompts, every_row, lora, None)
 }
 
-/// The keys and values a fast pass computed ([`packed_hidden_keep`]), every layer's, with
-/// how its prompts were packed: what [`extend_hidden`] continues the prompts from.
+/// The keys and values a fast pass computed ([`crate::policy::lm::Decoder::last_hidden_kept`]),
+/// every layer's, with how its prompts were packed: what
+/// [`crate::policy::lm::Decoder::extend_last_hidden`] continues the prompts from.
 pub struct KvCache {
     /// Per layer: the rotated keys and the values of every computed row, `(rows, kv width)`.
     layers: Vec<(Vec<f32>, Vec<f32>)>,
