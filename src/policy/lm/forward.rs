@@ -2,6 +2,9 @@
 //! hidden states, each prompt's last hidden state) between the packed CPU engine
 //! (`cpu::infer`), the training path (`cpu::train`), the fused kernels and candle's own
 //! operations ([`Pass`]), over the model of `model.rs`.
+//!
+//! Over 600 lines: every entry point's checks and dispatch in one place (the kept-keys pass
+//! and its continuation among them), so that each path's fallback is visible beside it.
 
 use candle_core::Tensor;
 use candle_nn::Module;
