@@ -26,9 +26,21 @@ pub fn load_scene(path: &Path) -> Result<Scene, SceneError> {
 
 /// [`load_scene`] for a training run's own scene copy: its `train:` block is ignored (the
 /// run's settings are in its `config.json`; a copy saved before a range was checked still
-/// loads).
+/// loads), and the text style the run was given (`settings.text` in the `config.json` beside
+/// it, from `train --text`) replaces the scene's.
 pub fn load_run_scene(path: &Path) -> Result<Scene, SceneError> {
-    checked(&scene::read_text(path)?, path, scene::parse_run_data)
+    let mut s = checked(&scene::read_text(path)?, path, scene::parse_run_data)?;
+    // The run's text style when it was given apart from the scene (`train --text`): its
+    // settings in config.json beside the copy (absent in runs from before the setting).
+    if let Some(text) = path
+        .parent()
+        .and_then(|run| std::fs::read_to_string(run.join("config.json")).ok())
+        .and_then(|c| serde_json::from_str::<serde_json::Value>(&c).ok())
+        .and_then(|v| serde_json::from_value(v["settings"]["text"].clone()).ok())
+    {
+        s.spec.text = text;
+    }
+    Ok(s)
 }
 
 /// `text` (without a byte-order mark, which the offsets must not count) through the scene

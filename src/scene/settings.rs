@@ -113,6 +113,11 @@ pub struct TrainSettings {
     /// means true [default: false].
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub overlap: Option<bool>,
+    /// How the language model reads its observations in this run, over the scene's `text:`:
+    /// `full` or `compact` (docs/scenes.md). Kept with the run's settings, so that `--resume`
+    /// and `eval` of the run read the same style [default: the scene's].
+    #[arg(long, value_enum, hide_possible_values = true)]
+    pub text: Option<super::schema::TextStyle>,
 }
 
 /// Each given field of `$a`, else `$b`'s.
@@ -153,7 +158,8 @@ impl TrainSettings {
             sharing,
             lora_rank,
             checkpoint_every,
-            overlap
+            overlap,
+            text
         )
     }
 
@@ -187,6 +193,7 @@ impl TrainSettings {
             "lora_rank",
             "checkpoint_every",
             "overlap",
+            "text",
         ];
         fields
             .iter()

@@ -171,13 +171,16 @@ impl TrainConfig {
     /// learner's defaults fill the fields not given (see [`TrainSettings::resolve`]). Errs
     /// with the model name's problem when `settings.model` names no model.
     pub fn from_settings(
-        scene: Scene,
+        mut scene: Scene,
         scene_path: PathBuf,
         settings: &TrainSettings,
         out: PathBuf,
     ) -> Result<Self, String> {
         let model = ModelChoice::parse(settings.model.as_deref().unwrap_or("tiny"))?;
         let (algo, learner, hyper) = settings.resolve();
+        if let Some(text) = settings.text {
+            scene.spec.text = text;
+        }
         Ok(TrainConfig {
             scene,
             scene_path,

@@ -63,6 +63,7 @@ impl TrainSettings {
             lora_rank: Some(h.lora_rank),
             checkpoint_every: Some(cfg.checkpoint_every),
             overlap: Some(cfg.overlap),
+            text: Some(cfg.scene.spec.text),
         }
     }
 }

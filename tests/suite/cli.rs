@@ -971,3 +971,50 @@ fn a_closed_pipe_ends_a_command_without_a_panic() {
     let o = child.wait_with_output().expect("it ends");
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
 }
+
+/// `train --text compact`: the run's settings keep the style (config.json), and what reads
+/// the run again, `--resume` and `eval`, reads its scene copy in that style; without the flag
+/// the scene's own style is kept; `--text` with `--resume` is refused like any setting.
+#[test]
+fn train_text_is_kept_with_the_run() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let scene = shipped("coordination.scene.ron");
+    let train = |out: &str, extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            scene.to_str().unwrap(),
+            "--iterations",
+            "1",
+            "--arenas",
+            "2",
+            "--out",
+            out,
+            "--quiet",
+        ];
+        args.extend_from_slice(extra);
+        let o = emergence(d, &args);
+        assert!(o.status.success(), "{}", stderr(&o));
+    };
+    train("compact", &["--text", "compact"]);
+    train("plain", &[]);
+    use emergence::scene::TextStyle;
+    for (run, style) in [("compact", TextStyle::Compact), ("plain", TextStyle::Full)] {
+        let config = std::fs::read_to_string(d.join(run).join("config.json")).expect("config");
+        let saved: serde_json::Value = serde_json::from_str(&config).expect("json");
+        assert_eq!(saved["settings"]["text"], format!("{style:?}"), "{config}");
+        let copy = emergence::load::load_run_scene(&d.join(run).join("scene.ron")).expect("copy");
+        assert_eq!(
+            copy.spec.text, style,
+            "{run}: the scene copy as eval reads it"
+        );
+        let resumed = emergence::train::resume_config(&d.join(run), None).expect("resume");
+        assert_eq!(
+            resumed.scene.spec.text, style,
+            "{run}: as --resume reads it"
+        );
+    }
+    let o = emergence(d, &["train", "--resume", "compact", "--text", "full"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--text"), "{}", stderr(&o));
+}
