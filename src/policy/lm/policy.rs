@@ -588,16 +588,20 @@ fn score_continued(
         return Ok(None);
     }
     let adapter_of = |i: usize| r.adapters.get(owners[i]).and_then(Option::as_ref);
-    let order: Vec<usize> = match &kept.order {
-        Some(order) => order.clone(),
-        None => (0..ext.len()).collect(),
+    let identity: Vec<usize>;
+    let order: &[usize] = match &kept.order {
+        Some(order) => order,
+        None => {
+            identity = (0..ext.len()).collect();
+            &identity
+        }
     };
     let rows: Vec<&[u32]> = order.iter().map(|&i| ext[i].as_slice()).collect();
     let each: Vec<Option<&Adapter>> = order.iter().map(|&i| adapter_of(i)).collect();
-    let lora = match (&kept.order, ext.is_empty()) {
-        (Some(_), _) => Lora::Each(&each),
-        (None, false) => adapter_of(0).into(),
-        (None, true) => Lora::Base,
+    // The kept pass's adapters: one per row where it sorted them, else the first row's for all.
+    let lora = match &kept.order {
+        Some(_) => Lora::Each(&each),
+        None => each.first().copied().flatten().into(),
     };
     let Some(h) = r.decoder.extend_last_hidden(&kept.cache, &rows, lora)? else {
         return Ok(None);

@@ -458,9 +458,6 @@ pub(in crate::policy::lm) fn packed_hidden_keep(
     SHARED_TOKENS.with(|c| c.set(c.get() + shared.iter().map(|&(_, n)| n as u64).sum::<u64>()));
     let token_runs = runs(per_prompt, own);
     let last_runs = runs(per_prompt, |_| 1);
-    let project = |y: &mut [f32], x: &[f32], w, dims, add, at| {
-        projections.run(y, x, w, dims, add, at);
-    };
     let (h, nh, nkv, hd, iw) = m.sizes.dims();
     let (qw, kvw) = (nh * hd, nkv * hd);
     let total: usize = (0..prompts.len()).map(own).sum();
@@ -503,13 +500,14 @@ pub(in crate::policy::lm) fn packed_hidden_keep(
     let mut u = vec![0f32; total * iw];
     let layers = m.layers.len();
     for (i, l) in m.layers.iter().enumerate() {
-        kernels::rms_rows(&mut n, &x, l.ln1, m.sizes.eps);
         let tr = &token_runs;
-        project(&mut k, &n, l.k, (total, h, kvw), false, (i, 1, tr));
-        add_bias(&mut k, l.k_bias);
-        kernels::rotate(&mut k, rope, kvw, |r| pos[r] as usize, 1.0);
-        project(&mut v, &n, l.v, (total, h, kvw), false, (i, 2, tr));
-        add_bias(&mut v, l.v_bias);
+        keys_and_values(
+            m,
+            (&projections, i, l, rope),
+            (&x, &mut n),
+            (&mut k, &mut v),
+            (&pos, tr),
+        );
         if let Some(kept) = keep.as_mut() {
             kept.get_or_insert_with(|| KvCache {
                 layers: Vec::with_capacity(layers),
@@ -610,13 +608,14 @@ pub(in crate::policy::lm) fn extend_hidden(
     let mut u = vec![0f32; total * iw];
     let layers = m.layers.len();
     for (i, l) in m.layers.iter().enumerate() {
-        kernels::rms_rows(&mut n, &x, l.ln1, m.sizes.eps);
         let tr = &token_runs;
-        projections.run(&mut k, &n, l.k, (total, h, kvw), false, (i, 1, tr));
-        add_bias(&mut k, l.k_bias);
-        kernels::rotate(&mut k, rope, kvw, |r| pos[r] as usize, 1.0);
-        projections.run(&mut v, &n, l.v, (total, h, kvw), false, (i, 2, tr));
-        add_bias(&mut v, l.v_bias);
+        keys_and_values(
+            m,
+            (&projections, i, l, rope),
+            (&x, &mut n),
+            (&mut k, &mut v),
+            (&pos, tr),
+        );
         // The cached rows and the new ones, prompt by prompt.
         let (ck, cv) = &cache.layers[i];
         for ((&first, &own), &start) in cache.firsts.iter().zip(&cache.own).zip(&starts) {
@@ -676,4 +675,24 @@ fn attend_and_mlp(
     projections.run(u, n, l.up, (rows, h, iw), false, (i, 5, runs));
     kernels::swiglu_rows(g, u);
     projections.run(x, g, l.down, (rows, iw, h), true, (i, 6, runs));
+}
+
+/// The start of layer `i` (`l`) over every row of `x`: the normed rows into `n`, and their
+/// keys (rotated to positions `pos`) and values into `k` and `v`, adapters over `runs`.
+#[allow(clippy::type_complexity)]
+fn keys_and_values(
+    m: &ModelData<'_>,
+    (projections, i, l, rope): (&Project<'_, '_>, usize, &LayerData<'_>, &RopeTables),
+    (x, n): (&[f32], &mut [f32]),
+    (k, v): (&mut [f32], &mut [f32]),
+    (pos, runs): (&[u32], &Runs),
+) {
+    let (h, _, nkv, hd, _) = m.sizes.dims();
+    let (rows, kvw) = (x.len() / h.max(1), nkv * hd);
+    kernels::rms_rows(n, x, l.ln1, m.sizes.eps);
+    projections.run(k, n, l.k, (rows, h, kvw), false, (i, 1, runs));
+    add_bias(k, l.k_bias);
+    kernels::rotate(k, rope, kvw, |r| pos[r] as usize, 1.0);
+    projections.run(v, n, l.v, (rows, h, kvw), false, (i, 2, runs));
+    add_bias(v, l.v_bias);
 }
