@@ -29,7 +29,21 @@ impl Plugin for RecordPlugin {
     }
 }
 
-/// The simulation: core schedule, policies, every environment family, records.
+/// The systems of every family registered from outside the crate
+/// ([`crate::envs::family::register`]) when the app is built ([`crate::envs::family::Family::build`]).
+#[derive(Default)]
+pub struct RegisteredFamiliesPlugin;
+
+impl Plugin for RegisteredFamiliesPlugin {
+    fn build(&self, app: &mut App) {
+        for family in crate::envs::family::registered() {
+            family.build(app);
+        }
+    }
+}
+
+/// The simulation: core schedule, policies, every environment family (those registered from
+/// outside the crate too), records.
 pub struct SimPlugins;
 
 impl PluginGroup for SimPlugins {
@@ -40,6 +54,7 @@ impl PluginGroup for SimPlugins {
             .add(crate::envs::dilemma::DilemmaPlugin)
             .add(crate::envs::hide_and_seek::HideAndSeekPlugin)
             .add(crate::envs::maze::MazePlugin)
+            .add(RegisteredFamiliesPlugin)
             .add(RecordPlugin)
     }
 }

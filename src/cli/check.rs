@@ -72,6 +72,7 @@ pub fn describe(scene: &Scene) -> String {
                 m.vocabulary.join(" ")
             );
         }
+        FamilySpec::Custom(c) => s += &format!("params    {:?}\n", c.params),
         _ => {}
     }
     s += &format!("actions   {}\n", action_names(scene).join(" "));

@@ -44,7 +44,7 @@ pub fn cmd_list(dir: Option<&Path>) -> Result<()> {
     }
     println!();
     println!("families:");
-    for f in emergence::envs::family::FAMILIES {
+    for f in emergence::envs::family::all() {
         println!("  {:<16} {}", f.name(), f.about());
     }
     println!();

@@ -1,9 +1,16 @@
 //! The [`Family`] descriptor: what the rest of the program needs to know of an environment
-//! family, given by the family's own folder. Every family is registered once, in
+//! family, given by the family's own folder. Every shipped family is listed once, in
 //! [`FAMILIES`]; spawning, checking a scene, the action words, the talk vocabulary, the
 //! viewer's colours and the listing of families all go through it, so adding a family is
 //! one folder under `src/envs/` and one line in [`FAMILIES`] (and its plugin in
 //! `sim::SimPlugins`, its parameters in `scene::FamilySpec`: see docs/scenes.md).
+//!
+//! A family defined in another crate is [`register`]ed instead (its plugin does it when it
+//! is added to an app, or the program calls it before loading a scene): scenes may then name
+//! it (`family: CoinGame(...)`, parsed as [`FamilySpec::Custom`] with the parser the family
+//! gives in [`Family::params`]), and its descriptor answers everything the shipped families'
+//! code answers for them elsewhere: the observation text ([`Family::text`]), the words of
+//! the default tokenizer ([`Family::words`]). docs/families.md walks through one.
 //!
 //! A family's systems are a Bevy plugin of its own (they run on the arenas that carry its
 //! components); its parameters stay in the scene layer (`scene/params.rs`), which is data
@@ -12,7 +19,11 @@
 
 use bevy::prelude::EntityWorldMut;
 
-use crate::scene::{Ctx, FamilySpec, Scene, SceneError};
+use std::sync::RwLock;
+
+use crate::core::Observation;
+use crate::scene::custom::ParamsParser;
+use crate::scene::{Ctx, FamilySpec, Scene, SceneError, TextStyle};
 
 /// What a family provides.
 pub trait Family: Send + Sync + 'static {
@@ -37,6 +48,59 @@ pub trait Family: Send + Sync + 'static {
     fn tile_colour(&self, _c: char) -> Option<[u8; 3]> {
         None
     }
+    /// A family from outside this crate: adds its systems (with
+    /// [`crate::core::add_family_systems`]), state hashers, map drawers and resources to an
+    /// app. Every app built from [`crate::SimPlugins`] calls it for each registered family
+    /// (the shipped families' plugins are in `SimPlugins` itself).
+    fn build(&self, _app: &mut bevy::app::App) {}
+    /// A family from outside this crate: how its parameters are read from a scene (usually
+    /// `Some(emergence::scene::custom::parser_of::<MyParams>)`). The shipped families' are
+    /// [`FamilySpec`]'s variants (`None`).
+    fn params(&self) -> Option<ParamsParser> {
+        None
+    }
+    /// A family from outside this crate: an agent's observation as the text a language
+    /// model reads (`None`: the family has no text of its own, and the shipped families'
+    /// is `observe::text`'s). Written after the compact style's [`Family::preamble`] and
+    /// before the line of legal actions.
+    fn text(&self, _t: &TextInput<'_>, _out: &mut String) -> Option<()> {
+        None
+    }
+    /// A family from outside this crate: the lines every prompt of `scene` begins with in
+    /// the compact style (the legend, the episode's length): the same for every agent and
+    /// step, so a batch computes them once.
+    fn preamble(&self, _scene: &Scene) -> String {
+        String::new()
+    }
+    /// Words its text writes that the default tokenizer must know (beyond action words,
+    /// team and role names and the talk vocabulary, which it always gets). The shipped
+    /// families' words are the tokenizer's own list.
+    fn words(&self, _scene: &Scene) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+impl std::fmt::Debug for dyn Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Family({})", self.name())
+    }
+}
+
+/// What [`Family::text`] writes from: one agent's observation and what the scene names.
+#[derive(Debug, Clone, Copy)]
+pub struct TextInput<'a> {
+    /// The agent's observation (its family filled it in `SimSystems::Observe`).
+    pub obs: &'a Observation,
+    /// The agent's role and team names.
+    pub role: &'a str,
+    /// The agent's team's name.
+    pub team: &'a str,
+    /// The reward of the previous step.
+    pub last_reward: f32,
+    /// The scene's episode length.
+    pub max_steps: u32,
+    /// Full or compact.
+    pub style: TextStyle,
 }
 
 /// Inserts a family's components into each new arena and agent (the core components are
@@ -58,27 +122,76 @@ pub static FAMILIES: &[&dyn Family] = &[
     &super::maze::family::Maze,
 ];
 
+/// Families registered from outside this crate, in registration order.
+static REGISTERED: RwLock<Vec<&'static dyn Family>> = RwLock::new(Vec::new());
+
+/// Why a family cannot be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterError {
+    /// A shipped family has the name.
+    #[error("family {0}: a shipped family has this name")]
+    Shipped(&'static str),
+    /// It gives no [`Family::params`], so no scene could name it.
+    #[error("family {0}: Family::params gives no parser, so no scene could name it")]
+    NoParams(&'static str),
+}
+
+/// Adds `family` to the families scenes may name (a family's plugin calls it in `build`).
+/// Registering a family of the same name again replaces it.
+pub fn register(family: &'static dyn Family) -> Result<(), RegisterError> {
+    let name = family.name();
+    if FAMILIES.iter().any(|f| f.name() == name) {
+        return Err(RegisterError::Shipped(name));
+    }
+    let parse = family.params().ok_or(RegisterError::NoParams(name))?;
+    crate::scene::custom::register_params(name, parse).map_err(|_| RegisterError::Shipped(name))?;
+    let mut reg = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
+    reg.retain(|f| f.name() != name);
+    reg.push(family);
+    Ok(())
+}
+
+/// The shipped families, then those registered.
+pub fn all() -> Vec<&'static dyn Family> {
+    let reg = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
+    FAMILIES
+        .iter()
+        .copied()
+        .chain(reg.iter().copied())
+        .collect()
+}
+
+/// The families registered from outside this crate, in registration order.
+pub fn registered() -> Vec<&'static dyn Family> {
+    REGISTERED.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
 /// The family called `name`.
 pub fn named(name: &str) -> Option<&'static dyn Family> {
-    FAMILIES.iter().copied().find(|f| f.name() == name)
+    all().into_iter().find(|f| f.name() == name)
 }
 
 /// The family of `scene` (the one match on the scene's family in the program: the compiler
 /// checks that every family the format knows has its descriptor).
 pub fn of(scene: &Scene) -> &'static dyn Family {
     use super::{dilemma, hide_and_seek, maze};
-    match scene.spec.family {
+    match &scene.spec.family {
         FamilySpec::Matrix(_) => &dilemma::family::Matrix,
         FamilySpec::CommonsHarvest(_) => &dilemma::family::CommonsHarvest,
         FamilySpec::CleanUp(_) => &dilemma::family::CleanUp,
         FamilySpec::HideAndSeek(_) => &hide_and_seek::family::HideAndSeek,
         FamilySpec::Maze(_) => &maze::family::Maze,
+        // A scene names a custom family only once it is registered (the parser is found
+        // through the registry), and registrations are never removed.
+        FamilySpec::Custom(c) => named(c.name).unwrap_or_else(|| {
+            unreachable!("family {} parsed without a registered descriptor", c.name)
+        }),
     }
 }
 
-/// The names of every family.
+/// The names of every family, shipped and registered.
 pub fn names() -> Vec<&'static str> {
-    FAMILIES.iter().map(|f| f.name()).collect()
+    all().iter().map(|f| f.name()).collect()
 }
 
 #[cfg(test)]

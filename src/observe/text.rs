@@ -14,6 +14,7 @@
 use std::fmt::Write;
 
 use crate::core::{ActionMask, Dir4, Observation};
+use crate::envs::family::{self, Family, TextInput};
 use crate::envs::senses::Senses;
 use crate::envs::{dilemma, hide_and_seek, maze};
 use crate::scene::{FamilySpec, Scene, TextStyle, Thing};
@@ -31,6 +32,8 @@ pub struct TextFormat {
     style: TextStyle,
     /// The compact style's first lines ([`preamble`]), the same for every agent and step.
     preamble: String,
+    /// A family registered from outside the crate: its descriptor, which writes its text.
+    custom: Option<&'static dyn Family>,
 }
 
 /// The agent an observation belongs to.
@@ -56,8 +59,13 @@ impl TextFormat {
         key_names.sort();
         key_names.dedup();
         let max_steps = scene.spec.episode.max_steps;
+        let custom = matches!(scene.spec.family, FamilySpec::Custom(_)).then(|| family::of(scene));
         Self {
-            preamble: preamble(&scene.spec.family, max_steps),
+            preamble: match custom {
+                Some(f) => f.preamble(scene),
+                None => preamble(&scene.spec.family, max_steps),
+            },
+            custom,
             family: scene.spec.family.clone(),
             actions: actions.to_vec(),
             teams: scene.team_names().iter().map(|s| s.to_string()).collect(),
@@ -182,6 +190,7 @@ impl TextFormat {
                 reward_line(&mut s, last_reward);
                 teammates(&mut s, obs, senses, &m.vocabulary);
             }
+            FamilySpec::Custom(_) => self.custom_text(who, obs, last_reward, &mut s),
         }
         actions_line(&mut s, &self.actions, mask);
         if let FamilySpec::Maze(m) = &self.family
@@ -257,9 +266,28 @@ impl TextFormat {
                 reward_words(&mut s, "reward", last_reward);
                 teammates(&mut s, obs, senses, &m.vocabulary);
             }
+            FamilySpec::Custom(_) => self.custom_text(who, obs, last_reward, &mut s),
         }
         actions_line(&mut s, &self.actions, mask);
         s
+    }
+
+    /// A registered family's own lines ([`Family::text`]); a family without text gets its
+    /// role, team and step and the window's codes as digits.
+    fn custom_text(&self, who: Speaker, obs: &Observation, last_reward: f32, s: &mut String) {
+        let (role, team) = self.names(who);
+        let input = TextInput {
+            obs,
+            role,
+            team,
+            last_reward,
+            max_steps: self.max_steps,
+            style: self.style,
+        };
+        if self.custom.and_then(|f| f.text(&input, s)).is_none() {
+            let _ = writeln!(s, "{role} {team} step {}", obs.step);
+            rows(s, obs, &['0', '1', '2', '3', '4', '5', '6', '7', '8', '9']);
+        }
     }
 
     /// The names of the keys an agent holds.
@@ -365,6 +393,8 @@ fn preamble(family: &FamilySpec, max_steps: u32) -> String {
                 let _ = writeln!(s, "say {}", m.vocabulary.join(" "));
             }
         }
+        // Written by the family's descriptor (`TextFormat::new`).
+        FamilySpec::Custom(_) => {}
     }
     s
 }
@@ -457,8 +487,9 @@ fn grid(s: &mut String, obs: &Observation, chars: &[char], title: &str) {
     rows(s, obs, chars);
 }
 
-/// The egocentric window, one row per line.
-fn rows(s: &mut String, obs: &Observation, chars: &[char]) {
+/// The egocentric window of `obs`, one row per line, each cell the character `chars` gives
+/// its code (`?` past the end), separated by spaces: how every grid family writes its view.
+pub fn rows(s: &mut String, obs: &Observation, chars: &[char]) {
     let w = usize::from(obs.view_width);
     if w == 0 {
         return;
@@ -479,8 +510,8 @@ fn reward_line(s: &mut String, r: f32) {
     reward_words(s, "last reward", r);
 }
 
-/// `words` and the reward `r`, on a line.
-fn reward_words(s: &mut String, words: &str, r: f32) {
+/// `words` and the reward `r`, on a line (whole rewards as integers).
+pub fn reward_words(s: &mut String, words: &str, r: f32) {
     // Whole rewards (most steps: 0) as integers, which is how `{r}` writes them (not -0,
     // which `{r}` writes with its sign); others through the float formatter.
     if r.fract() == 0.0 && r.abs() < 1e6 && !(r == 0.0 && r.is_sign_negative()) {

@@ -145,9 +145,12 @@ pub struct PolicyInfo {
 }
 
 impl PolicyInfo {
-    /// Whether it plays `family`.
+    /// Whether it plays `family`. A policy of every shipped family plays the families
+    /// registered from outside the crate too (`envs::family::register`): it reads only the
+    /// observation every family fills.
     pub fn plays(&self, family: &str) -> bool {
         self.families.contains(&family)
+            || (self.families == ALL && crate::envs::family::named(family).is_some())
     }
 }
 

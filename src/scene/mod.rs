@@ -8,6 +8,7 @@
 
 mod asset;
 mod checks;
+pub mod custom;
 mod error;
 pub mod limits;
 pub mod locate;

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub use super::custom::CustomSpec;
 pub use super::params::*;
 
 /// A scene file as written.
@@ -57,8 +58,9 @@ pub enum TextStyle {
 /// rest).
 pub use super::settings::TrainSettings;
 
-/// The environment family, with its parameters.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The environment family, with its parameters. Serde reads and writes it as an enum
+/// (`Maze(view: 2)`), a registered family's name included (`scene::custom`).
+#[derive(Debug, Clone, PartialEq)]
 pub enum FamilySpec {
     /// A repeated two-player matrix game (Prisoner's Dilemma, Stag Hunt, Chicken, ...).
     Matrix(MatrixParams),
@@ -70,6 +72,9 @@ pub enum FamilySpec {
     HideAndSeek(HideSeekParams),
     /// Cooperative maze: split knowledge, plates and doors, keys, talk, a shared exit.
     Maze(MazeParams),
+    /// A family registered from outside this crate (`envs::family::register`), with its
+    /// own parameters.
+    Custom(CustomSpec),
 }
 
 impl FamilySpec {
@@ -81,6 +86,7 @@ impl FamilySpec {
             FamilySpec::CleanUp(_) => "CleanUp",
             FamilySpec::HideAndSeek(_) => "HideAndSeek",
             FamilySpec::Maze(_) => "Maze",
+            FamilySpec::Custom(c) => c.name,
         }
     }
 }

@@ -40,6 +40,23 @@ impl Ctx<'_> {
         }
         self.at(0, kind)
     }
+    /// An error in the family's parameters: at the value of `family.FIELD` (at the family
+    /// itself when `field` is empty or not written), saying `what` is wrong and what was
+    /// `expected`. For families' own checks ([`crate::envs::family::Family::check`]).
+    pub fn param_error(
+        &self,
+        field: &str,
+        what: impl Into<String>,
+        expected: impl Into<String>,
+    ) -> SceneError {
+        let path = [super::FAM, Seg::Field(field)];
+        let path = if field.is_empty() {
+            &path[..1]
+        } else {
+            &path[..]
+        };
+        self.value_at(path, super::rule(what, expected))
+    }
     /// An error at the name of the field at `path` (or its nearest written ancestor).
     pub fn field_at(&self, path: &[Seg<'_>], kind: SceneErrorKind) -> SceneError {
         for n in (0..=path.len()).rev() {
@@ -64,6 +81,7 @@ fn family_allows(family: &FamilySpec, thing: &Thing) -> bool {
             FamilySpec::Maze(_) => {
                 matches!(thing, Plate(_) | Door(_) | Key(_) | LockedDoor(_) | Exit)
             }
+            FamilySpec::Custom(_) => false,
         }
 }
 
@@ -83,6 +101,7 @@ fn allowed_things(family: &FamilySpec) -> &'static str {
         FamilySpec::Maze(_) => {
             "Floor, Wall, Plate(\"a\"), Door(\"a\"), Key(\"red\"), LockedDoor(\"red\"), Exit, Spawn or TeamSpawn(\"team\")"
         }
+        FamilySpec::Custom(_) => "Floor, Wall, Spawn or TeamSpawn(\"team\")",
     }
 }
 

@@ -345,3 +345,29 @@ fn editing_the_scene_reloads_it_and_a_broken_edit_is_shown_with_its_place() {
     );
     assert!(reloaded.is_some(), "the mended scene was not reloaded");
 }
+
+/// A family from outside the crate (`examples/coin_game/`) opens in the window: the example
+/// program registers it and shows its scene; the screenshot has both players in their team
+/// colours on the board and the side panel.
+#[test]
+fn a_family_from_outside_the_crate_opens_in_the_window() {
+    assert!(
+        std::env::var_os("DISPLAY").is_some(),
+        "the window tests need a display (xvfb-run)"
+    );
+    let bin = crate::common::example_binary("coin_game");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let png = dir.path().join("coin.png");
+    ok(Command::new(&bin).arg("--screenshot").arg(&png));
+    let img = image::open(&png).expect("screenshot").to_rgb8();
+    assert_eq!(img.dimensions(), (SIZE[0], SIZE[1]));
+    let board = SIZE[0] - PANEL_WIDTH as u32;
+    for team in 0..2u8 {
+        let n = (0..SIZE[1])
+            .flat_map(|y| (0..board).map(move |x| (x, y)))
+            .filter(|&(x, y)| close(img.get_pixel(x, y).0, team_colour(team), 12))
+            .count();
+        assert!(n > 1000, "team {team}'s player is not drawn ({n} pixels)");
+    }
+    check_panel(&img, "coin game");
+}

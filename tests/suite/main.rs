@@ -10,6 +10,7 @@
 mod common;
 
 mod cli;
+mod coin_game;
 mod determinism;
 mod dilemma_rules;
 mod docs;

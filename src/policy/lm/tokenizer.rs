@@ -45,6 +45,7 @@ pub fn default_vocabulary(scenes: &[Scene]) -> Vec<String> {
         words.extend(s.team_names().iter().map(|n| n.to_string()));
         words.extend(s.roles.iter().cloned());
         words.extend(family::of(s).vocabulary(s).unwrap_or_default());
+        words.extend(family::of(s).words(s));
         for t in &s.cells {
             if let Thing::Key(n) | Thing::LockedDoor(n) = t {
                 words.insert(n.clone());

@@ -117,3 +117,20 @@ pub fn force_words(app: &mut App) {
             .before(ActSystems::Apply),
     );
 }
+
+/// The example program `name` (`examples/NAME/`), which `cargo test` and `cargo nextest`
+/// build beside the test binary's folder.
+pub fn example_binary(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("examples").join(name))
+        .expect("target folder");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with `cargo build --example {name}`",
+        bin.display()
+    );
+    bin
+}
