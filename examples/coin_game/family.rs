@@ -20,14 +20,15 @@
 
 use bevy::prelude::*;
 use emergence::core::*;
-use emergence::envs::family::{Family, Spawner, TextInput};
-use emergence::observe::text::{reward_words, rows};
+use emergence::envs::family::{Family, Spawner};
+use emergence::envs::text::{FamilyText, TextInput, reward_words, rows};
 use emergence::scene::custom::{ParamsParser, parser_of};
 use emergence::scene::{Ctx, FamilySpec, Scene, SceneError, Thing};
 use rand::Rng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
+use std::sync::Arc;
 
 /// The family's parameters: `family: CoinGame(pick_reward: 1.0, penalty: 2.0)`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -144,30 +145,8 @@ impl Family for CoinGame {
             .0
             .push(draw_coins);
     }
-    fn text(&self, t: &TextInput<'_>, s: &mut String) -> Option<()> {
-        let compact = t.style == emergence::scene::TextStyle::Compact;
-        if compact {
-            let _ = writeln!(s, "{} step {}", t.role, t.obs.step);
-        } else {
-            let _ = writeln!(
-                s,
-                "role {} step {} of {}\nlegend @ you O other # wall m your coin t their coin",
-                t.role, t.obs.step, t.max_steps
-            );
-        }
-        rows(s, t.obs, &code::CHARS);
-        reward_words(
-            s,
-            if compact { "reward" } else { "last reward" },
-            t.last_reward,
-        );
-        Some(())
-    }
-    fn preamble(&self, scene: &Scene) -> String {
-        format!(
-            "legend @ you O other # wall m your coin t their coin\nsteps {}\n",
-            scene.spec.episode.max_steps
-        )
+    fn text(&self, _scene: &Scene) -> Option<Arc<dyn FamilyText>> {
+        Some(Arc::new(CoinText))
     }
     fn words(&self, _scene: &Scene) -> Vec<String> {
         [
@@ -177,6 +156,32 @@ impl Family for CoinGame {
         .to_vec()
     }
 }
+
+/// What a player reads: its role and step, the map, the last reward; in the compact style
+/// the legend and the episode's length come first, once for a whole batch.
+struct CoinText;
+
+impl FamilyText for CoinText {
+    fn preamble(&self, max_steps: u32) -> String {
+        format!("{LEGEND}\nsteps {max_steps}\n")
+    }
+    fn write(&self, t: &TextInput<'_>, s: &mut String) {
+        if t.compact() {
+            let _ = writeln!(s, "{} step {}", t.role, t.obs.step);
+        } else {
+            let _ = writeln!(
+                s,
+                "role {} step {} of {}\n{LEGEND}",
+                t.role, t.obs.step, t.max_steps
+            );
+        }
+        rows(s, t.obs, &code::CHARS);
+        let words = if t.compact() { "reward" } else { "last reward" };
+        reward_words(s, words, t.last_reward);
+    }
+}
+
+const LEGEND: &str = "legend @ you O other # wall m your coin t their coin";
 
 /// The scene's parameters (the defaults for a scene of another family, which never reaches
 /// this family's code).

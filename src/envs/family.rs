@@ -8,9 +8,9 @@
 //! A family defined in another crate is [`register`]ed instead (its plugin does it when it
 //! is added to an app, or the program calls it before loading a scene): scenes may then name
 //! it (`family: CoinGame(...)`, parsed as [`FamilySpec::Custom`] with the parser the family
-//! gives in [`Family::params`]), and its descriptor answers everything the shipped families'
-//! code answers for them elsewhere: the observation text ([`Family::text`]), the words of
-//! the default tokenizer ([`Family::words`]). docs/families.md walks through one.
+//! gives in [`Family::params`]), and its descriptor answers what the shipped families'
+//! does: its systems ([`Family::build`]), its observation text ([`Family::text`]), the words
+//! of the default tokenizer ([`Family::words`]). docs/families.md walks through one.
 //!
 //! A family's systems are a Bevy plugin of its own (they run on the arenas that carry its
 //! components); its parameters stay in the scene layer (`scene/params.rs`), which is data
@@ -21,9 +21,10 @@ use bevy::prelude::EntityWorldMut;
 
 use std::sync::RwLock;
 
-use crate::core::Observation;
+use crate::envs::text::FamilyText;
 use crate::scene::custom::ParamsParser;
-use crate::scene::{Ctx, FamilySpec, Scene, SceneError, TextStyle};
+use crate::scene::{Ctx, FamilySpec, Scene, SceneError};
+use std::sync::Arc;
 
 /// What a family provides.
 pub trait Family: Send + Sync + 'static {
@@ -59,18 +60,11 @@ pub trait Family: Send + Sync + 'static {
     fn params(&self) -> Option<ParamsParser> {
         None
     }
-    /// A family from outside this crate: an agent's observation as the text a language
-    /// model reads (`None`: the family has no text of its own, and the shipped families'
-    /// is `observe::text`'s). Written after the compact style's [`Family::preamble`] and
-    /// before the line of legal actions.
-    fn text(&self, _t: &TextInput<'_>, _out: &mut String) -> Option<()> {
+    /// How its observations read as text (the language model's prompt, the viewer's
+    /// inspector), built once for `scene`. `None`: role, team, step and the view's codes as
+    /// digits ([`crate::envs::text::PlainText`]).
+    fn text(&self, _scene: &Scene) -> Option<Arc<dyn FamilyText>> {
         None
-    }
-    /// A family from outside this crate: the lines every prompt of `scene` begins with in
-    /// the compact style (the legend, the episode's length): the same for every agent and
-    /// step, so a batch computes them once.
-    fn preamble(&self, _scene: &Scene) -> String {
-        String::new()
     }
     /// Words its text writes that the default tokenizer must know (beyond action words,
     /// team and role names and the talk vocabulary, which it always gets). The shipped
@@ -86,23 +80,6 @@ impl std::fmt::Debug for dyn Family {
     }
 }
 
-/// What [`Family::text`] writes from: one agent's observation and what the scene names.
-#[derive(Debug, Clone, Copy)]
-pub struct TextInput<'a> {
-    /// The agent's observation (its family filled it in `SimSystems::Observe`).
-    pub obs: &'a Observation,
-    /// The agent's role and team names.
-    pub role: &'a str,
-    /// The agent's team's name.
-    pub team: &'a str,
-    /// The reward of the previous step.
-    pub last_reward: f32,
-    /// The scene's episode length.
-    pub max_steps: u32,
-    /// Full or compact.
-    pub style: TextStyle,
-}
-
 /// Inserts a family's components into each new arena and agent (the core components are
 /// the spawner's caller's).
 pub trait Spawner {
@@ -113,7 +90,7 @@ pub trait Spawner {
     fn agent(&self, agent: &mut EntityWorldMut<'_>);
 }
 
-/// Every family, in the order `emergence list` shows them.
+/// Every shipped family, in the order `emergence list` shows them.
 pub static FAMILIES: &[&dyn Family] = &[
     &super::dilemma::family::Matrix,
     &super::dilemma::family::CommonsHarvest,

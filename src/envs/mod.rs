@@ -7,6 +7,7 @@ pub mod hide_and_seek;
 pub mod maze;
 pub mod senses;
 pub mod spawn;
+pub mod text;
 
 use bevy::prelude::*;
 use rand::SeedableRng;

@@ -2,9 +2,12 @@
 
 use bevy::prelude::EntityWorldMut;
 
-use super::{GRID_ACTIONS, cleanup, commons, gridworld, matrix};
+use std::sync::Arc;
+
+use super::{GRID_ACTIONS, cleanup, commons, gridworld, matrix, text};
 use crate::core::{Facing, GridPos};
 use crate::envs::family::{Family, Spawner};
+use crate::envs::text::FamilyText;
 use crate::scene::{FamilySpec, Scene, ViewSpec, ZapSpec};
 
 /// Repeated two-player matrix games.
@@ -61,6 +64,15 @@ impl Family for Matrix {
         };
         Box::new(MatrixSpawner(matrix::MatrixGame::new(p)))
     }
+    fn text(&self, scene: &Scene) -> Option<Arc<dyn FamilyText>> {
+        let FamilySpec::Matrix(p) = &scene.spec.family else {
+            return None;
+        };
+        Some(Arc::new(text::MatrixText {
+            rounds: p.rounds,
+            payoffs: p.payoffs.clone(),
+        }))
+    }
 }
 
 struct MatrixSpawner(matrix::MatrixGame);
@@ -92,6 +104,9 @@ impl Family for CommonsHarvest {
         let regrowth = commons::HarvestRegrowth::new(p, &map);
         let rules = rules(scene, (p.view, p.zap, 0, p.apple_reward));
         Box::new(CommonsSpawner(map, rules, regrowth))
+    }
+    fn text(&self, _scene: &Scene) -> Option<Arc<dyn FamilyText>> {
+        Some(Arc::new(text::GridText))
     }
 }
 
@@ -129,6 +144,9 @@ impl Family for CleanUp {
             rules(scene, (p.view, p.zap, p.clean_length, p.apple_reward)),
             cleanup::RiverPollution::new(p),
         ))
+    }
+    fn text(&self, _scene: &Scene) -> Option<Arc<dyn FamilyText>> {
+        Some(Arc::new(text::GridText))
     }
     fn tile_colour(&self, c: char) -> Option<[u8; 3]> {
         // Polluted river.

@@ -10,6 +10,7 @@ pub mod commons;
 pub mod family;
 pub mod gridworld;
 pub mod matrix;
+pub mod text;
 
 pub use codes::{GRID_ACTIONS, act, view};
 

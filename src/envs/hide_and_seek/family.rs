@@ -2,8 +2,11 @@
 
 use bevy::prelude::EntityWorldMut;
 
-use super::{ACTIONS, HnsArena, agent_components, check};
+use std::sync::Arc;
+
+use super::{ACTIONS, HnsArena, agent_components, check, text};
 use crate::envs::family::{Family, Spawner};
+use crate::envs::text::FamilyText;
 use crate::scene::{Ctx, FamilySpec, Scene, SceneError};
 
 /// Hide-and-seek.
@@ -28,6 +31,9 @@ impl Family for HideAndSeek {
             unreachable!("envs::family::of gives HideAndSeek for its scenes only")
         };
         Box::new(HnsSpawner(HnsArena::from_scene(scene, p)))
+    }
+    fn text(&self, _scene: &Scene) -> Option<Arc<dyn FamilyText>> {
+        Some(Arc::new(text::HideAndSeekText))
     }
     fn tile_colour(&self, c: char) -> Option<[u8; 3]> {
         // Low walls, boxes and ramps, locked or not.

@@ -25,6 +25,7 @@ mod codes;
 pub mod family;
 pub mod map;
 pub mod rules;
+pub mod text;
 pub mod vision;
 
 pub use codes::{ACTIONS, act, view};

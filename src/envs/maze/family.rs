@@ -2,8 +2,11 @@
 
 use bevy::prelude::EntityWorldMut;
 
-use super::{ACTIONS, MazeArena, agent_components, check};
+use std::sync::Arc;
+
+use super::{ACTIONS, MazeArena, agent_components, check, text};
 use crate::envs::family::{Family, Spawner};
+use crate::envs::text::FamilyText;
 use crate::scene::{Ctx, FamilySpec, Scene, SceneError};
 
 /// The cooperative maze.
@@ -32,6 +35,12 @@ impl Family for Maze {
             FamilySpec::Maze(m) => check::check_scene(cx, scene, m),
             _ => Ok(()),
         }
+    }
+    fn text(&self, scene: &Scene) -> Option<Arc<dyn FamilyText>> {
+        let FamilySpec::Maze(p) = &scene.spec.family else {
+            return None;
+        };
+        Some(Arc::new(text::MazeText::new(scene, p.vocabulary.clone())))
     }
     fn spawner(&self, scene: &Scene) -> Box<dyn Spawner> {
         Box::new(MazeSpawner(MazeArena::from_scene(scene)))

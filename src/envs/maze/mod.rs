@@ -25,6 +25,7 @@ pub mod generate;
 mod layout;
 mod map;
 mod rules;
+pub mod text;
 
 pub use codes::{ACTIONS, act, talk, view};
 pub use layout::Layout;

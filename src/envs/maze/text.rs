@@ -1,0 +1,146 @@
+//! The maze as text: the agent's place and keys, the map as it knows it, the teammates and
+//! the words heard, and (talk) the words it may say. Golden tests pin every line
+//! (`tests/suite/observation_text.rs`).
+
+use std::fmt::Write;
+
+use super::view;
+use crate::core::Observation;
+use crate::envs::text::{FamilyText, TextInput, reward_line, reward_words};
+use crate::scene::{Scene, Thing};
+
+/// The legend of the map (the same line in both styles).
+const LEGEND: &str = "legend @ you T teammate # wall p plate D shut door / open door k key L locked door E exit ? unknown\n";
+
+/// The maze's text for one scene.
+pub struct MazeText {
+    /// The words agents may say (empty: they cannot speak).
+    vocabulary: Vec<String>,
+    /// Key colours, by index (sorted names of a fixed map; `key0`… when generated).
+    key_names: Vec<String>,
+}
+
+impl MazeText {
+    /// The text of `scene`'s agents, who may say `vocabulary`.
+    pub fn new(scene: &Scene, vocabulary: Vec<String>) -> Self {
+        let mut key_names: Vec<String> = scene
+            .cells
+            .iter()
+            .filter_map(|t| match t {
+                Thing::Key(n) | Thing::LockedDoor(n) => Some(n.clone()),
+                _ => None,
+            })
+            .collect();
+        key_names.sort();
+        key_names.dedup();
+        Self {
+            vocabulary,
+            key_names,
+        }
+    }
+
+    /// The names of the keys an agent holds.
+    fn keys_held(&self, keys: u32) -> Vec<String> {
+        (0..32)
+            .filter(|k| keys & (1 << k) != 0)
+            .map(|k| {
+                self.key_names
+                    .get(k)
+                    .cloned()
+                    .unwrap_or_else(|| format!("key{k}"))
+            })
+            .collect()
+    }
+
+    /// The teammates and the words heard, a line each.
+    fn teammates(&self, t: &TextInput<'_>, s: &mut String) {
+        for o in &t.obs.others {
+            let _ = writeln!(s, "teammate {} at {} {}", o.slot, o.pos[0], o.pos[1]);
+        }
+        for h in t.senses.heard() {
+            let word = self
+                .vocabulary
+                .get(usize::from(h.word))
+                .map_or("?", String::as_str);
+            let _ = writeln!(s, "teammate {} said {word}", h.from);
+        }
+    }
+}
+
+impl FamilyText for MazeText {
+    fn preamble(&self, max_steps: u32) -> String {
+        let mut s = format!("{LEGEND}map north is up {max_steps} steps\n");
+        if !self.vocabulary.is_empty() {
+            let _ = writeln!(s, "say {}", self.vocabulary.join(" "));
+        }
+        s
+    }
+
+    fn write(&self, t: &TextInput<'_>, s: &mut String) {
+        let (obs, role, team) = (t.obs, t.role, t.team);
+        let keys = self.keys_held(t.senses.keys());
+        if t.compact() {
+            let _ = writeln!(s, "{role} {team} step {}", obs.step);
+            let _ = write!(s, "at {} {}", obs.pos[0], obs.pos[1]);
+            if !keys.is_empty() {
+                let _ = write!(s, " keys {}", keys.join(" "));
+            }
+            s.push('\n');
+            map_rows(s, obs);
+            reward_words(s, "reward", t.last_reward);
+            self.teammates(t, s);
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "role {role} team {team} step {} of {}",
+            obs.step, t.max_steps
+        );
+        let keys = if keys.is_empty() {
+            "none".to_string()
+        } else {
+            keys.join(" ")
+        };
+        let _ = writeln!(s, "you at {} {} keys {keys}", obs.pos[0], obs.pos[1]);
+        s.push_str("map north is up\n");
+        map_rows(s, obs);
+        s.push_str(LEGEND);
+        reward_line(s, t.last_reward);
+        self.teammates(t, s);
+    }
+
+    fn after_actions(&self, _t: &TextInput<'_>, s: &mut String) {
+        if !self.vocabulary.is_empty() {
+            let _ = writeln!(s, "say {}", self.vocabulary.join(" "));
+        }
+    }
+}
+
+/// The known map, one row per line: `@` the agent, `T` a teammate.
+fn map_rows(s: &mut String, obs: &Observation) {
+    let (w, h) = (usize::from(obs.map_width), usize::from(obs.map_height));
+    if w == 0 || obs.map.len() != w * h {
+        return;
+    }
+    for y in 0..h {
+        for x in 0..w {
+            if x > 0 {
+                s.push(' ');
+            }
+            let c = obs.map[y * w + x];
+            let here = [x as i32, y as i32] == obs.pos;
+            let mate = obs.others.iter().any(|o| o.pos == [x as i32, y as i32]);
+            s.push(if here {
+                '@'
+            } else if mate {
+                'T'
+            } else {
+                view::CHARS
+                    .get(usize::from(view::kind(c)))
+                    .copied()
+                    .unwrap_or('?')
+            });
+        }
+        s.push('\n');
+    }
+}
