@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
-use super::{Algo, Hyper, LearnerKind, Sharing, TrainSettings, UpdateStats, limits};
+use super::{Algo, Hyper, LearnerKind, Sharing, TrainSettings, UpdateStats};
 use crate::headless::RunError;
 use crate::policy::lm::{LmError, Preset};
 use crate::scene::Scene;
@@ -15,6 +15,9 @@ use crate::scene::Scene;
 /// What can go wrong in training.
 #[derive(Debug, Error)]
 pub enum TrainError {
+    /// Settings that cannot be used ([`super::rules`]).
+    #[error(transparent)]
+    Settings(#[from] super::rules::SettingsError),
     /// A bad setting.
     #[error("{0}")]
     Config(String),
@@ -43,21 +46,6 @@ impl From<candle_core::Error> for TrainError {
     fn from(e: candle_core::Error) -> Self {
         TrainError::Tensor(e)
     }
-}
-
-/// Checks every setting against [`limits`], naming the setting and where it can be given.
-pub(super) fn check_settings(cfg: &TrainConfig) -> Result<(), TrainError> {
-    let given = TrainSettings::of_run(cfg);
-    limits::check_settings(&given).map_err(|bad| {
-        let name = bad.name;
-        TrainError::Config(format!(
-            "{name} = {}: expected {} (--{}, or {name} in the scene's train block or in a \
-             resumed run's config.json)",
-            bad.value,
-            bad.expected,
-            name.replace('_', "-")
-        ))
-    })
 }
 
 /// Where the trained model starts from.

@@ -35,6 +35,7 @@ mod metrics_files;
 mod models;
 pub mod optim;
 pub mod rollout;
+pub mod rules;
 pub mod run_dir;
 pub mod settings;
 pub mod sharing;
@@ -57,7 +58,6 @@ pub use crate::scene::settings::{Algo, LearnerKind, Sharing};
 pub use algo::cory;
 use checkpoint::{Learner, LearnerModel, save_checkpoint};
 pub use checkpoint::{RunFile, TrainerState, newest_checkpoint, resume_config, whole_checkpoints};
-use config::check_settings;
 pub(crate) use config::io_err;
 pub use config::{
     EVAL_ARENAS, IterationReport, ModelChoice, Resume, TrainConfig, TrainError, TrainSummary,
@@ -66,6 +66,7 @@ pub use config::{
 pub use hyper::Hyper;
 use metrics_files::MetricsFiles;
 pub use rollout::{Batch, Rollouts, Step, Trajectory};
+pub use rules::SettingsError;
 pub use settings::TrainSettings;
 use std::sync::atomic::Ordering;
 pub use trainer::{Trainer, UpdateStats};
@@ -75,25 +76,16 @@ pub fn train(
     cfg: &TrainConfig,
     mut on_iteration: impl FnMut(&IterationReport),
 ) -> Result<TrainSummary, TrainError> {
-    check_settings(cfg)?;
+    // The learner's agents: the teams on the learner's policy, or every team when none is.
+    let learner = cfg.learner.policy();
+    let mut scene = cfg.scene.clone();
+    if !scene.agents.iter().any(|a| a.policy == learner) {
+        for a in &mut scene.agents {
+            a.policy = learner.into();
+        }
+    }
+    rules::check(cfg, &scene)?;
     let g = cfg.hyper.group_size;
-    if !cfg.arenas.is_multiple_of(g) {
-        return Err(TrainError::Config(format!(
-            "the group size {g} (--group-size, or group_size in the scene's train block) must \
-             divide the arenas {} (--arenas, or arenas there)",
-            cfg.arenas
-        )));
-    }
-    if cfg.algo == Algo::AdvantageAlignment {
-        algo::advantage_alignment::check_group(g)?;
-    }
-    if cfg.algo == Algo::Magrpo && g < 2 {
-        return Err(TrainError::Config(
-            "magrpo compares rollouts that share a seed: give --group-size 2 or more (or \
-             group_size in the scene's train block)"
-                .into(),
-        ));
-    }
     // A resumed run's folder is locked before its state is read; a fresh one's once it is
     // known to be fresh, just before anything is written.
     // Under mpirun rank 0 alone holds the folder (the others only read a checkpoint).
@@ -150,72 +142,11 @@ pub fn train(
     if cfg.resume.is_none() && root {
         refuse_used_folder(&cfg.out)?;
     }
-    let mut scene = cfg.scene.clone();
-    let learner = cfg.learner.policy();
-    if !scene.agents.iter().any(|a| a.policy == learner) {
-        for a in &mut scene.agents {
-            a.policy = learner.into();
-        }
-    }
     // The classic networks (`mlp`, `gru`) share one path; `gru` differs in the network.
     let mlp = cfg.learner.classic();
-    if mlp && matches!(cfg.sharing, Sharing::RoleLora | Sharing::AgentLora) {
-        return Err(TrainError::Config(
-            "LoRA adapters adapt a language model's layers; the mlp learner shares one network \
-             (--sharing shared) or has one per team (--sharing separate)"
-                .into(),
-        ));
-    }
-    if cfg.overlap && !mlp {
-        return Err(TrainError::Config(
-            "--overlap plays the next episodes with the weights before the update while it \
-             runs, which the mlp and gru learners do (a language model decides and trains on \
-             the same buffers); use --learner mlp or gru, or leave --overlap out"
-                .into(),
-        ));
-    }
-    if cfg.overlap && cfg.ranks.parallel() {
-        return Err(TrainError::Config(
-            "--overlap runs the update on a thread beside the rollout, and under mpirun the \
-             ranks sum their gradients from the main thread: run it in one process, or leave \
-             --overlap out"
-                .into(),
-        ));
-    }
-    if mlp && cfg.algo == Algo::Cory {
-        return Err(TrainError::Config(
-            "cory trains a language model's pioneer and observer copies (the observer reads \
-             the pioneer's choice in its prompt); use --learner lm"
-                .into(),
-        ));
-    }
     if !cfg.eval_against.is_empty() {
-        if cfg.algo == Algo::Cory {
-            return Err(TrainError::Config(
-                "--eval-against does not play cory's copies yet: they decide as a pioneer and \
-                 an observer together, and a partner cannot take one of the two seats"
-                    .into(),
-            ));
-        }
         eval::check_partners(&scene, &cfg.eval_against)
             .map_err(|e| TrainError::Config(format!("--eval-against: {e}")))?;
-    }
-    if cfg.algo == Algo::AdvantageAlignment {
-        if cfg.sharing == Sharing::Separate {
-            return Err(TrainError::Config(
-                "advantage alignment shapes each learner by the other learners' advantages in \
-                 its arena, so they must be updated together: --sharing separate gives each \
-                 team its own model and update (use shared, role-lora or agent-lora)"
-                    .into(),
-            ));
-        }
-        let learners = scene.agents.iter().filter(|a| a.policy == learner).count();
-        if learners < 2 {
-            return Err(TrainError::Config(format!(
-                "advantage alignment shapes each learner by the others' advantages: the scene \
-                 has {learners} agent(s) on `{learner}` per arena, and it needs 2 or more"
-            )));
-        }
     }
     let initial = match &cfg.model {
         ModelChoice::Preset(p) => ModelSource::Embedded {

@@ -318,11 +318,7 @@ impl Trainer {
         device: &Device,
     ) -> Result<Self, TrainError> {
         if algo == Algo::Cory {
-            return Err(TrainError::Config(
-                "cory trains a language model's pioneer and observer copies (the observer \
-                 reads the pioneer's choice in its prompt); use --learner lm"
-                    .into(),
-            ));
+            return Err(super::SettingsError::CoryNeedsLm.into());
         }
         let mut t = Self {
             algo,

@@ -66,14 +66,11 @@ use crate::train::advantage::{leave_one_out, returns_to_go};
 use crate::train::{Batch, Hyper};
 
 /// Refuses a group of one: the leave-one-out baseline needs another rollout of the same
-/// start to compare with.
+/// start to compare with (a run's settings are checked for it before it starts,
+/// [`crate::train::rules::check`]; this guards a direct call).
 pub fn check_group(group_size: u32) -> Result<(), TrainError> {
     if group_size < 2 {
-        return Err(TrainError::Config(format!(
-            "advantage alignment compares each rollout with the others that share its seed \
-             (a leave-one-out baseline), so a group needs at least 2 arenas; got group_size \
-             {group_size} (--group-size, or group_size in the scene's train block)"
-        )));
+        return Err(crate::train::SettingsError::AdvantageAlignmentGroup(group_size).into());
     }
     Ok(())
 }
