@@ -9,7 +9,8 @@
 #   2. Builds once with every feature the tests need (`gui,mpi`): the unit tests, the one
 #      integration binary (tests/suite/) and the CLI it drives.
 #   3. Runs every Rust test with cargo-nextest (one process per test, both cores busy, the
-#      longest first: .config/nextest.toml) under a virtual display.
+#      longest first: .config/nextest.toml) under a virtual display, then the doctests (which
+#      nextest does not run; one merged binary, a minute and a half to compile).
 #   4. Builds the Python wheel from the same library (same profile and features, so cargo
 #      compiles only the bindings) and runs the Python tests against the CLI of step 2.
 #
@@ -84,8 +85,11 @@ step "build: every test, features $FEATURES"
 cargo nextest run --locked --features "$FEATURES" --no-run
 
 step "Rust tests (nextest, virtual display)"
-# The crate has no doctests (its code blocks are `text`), which nextest would not run.
 xvfb-run -a -s "-screen 0 1920x1080x24" cargo nextest run --locked --features "$FEATURES"
+
+step "doctests (the family author's API: envs::family)"
+# nextest does not run doctests; they compile as one merged binary (edition 2024).
+cargo test --doc --locked --features "$FEATURES"
 
 step "Python: wheel from the same build, pytest"
 EMERGENCE_BIN="$PWD/target/debug/emergence" EMERGENCE_FEATURES="$FEATURES" SKIP_PIP=1 scripts/test-python.sh

@@ -12,6 +12,97 @@
 //! does: its systems ([`Family::build`]), its observation text ([`Family::text`]), the words
 //! of the default tokenizer ([`Family::words`]). docs/families.md walks through one.
 //!
+//! A whole family in a few lines: agents who `work` are paid the scene's `wage` a step.
+//!
+//! ```
+//! use bevy::prelude::*;
+//! use emergence::core::{ActSystems, Action, ArenaAgents, Reward, add_family_systems};
+//! use emergence::envs::family::{Family, Spawner, register};
+//! use emergence::headless::{RunConfig, run};
+//! use emergence::scene::custom::{ParamsParser, parser_of};
+//! use emergence::scene::{FamilySpec, Scene};
+//!
+//! /// The parameters, as a scene writes them: `family: Tally(wage: 2.0)`.
+//! #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+//! #[serde(deny_unknown_fields)]
+//! struct Wage {
+//!     wage: f32,
+//! }
+//!
+//! /// An arena of the family: what work pays.
+//! #[derive(Component, Clone)]
+//! struct Workshop(f32);
+//!
+//! /// Its one rule: action 1 (`work`) earns the wage.
+//! fn pay(shops: Query<(&Workshop, &ArenaAgents)>, mut agents: Query<(&Action, &mut Reward)>) {
+//!     for (shop, members) in &shops {
+//!         for &e in members.entities() {
+//!             if let Ok((action, mut reward)) = agents.get_mut(e) {
+//!                 reward.0 += shop.0 * f32::from(action.0);
+//!             }
+//!         }
+//!     }
+//! }
+//!
+//! struct Tally;
+//! struct Shops(f32);
+//!
+//! impl Spawner for Shops {
+//!     fn arena(&self, arena: &mut EntityWorldMut<'_>) {
+//!         arena.insert(Workshop(self.0));
+//!     }
+//!     fn agent(&self, _agent: &mut EntityWorldMut<'_>) {}
+//! }
+//!
+//! impl Family for Tally {
+//!     fn name(&self) -> &'static str {
+//!         "Tally"
+//!     }
+//!     fn about(&self) -> &'static str {
+//!         "work pays a wage"
+//!     }
+//!     fn actions(&self, _scene: &Scene) -> Vec<String> {
+//!         vec!["rest".into(), "work".into()]
+//!     }
+//!     fn params(&self) -> Option<ParamsParser> {
+//!         Some(parser_of::<Wage>)
+//!     }
+//!     fn spawner(&self, scene: &Scene) -> Box<dyn Spawner> {
+//!         let wage = match &scene.spec.family {
+//!             FamilySpec::Custom(c) => c.params::<Wage>().map_or(0.0, |w| w.wage),
+//!             _ => 0.0,
+//!         };
+//!         Box::new(Shops(wage))
+//!     }
+//!     fn build(&self, app: &mut App) {
+//!         add_family_systems(app, "tally", pay.in_set(ActSystems::Apply));
+//!     }
+//! }
+//!
+//! register(&Tally)?;
+//! let src = r#"(
+//!     name: "tally",
+//!     family: Tally(wage: 2.0),
+//!     map: ["SS"],
+//!     legend: {'S': Spawn},
+//!     teams: [(name: "workers", count: 2, policy: "random")],
+//!     episode: (max_steps: 10),
+//! )"#;
+//! let scene = emergence::load::parse_scene(src, std::path::Path::new("tally.scene.ron"))?;
+//! let mut cfg = RunConfig::new(scene);
+//! cfg.arenas = 8;
+//! cfg.episodes = 4;
+//! let report = run(&cfg, |_| {})?;
+//! // Random workers work half of their 10 steps, at 2 a step.
+//! assert!((report.team_returns[0] - 10.0).abs() < 3.0, "{:?}", report.team_returns);
+//!
+//! // A misspelt parameter is refused where it stands.
+//! let bad = src.replace("wage: 2.0", "wages: 2.0");
+//! let err = emergence::load::parse_scene(&bad, std::path::Path::new("tally.scene.ron"));
+//! assert!(err.unwrap_err().to_string().starts_with("tally.scene.ron:3:19"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! A family's systems are a Bevy plugin of its own (they run on the arenas that carry its
 //! components); its parameters stay in the scene layer (`scene/params.rs`), which is data
 //! and parses every family's block in one serde pass, so that every error has its line and
