@@ -10,7 +10,7 @@
 //! |---|---|
 //! | agents | exactly 2 (slot 0 red, slot 1 blue) |
 //! | actions | `stay`, `north`, `east`, `south`, `west` (into a wall: stay) |
-//! | observation | the whole map, allocentric: floor, wall, me, the other, my coin, the other's coin |
+//! | observation | the whole map, allocentric: floor, wall, me, the other, my coin, the other's coin; for networks also where my coin, the other's coin and the other player lie from me (`ExtraFeatures`: x and y offsets over the map's size) |
 //! | reward | `pick_reward` for any coin taken; `-penalty` to the owner of a coin the other took |
 //! | termination | none: `episode.max_steps` truncates |
 //! | metrics | `coins` (taken per episode), `own_coin_rate` (share taken by their owner), `stolen` (coins taken from the other) |
@@ -21,6 +21,7 @@
 use bevy::prelude::*;
 use emergence::core::*;
 use emergence::envs::family::{Family, Spawner};
+use emergence::envs::senses::ExtraFeatures;
 use emergence::envs::text::{FamilyText, TextInput, reward_words, rows};
 use emergence::scene::custom::{ParamsParser, parser_of};
 use emergence::scene::{Ctx, FamilySpec, Scene, SceneError, Thing};
@@ -277,7 +278,7 @@ impl Spawner for CoinSpawner {
     }
     /// Every player carries the core's `GridPos` (replays and the viewer draw agents there).
     fn agent(&self, agent: &mut EntityWorldMut<'_>) {
-        agent.insert(GridPos::default());
+        agent.insert((GridPos::default(), ExtraFeatures(vec![0.0; 6])));
     }
 }
 
@@ -307,11 +308,11 @@ pub fn reset_coins(
 /// the other's `t`.
 pub fn observe_coins(
     arenas: Query<(&EpisodeClock, &CoinArena, &ArenaAgents), Without<Idle>>,
-    mut agents: Query<(&Agent, &Team, &mut Observation)>,
+    mut agents: Query<(&Agent, &Team, &mut Observation, &mut ExtraFeatures)>,
 ) {
     for (clock, game, members) in &arenas {
         for &e in members.entities() {
-            let Ok((agent, team, mut obs)) = agents.get_mut(e) else {
+            let Ok((agent, team, mut obs, mut extra)) = agents.get_mut(e) else {
                 continue;
             };
             let me = usize::from(agent.slot).min(1);
@@ -338,6 +339,18 @@ pub fn observe_coins(
             let p = game.pos[me];
             obs.view_self = ((p % game.width) as u8, (p / game.width) as u8);
             obs.pos = [(p % game.width) as i32, (p / game.width) as i32];
+            // Where my coin, the other's coin and the other player are, from me.
+            let scale = game.width.max(game.height) as f32;
+            let offset = |to: usize| {
+                [
+                    ((to % game.width) as f32 - (p % game.width) as f32) / scale,
+                    ((to / game.width) as f32 - (p / game.width) as f32) / scale,
+                ]
+            };
+            extra.0.clear();
+            for to in [game.coins[me], game.coins[1 - me], game.pos[1 - me]] {
+                extra.0.extend(offset(to));
+            }
         }
     }
 }

@@ -6,9 +6,10 @@
 //! [`MatrixSenses`] (the rounds played), [`GridSenses`] (the beam's cooldown),
 //! [`HnsSenses`] (the preparation phase, holding) and [`MazeSenses`] (keys, words heard).
 //! [`Senses`] borrows whichever of them an agent carries, [`SensesQuery`] fetches them in
-//! a system, and [`encode`] turns the lot into a network's input. A new family with senses
-//! of its own adds its component here (one field in each of the two structs) and its
-//! features to [`encode`].
+//! a system, and [`encode`] turns the lot into a network's input. A shipped family with
+//! senses of its own adds its component here (one field in each of the two structs) and its
+//! features to [`encode`]; a family registered from outside the crate writes its numbers
+//! into the agent's [`ExtraFeatures`], which [`encode`] appends to every row.
 
 use bevy::ecs::query::QueryData;
 use bevy::ecs::world::EntityRef;
@@ -21,6 +22,12 @@ use bevy::prelude::{Query, Without};
 
 use crate::core::{Encoded, Features, Idle, MAX_WORDS, Observation, push_one_hot};
 
+/// Numbers a family registered from outside the crate adds to its agents' feature rows,
+/// after every field [`encode`] writes (the family inserts it on its agents and writes it
+/// in `SimSystems::Observe`; its length must depend only on the scene).
+#[derive(bevy::prelude::Component, Debug, Clone, Default, PartialEq)]
+pub struct ExtraFeatures(pub Vec<f32>);
+
 /// The family parts of one agent's observation (`None` for the families it is not in).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Senses<'a> {
@@ -32,6 +39,8 @@ pub struct Senses<'a> {
     pub hide_and_seek: Option<&'a HnsSenses>,
     /// The maze.
     pub maze: Option<&'a MazeSenses>,
+    /// A family from outside the crate.
+    pub extra: Option<&'a ExtraFeatures>,
 }
 
 impl<'a> Senses<'a> {
@@ -42,6 +51,7 @@ impl<'a> Senses<'a> {
             grid: entity.get(),
             hide_and_seek: entity.get(),
             maze: entity.get(),
+            extra: entity.get(),
         }
     }
     /// The rounds seen, oldest first (empty outside matrix games).
@@ -85,6 +95,7 @@ pub struct SensesQuery {
     grid: Option<&'static GridSenses>,
     hide_and_seek: Option<&'static HnsSenses>,
     maze: Option<&'static MazeSenses>,
+    extra: Option<&'static ExtraFeatures>,
 }
 
 impl<'w> SensesQueryItem<'w, '_> {
@@ -95,6 +106,7 @@ impl<'w> SensesQueryItem<'w, '_> {
             grid: self.grid,
             hide_and_seek: self.hide_and_seek,
             maze: self.maze,
+            extra: self.extra,
         }
     }
 }
@@ -111,7 +123,7 @@ pub fn encode(obs: &Observation, senses: Senses<'_>, out: &mut Encoded) {
     let d = &mut out.dense;
     d.clear();
     // One allocation for a new row (the header's length is fixed), none for a reused one.
-    d.reserve(DENSE_CAPACITY + senses.entities().len());
+    d.reserve(DENSE_CAPACITY + senses.entities().len() + senses.extra.map_or(0, |e| e.0.len()));
     d.push(obs.step as f32 / 1000.0);
     d.push(f32::from(senses.cooldown()) / 10.0);
     d.push(f32::from(u8::from(obs.removed)));
@@ -143,6 +155,10 @@ pub fn encode(obs: &Observation, senses: Senses<'_>, out: &mut Encoded) {
     d.extend(counts.map(|c| c as f32 / total));
     // Hide-and-seek's entity list, where the scene asks for it.
     d.extend_from_slice(senses.entities());
+    // A family from outside the crate: its own numbers.
+    if let Some(extra) = senses.extra {
+        d.extend_from_slice(&extra.0);
+    }
 }
 
 /// Encodes every active agent's observation into its [`Features`], once per step
@@ -153,5 +169,33 @@ pub fn encode_features(
 ) {
     for (obs, senses, mut features) in &mut agents {
         encode(obs, senses.get(), &mut features.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_familys_extra_features_end_every_row_and_change_nothing_before_them() {
+        let obs = Observation {
+            step: 7,
+            view: vec![1, 2, 3],
+            view_width: 3,
+            view_height: 1,
+            ..Default::default()
+        };
+        let (mut plain, mut extra) = (Encoded::default(), Encoded::default());
+        encode(&obs, Senses::default(), &mut plain);
+        let numbers = ExtraFeatures(vec![0.25, -1.0, 3.0]);
+        let senses = Senses {
+            extra: Some(&numbers),
+            ..Default::default()
+        };
+        encode(&obs, senses, &mut extra);
+        assert_eq!(extra.cells, plain.cells);
+        assert_eq!(extra.dense.len(), plain.dense.len() + 3);
+        assert_eq!(extra.dense[..plain.dense.len()], plain.dense[..]);
+        assert_eq!(extra.dense[plain.dense.len()..], [0.25, -1.0, 3.0]);
     }
 }

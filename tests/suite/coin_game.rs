@@ -132,7 +132,7 @@ fn a_family_from_outside_the_crate_writes_its_text_and_trains_an_mlp_and_a_langu
     };
     // The mlp learns to walk to the coins: a policy that ignores the map (the untrained
     // one, or random players) takes about 3.4 in 16 steps; after 150 iterations seeds 3 / 4 /
-    // 5 took 10.1 / 10.1 / 11.3 (from 3.1 / 3.6 / 3.3 in their first iteration).
+    // 5 took 10.8 / 11.3 / 11.8 (from 3.1 / 3.6 / 3.3 in their first iteration).
     let mlp = run(LearnerKind::Mlp, 150, 32);
     let mean = |key: &str, from: usize| {
         (from..from + 10)
