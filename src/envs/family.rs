@@ -5,12 +5,13 @@
 //! one folder under `src/envs/` and one line in [`FAMILIES`] (and its plugin in
 //! `sim::SimPlugins`, its parameters in `scene::FamilySpec`: see docs/scenes.md).
 //!
-//! A family defined in another crate is [`register`]ed instead (its plugin does it when it
-//! is added to an app, or the program calls it before loading a scene): scenes may then name
-//! it (`family: CoinGame(...)`, parsed as [`FamilySpec::Custom`] with the parser the family
-//! gives in [`Family::params`]), and its descriptor answers what the shipped families'
-//! does: its systems ([`Family::build`]), its observation text ([`Family::text`]), the words
-//! of the default tokenizer ([`Family::words`]). docs/families.md walks through one.
+//! A family defined in another crate is [`register`]ed instead, by the program before it
+//! reads a scene that names it: scenes may then name it (`family: CoinGame(...)`, parsed as
+//! [`FamilySpec::Custom`] with the parser the family gives in [`Family::params`]), and its
+//! descriptor gives what the shipped families have elsewhere: its systems
+//! ([`Family::build`], added by every app `SimPlugins` builds), its observation text
+//! ([`Family::text`]), the words of the default tokenizer ([`Family::words`]).
+//! docs/families.md walks through one.
 //!
 //! A whole family in a few lines: agents who `work` are paid the scene's `wage` a step.
 //!
@@ -204,7 +205,8 @@ pub enum RegisterError {
     NoParams(&'static str),
 }
 
-/// Adds `family` to the families scenes may name (a family's plugin calls it in `build`).
+/// Adds `family` to the families scenes may name; call it before reading such a scene (and
+/// before building an app, which adds the systems of the families registered by then).
 /// Registering a family of the same name again replaces it.
 pub fn register(family: &'static dyn Family) -> Result<(), RegisterError> {
     let name = family.name();
@@ -236,7 +238,11 @@ pub fn registered() -> Vec<&'static dyn Family> {
 
 /// The family called `name`.
 pub fn named(name: &str) -> Option<&'static dyn Family> {
-    all().into_iter().find(|f| f.name() == name)
+    let shipped = FAMILIES.iter().copied().find(|f| f.name() == name);
+    shipped.or_else(|| {
+        let reg = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
+        reg.iter().copied().find(|f| f.name() == name)
+    })
 }
 
 /// The family of `scene` (the one match on the scene's family in the program: the compiler

@@ -22,8 +22,6 @@ use crate::envs::senses::Senses;
 use crate::envs::text::{FamilyText, PlainText, TextInput};
 use crate::scene::{Scene, TextStyle};
 
-pub use crate::envs::text::{reward_words, rows};
-
 /// What the text of a scene's observations needs besides the observation itself: the
 /// family's text for the scene ([`crate::envs::family::Family::text`]), the names the scene
 /// gives, the style.
