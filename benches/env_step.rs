@@ -14,10 +14,9 @@
 use bevy::math::IVec2;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use emergence::core::Dir4;
-use emergence::envs::hide_and_seek::HnsArena;
+use emergence::envs::hide_and_seek::{HideSeekParams, HnsArena};
 use emergence::headless::{RunConfig, build_app};
 use emergence::load::load_scene;
-use emergence::scene::FamilySpec;
 use std::hint::black_box;
 use std::path::Path;
 
@@ -88,7 +87,7 @@ fn vision(c: &mut Criterion) {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/hide_and_seek/quadrant.scene.ron");
     let scene = load_scene(&path).expect("shipped scene");
-    let FamilySpec::HideAndSeek(p) = &scene.spec.family else {
+    let Some(p) = scene.spec.family.params::<HideSeekParams>() else {
         panic!("quadrant is a hide-and-seek scene");
     };
     let arena = HnsArena::from_scene(&scene, p);

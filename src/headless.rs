@@ -331,3 +331,68 @@ pub fn run(
         step_hashes,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envs::family;
+    use std::path::Path;
+
+    const SCENE: &str = r#"(
+    name: "payday",
+    family: Payday(wage: 2.0),
+    map: ["SSE"],
+    legend: {'S': Spawn, 'E': Exit},
+    teams: [(name: "workers", count: 2, policy: "random")],
+    episode: (max_steps: 10),
+)"#;
+
+    /// A shipped family is its folder and its `mod` line: `envs/payday/` (built in tests
+    /// only) is read, checked, run and tokenized with nothing registered and nothing else in
+    /// the crate naming it.
+    #[test]
+    fn a_family_in_its_own_folder_is_read_run_and_tokenized_with_nothing_else_naming_it() {
+        let name = crate::envs::payday::NAME;
+        assert!(family::shipped().iter().any(|f| f.name() == name));
+        assert!(
+            family::registered().is_empty()
+                || !family::registered().iter().any(|f| f.name() == name)
+        );
+        assert!(crate::scene::family::family_names().contains(&name));
+
+        let path = Path::new("payday.scene.ron");
+        let scene = crate::load::parse_scene(SCENE, path).expect("a Payday scene");
+        assert_eq!(family::of(&scene).name(), name);
+        // Its own parameter, its range and its legend thing, each refused where it stands.
+        let typo = crate::load::parse_scene(&SCENE.replace("wage: 2.0", "wages: 2.0"), path);
+        let typo = typo.expect_err("a misspelt parameter").to_string();
+        assert!(typo.starts_with("payday.scene.ron:3:20"), "{typo}");
+        assert!(typo.contains("`wage`"), "{typo}");
+        let range = crate::load::parse_scene(&SCENE.replace("wage: 2.0", "wage: -1.0"), path);
+        let range = range.expect_err("a wage out of range").to_string();
+        assert!(
+            range.starts_with("payday.scene.ron:3:26") && range.contains("0 to 100"),
+            "{range}"
+        );
+        let legend = crate::load::parse_scene(&SCENE.replace("'E': Exit", "'E': Box"), path);
+        let legend = legend
+            .expect_err("a legend thing of another family")
+            .to_string();
+        assert!(legend.contains("Floor, Wall, Exit, Spawn"), "{legend}");
+
+        // Its systems come with every app: random workers work half of their 10 steps.
+        let mut cfg = RunConfig::new(scene.clone());
+        cfg.arenas = 8;
+        cfg.episodes = 4;
+        let report = run(&cfg, |_| {}).expect("a run");
+        assert!(
+            (report.team_returns[0] - 10.0).abs() < 3.0,
+            "{:?}",
+            report.team_returns
+        );
+
+        // Its words are in every default tokenizer.
+        let words = crate::policy::lm::tokenizer::default_vocabulary(&[]);
+        assert!(words.iter().any(|w| w == "payslip"));
+    }
+}

@@ -29,21 +29,23 @@ impl Plugin for RecordPlugin {
     }
 }
 
-/// The systems of every family registered from outside the crate
-/// ([`crate::envs::family::register`]) when the app is built ([`crate::envs::family::Family::build`]).
+/// The systems of every family, shipped ([`crate::envs::family::shipped`]) and registered from
+/// outside the crate by the time the app is built ([`crate::envs::family::register`]): each
+/// family's [`crate::envs::family::Family::build`], in the order of
+/// [`crate::envs::family::all`].
 #[derive(Default)]
-pub struct RegisteredFamiliesPlugin;
+pub struct FamiliesPlugin;
 
-impl Plugin for RegisteredFamiliesPlugin {
+impl Plugin for FamiliesPlugin {
     fn build(&self, app: &mut App) {
-        for family in crate::envs::family::registered() {
+        for family in crate::envs::family::all() {
             family.build(app);
         }
     }
 }
 
 /// The simulation: core schedule, policies, every environment family (those registered from
-/// outside the crate too), records.
+/// outside the crate too: [`FamiliesPlugin`]), records.
 pub struct SimPlugins;
 
 impl PluginGroup for SimPlugins {
@@ -51,10 +53,7 @@ impl PluginGroup for SimPlugins {
         PluginGroupBuilder::start::<Self>()
             .add(crate::core::CorePlugin::default())
             .add(crate::policy::PolicyPlugin)
-            .add(crate::envs::dilemma::DilemmaPlugin)
-            .add(crate::envs::hide_and_seek::HideAndSeekPlugin)
-            .add(crate::envs::maze::MazePlugin)
-            .add(RegisteredFamiliesPlugin)
+            .add(FamiliesPlugin)
             .add(RecordPlugin)
     }
 }

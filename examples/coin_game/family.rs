@@ -23,8 +23,9 @@ use emergence::core::*;
 use emergence::envs::family::{Family, Spawner};
 use emergence::envs::senses::ExtraFeatures;
 use emergence::envs::text::{FamilyText, TextInput, reward_words, rows};
-use emergence::scene::custom::{ParamsParser, parser_of};
-use emergence::scene::{Ctx, FamilySpec, Scene, SceneError, Thing};
+use emergence::scene::{
+    Ctx, FamilyRules, ParamsParser, Scene, SceneError, SceneSpec, Thing, parser_of,
+};
 use rand::Rng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
@@ -74,26 +75,37 @@ pub mod code {
 /// The family's descriptor: registered once with `emergence::envs::family::register`.
 pub struct CoinGame;
 
-impl Family for CoinGame {
+/// What the scene reader asks of the family: its name, its parameters and their ranges.
+impl FamilyRules for CoinGame {
     fn name(&self) -> &'static str {
         "CoinGame"
     }
+    fn params(&self) -> ParamsParser {
+        parser_of::<CoinParams>
+    }
+    fn check_params(&self, cx: &Ctx<'_>, spec: &SceneSpec) -> Result<(), SceneError> {
+        let p = spec
+            .family
+            .params::<CoinParams>()
+            .cloned()
+            .unwrap_or_default();
+        for (field, v) in [("pick_reward", p.pick_reward), ("penalty", p.penalty)] {
+            if !(v.is_finite() && (0.0..=100.0).contains(&v)) {
+                return Err(cx.param_error(field, format!("{field} is {v}"), "0 to 100"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Family for CoinGame {
     fn about(&self) -> &'static str {
         "the Coin Game (LOLA): take your own coin, or the other's at their cost"
     }
     fn actions(&self, _scene: &Scene) -> Vec<String> {
         ACTIONS.iter().map(|s| s.to_string()).collect()
     }
-    fn params(&self) -> Option<ParamsParser> {
-        Some(parser_of::<CoinParams>)
-    }
     fn check(&self, cx: &Ctx<'_>, scene: &Scene) -> Result<(), SceneError> {
-        let p = params(scene);
-        for (field, v) in [("pick_reward", p.pick_reward), ("penalty", p.penalty)] {
-            if !(v.is_finite() && (0.0..=100.0).contains(&v)) {
-                return Err(cx.param_error(field, format!("{field} is {v}"), "0 to 100"));
-            }
-        }
         if scene.agent_count() != 2 {
             return Err(cx.param_error(
                 "",
@@ -149,7 +161,7 @@ impl Family for CoinGame {
     fn text(&self, _scene: &Scene) -> Option<Arc<dyn FamilyText>> {
         Some(Arc::new(CoinText))
     }
-    fn words(&self, _scene: &Scene) -> Vec<String> {
+    fn words(&self, _scene: Option<&Scene>) -> Vec<String> {
         [
             "coin", "their", "m", "t", "O", "legend", "steps", "#", "@", ".",
         ]
@@ -187,10 +199,12 @@ const LEGEND: &str = "legend @ you O other # wall m your coin t their coin";
 /// The scene's parameters (the defaults for a scene of another family, which never reaches
 /// this family's code).
 fn params(scene: &Scene) -> CoinParams {
-    match &scene.spec.family {
-        FamilySpec::Custom(c) => c.params::<CoinParams>().cloned().unwrap_or_default(),
-        _ => CoinParams::default(),
-    }
+    scene
+        .spec
+        .family
+        .params::<CoinParams>()
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// One arena of the game.

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use emergence::envs::action_names;
 use emergence::load::load_scene;
-use emergence::scene::{FamilySpec, Scene, Thing};
+use emergence::scene::Scene;
 
 pub fn describe(scene: &Scene) -> String {
     let mut s = String::new();
@@ -20,61 +20,7 @@ pub fn describe(scene: &Scene) -> String {
     }
     s += &format!("agents    {} per arena\n", scene.agent_count());
     s += &format!("episode   {} steps at most\n", spec.episode.max_steps);
-    match &spec.family {
-        FamilySpec::Matrix(m) => {
-            s += &format!("game      {} rounds, payoffs {:?}\n", m.rounds, m.payoffs);
-        }
-        FamilySpec::HideAndSeek(h) => {
-            let boxes = scene
-                .cells
-                .iter()
-                .filter(|t| matches!(t, Thing::Box))
-                .count();
-            let ramps = scene
-                .cells
-                .iter()
-                .filter(|t| matches!(t, Thing::Ramp))
-                .count();
-            s += &format!(
-                "rules     preparation {} steps; vision {}° cone, range {}; {boxes} boxes, {ramps} ramps\n",
-                (h.prep_fraction * spec.episode.max_steps as f32).floor(),
-                h.vision_cone,
-                h.vision_range
-            );
-            if h.window > 0 && h.window < h.vision_range {
-                s += &format!("view      a window of range {}\n", h.window);
-            }
-            if h.entities {
-                s += "view      the entity list (agents, boxes, ramps, doorways)\n";
-            }
-        }
-        FamilySpec::Maze(m) => {
-            match &m.generate {
-                Some(g) => {
-                    s += &format!(
-                        "maze      generated {}×{}, {} plate doors, {} key doors, {}\n",
-                        g.width,
-                        g.height,
-                        g.plate_doors,
-                        g.key_doors,
-                        g.seed
-                            .map_or("a new layout every episode".to_string(), |x| format!(
-                                "layout seed {x}"
-                            ))
-                    );
-                }
-                None => s += "maze      fixed map\n",
-            }
-            s += &format!(
-                "knowledge {:?}; window radius {}; vocabulary {}\n",
-                m.knowledge,
-                m.view,
-                m.vocabulary.join(" ")
-            );
-        }
-        FamilySpec::Custom(c) => s += &format!("params    {:?}\n", c.params),
-        _ => {}
-    }
+    s += &emergence::envs::family::of(scene).describe(scene);
     s += &format!("actions   {}\n", action_names(scene).join(" "));
     s += "teams\n";
     for (i, t) in spec.teams.iter().enumerate() {

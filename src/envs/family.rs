@@ -1,17 +1,18 @@
 //! The [`Family`] descriptor: what the rest of the program needs to know of an environment
-//! family, given by the family's own folder. Every shipped family is listed once, in
-//! [`FAMILIES`]; spawning, checking a scene, the action words, the talk vocabulary, the
-//! viewer's colours and the listing of families all go through it, so adding a family is
-//! one folder under `src/envs/` and one line in [`FAMILIES`] (and its plugin in
-//! `sim::SimPlugins`, its parameters in `scene::FamilySpec`: see docs/scenes.md).
+//! family, given by the family's own folder. A family is one type that implements two
+//! traits: [`crate::scene::FamilyRules`] (its name, how its parameters are read and checked,
+//! its legend, what its arena needs: what the scene reader asks, in the layer below) and
+//! [`Family`] (its systems, spawner, action words, talk, text, words and colours). Nothing
+//! else in the program names a family: spawning, checking a scene, the prompt, the tokenizer,
+//! the viewer's colours, `emergence check` and `emergence list` all go through these.
 //!
-//! A family defined in another crate is [`register`]ed instead, by the program before it
-//! reads a scene that names it: scenes may then name it (`family: CoinGame(...)`, parsed as
-//! [`FamilySpec::Custom`] with the parser the family gives in [`Family::params`]), and its
-//! descriptor gives what the shipped families have elsewhere: its systems
-//! ([`Family::build`], added by every app `SimPlugins` builds), its observation text
-//! ([`Family::text`]), the words of the default tokenizer ([`Family::words`]).
-//! docs/families.md walks through one.
+//! A shipped family is one folder under `src/envs/` whose descriptor says
+//! `shipped_family!(MyFamily);` (it lists itself at link time, through `inventory`), plus
+//! its `mod` line in `envs/mod.rs`. A family defined in another crate is [`register`]ed
+//! instead, by the program before it reads a scene that names it. Either way scenes may then
+//! name it (`family: CoinGame(...)`), its parameters read by the parser it gives, and every
+//! app built from `SimPlugins` adds its systems ([`Family::build`]). docs/families.md walks
+//! through one.
 //!
 //! A whole family in a few lines: agents who `work` are paid the scene's `wage` a step.
 //!
@@ -20,8 +21,7 @@
 //! use emergence::core::{ActSystems, Action, ArenaAgents, Reward, add_family_systems};
 //! use emergence::envs::family::{Family, Spawner, register};
 //! use emergence::headless::{RunConfig, run};
-//! use emergence::scene::custom::{ParamsParser, parser_of};
-//! use emergence::scene::{FamilySpec, Scene};
+//! use emergence::scene::{FamilyRules, ParamsParser, Scene, parser_of};
 //!
 //! /// The parameters, as a scene writes them: `family: Tally(wage: 2.0)`.
 //! #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -55,24 +55,24 @@
 //!     fn agent(&self, _agent: &mut EntityWorldMut<'_>) {}
 //! }
 //!
-//! impl Family for Tally {
+//! impl FamilyRules for Tally {
 //!     fn name(&self) -> &'static str {
 //!         "Tally"
 //!     }
+//!     fn params(&self) -> ParamsParser {
+//!         parser_of::<Wage>
+//!     }
+//! }
+//!
+//! impl Family for Tally {
 //!     fn about(&self) -> &'static str {
 //!         "work pays a wage"
 //!     }
 //!     fn actions(&self, _scene: &Scene) -> Vec<String> {
 //!         vec!["rest".into(), "work".into()]
 //!     }
-//!     fn params(&self) -> Option<ParamsParser> {
-//!         Some(parser_of::<Wage>)
-//!     }
 //!     fn spawner(&self, scene: &Scene) -> Box<dyn Spawner> {
-//!         let wage = match &scene.spec.family {
-//!             FamilySpec::Custom(c) => c.params::<Wage>().map_or(0.0, |w| w.wage),
-//!             _ => 0.0,
-//!         };
+//!         let wage = scene.spec.family.params::<Wage>().map_or(0.0, |w| w.wage);
 //!         Box::new(Shops(wage))
 //!     }
 //!     fn build(&self, app: &mut App) {
@@ -105,23 +105,19 @@
 //! ```
 //!
 //! A family's systems are a Bevy plugin of its own (they run on the arenas that carry its
-//! components); its parameters stay in the scene layer (`scene/params.rs`), which is data
-//! and parses every family's block in one serde pass, so that every error has its line and
-//! column.
+//! components); its parameters are a serde type in its folder, read in the scene's one serde
+//! pass, so that every error has its line and column.
 
 use bevy::prelude::EntityWorldMut;
 
-use std::sync::RwLock;
+use std::sync::{OnceLock, RwLock};
 
 use crate::envs::text::FamilyText;
-use crate::scene::custom::ParamsParser;
-use crate::scene::{Ctx, FamilySpec, Scene, SceneError};
+use crate::scene::{Ctx, FamilyRules, Scene, SceneError};
 use std::sync::Arc;
 
 /// What a family provides.
-pub trait Family: Send + Sync + 'static {
-    /// The name a scene gives (`family: Maze(...)`), as [`crate::scene::FamilySpec::name`].
-    fn name(&self) -> &'static str;
+pub trait Family: FamilyRules {
     /// One line on what it is, for `emergence list` and the docs.
     fn about(&self) -> &'static str;
     /// The action words of `scene`, by index.
@@ -141,16 +137,14 @@ pub trait Family: Send + Sync + 'static {
     fn tile_colour(&self, _c: char) -> Option<[u8; 3]> {
         None
     }
-    /// A family from outside this crate: adds its systems (with
-    /// [`crate::core::add_family_systems`]), state hashers, map drawers and resources to an
-    /// app. Every app built from [`crate::SimPlugins`] calls it for each registered family
-    /// (the shipped families' plugins are in `SimPlugins` itself).
+    /// Adds its systems (with [`crate::core::add_family_systems`], usually through a plugin
+    /// of its own), state hashers, map drawers and resources to an app. Every app built from
+    /// [`crate::SimPlugins`] calls it for every family, shipped and registered.
     fn build(&self, _app: &mut bevy::app::App) {}
-    /// A family from outside this crate: how its parameters are read from a scene (usually
-    /// `Some(emergence::scene::custom::parser_of::<MyParams>)`). The shipped families' are
-    /// [`FamilySpec`]'s variants (`None`).
-    fn params(&self) -> Option<ParamsParser> {
-        None
+    /// The lines `emergence check` prints about `scene`'s parameters (each ending in a
+    /// newline; the default: the parameters as Rust writes them).
+    fn describe(&self, scene: &Scene) -> String {
+        format!("params    {:?}\n", scene.spec.family.any_params())
     }
     /// How its observations read as text (the language model's prompt, the viewer's
     /// inspector), built once for `scene`. `None`: role, team, step and the view's codes as
@@ -159,9 +153,10 @@ pub trait Family: Send + Sync + 'static {
         None
     }
     /// Words its text writes that the default tokenizer must know (beyond action words,
-    /// team and role names and the talk vocabulary, which it always gets). The shipped
-    /// families' words are the tokenizer's own list.
-    fn words(&self, _scene: &Scene) -> Vec<String> {
+    /// team and role names and the talk vocabulary, which it always gets): for `scene`, or
+    /// with `None` those of any scene of the family (a shipped family's words are in every
+    /// default tokenizer, so that one tokenizer serves every shipped scene).
+    fn words(&self, _scene: Option<&Scene>) -> Vec<String> {
         Vec::new()
     }
 }
@@ -182,14 +177,32 @@ pub trait Spawner {
     fn agent(&self, agent: &mut EntityWorldMut<'_>);
 }
 
-/// Every shipped family, in the order `emergence list` shows them.
-pub static FAMILIES: &[&dyn Family] = &[
-    &super::dilemma::family::Matrix,
-    &super::dilemma::family::CommonsHarvest,
-    &super::dilemma::family::CleanUp,
-    &super::hide_and_seek::family::HideAndSeek,
-    &super::maze::family::Maze,
-];
+/// A shipped family, submitted from its folder by `shipped_family!` and collected at link
+/// time.
+pub struct ShippedFamily(pub &'static dyn Family);
+
+inventory::collect!(ShippedFamily);
+
+/// Lists a shipped family from its own folder: `shipped_family!(Maze);` in its descriptor's
+/// file (the type implements [`Family`] and [`FamilyRules`]). The scene reader and the rest
+/// of the program then know it; nothing outside the folder names it but its `mod` line.
+macro_rules! shipped_family {
+    ($family:ident) => {
+        inventory::submit!($crate::scene::ShippedRules(&$family));
+        inventory::submit!($crate::envs::family::ShippedFamily(&$family));
+    };
+}
+pub(crate) use shipped_family;
+
+/// The shipped families, in the order of their names.
+pub fn shipped() -> &'static [&'static dyn Family] {
+    static SHIPPED: OnceLock<Vec<&'static dyn Family>> = OnceLock::new();
+    SHIPPED.get_or_init(|| {
+        let mut v: Vec<_> = inventory::iter::<ShippedFamily>().map(|s| s.0).collect();
+        v.sort_by_key(|f| f.name());
+        v
+    })
+}
 
 /// Families registered from outside this crate, in registration order.
 static REGISTERED: RwLock<Vec<&'static dyn Family>> = RwLock::new(Vec::new());
@@ -200,9 +213,6 @@ pub enum RegisterError {
     /// A shipped family has the name.
     #[error("family {0}: a shipped family has this name")]
     Shipped(&'static str),
-    /// It gives no [`Family::params`], so no scene could name it.
-    #[error("family {0}: Family::params gives no parser, so no scene could name it")]
-    NoParams(&'static str),
 }
 
 /// Adds `family` to the families scenes may name; call it before reading such a scene (and
@@ -210,11 +220,10 @@ pub enum RegisterError {
 /// Registering a family of the same name again replaces it.
 pub fn register(family: &'static dyn Family) -> Result<(), RegisterError> {
     let name = family.name();
-    if FAMILIES.iter().any(|f| f.name() == name) {
+    if shipped().iter().any(|f| f.name() == name) {
         return Err(RegisterError::Shipped(name));
     }
-    let parse = family.params().ok_or(RegisterError::NoParams(name))?;
-    crate::scene::custom::register_params(name, parse).map_err(|_| RegisterError::Shipped(name))?;
+    crate::scene::family::register_rules(family).map_err(|_| RegisterError::Shipped(name))?;
     let mut reg = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
     reg.retain(|f| f.name() != name);
     reg.push(family);
@@ -224,7 +233,7 @@ pub fn register(family: &'static dyn Family) -> Result<(), RegisterError> {
 /// The shipped families, then those registered.
 pub fn all() -> Vec<&'static dyn Family> {
     let reg = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
-    FAMILIES
+    shipped()
         .iter()
         .copied()
         .chain(reg.iter().copied())
@@ -238,29 +247,18 @@ pub fn registered() -> Vec<&'static dyn Family> {
 
 /// The family called `name`.
 pub fn named(name: &str) -> Option<&'static dyn Family> {
-    let shipped = FAMILIES.iter().copied().find(|f| f.name() == name);
+    let shipped = shipped().iter().copied().find(|f| f.name() == name);
     shipped.or_else(|| {
         let reg = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
         reg.iter().copied().find(|f| f.name() == name)
     })
 }
 
-/// The family of `scene` (the one match on the scene's family in the program: the compiler
-/// checks that every family the format knows has its descriptor).
+/// The family of `scene`. A scene names a family only once the family is known (its
+/// parameters are read by the parser it gives), and registrations are never removed.
 pub fn of(scene: &Scene) -> &'static dyn Family {
-    use super::{dilemma, hide_and_seek, maze};
-    match &scene.spec.family {
-        FamilySpec::Matrix(_) => &dilemma::family::Matrix,
-        FamilySpec::CommonsHarvest(_) => &dilemma::family::CommonsHarvest,
-        FamilySpec::CleanUp(_) => &dilemma::family::CleanUp,
-        FamilySpec::HideAndSeek(_) => &hide_and_seek::family::HideAndSeek,
-        FamilySpec::Maze(_) => &maze::family::Maze,
-        // A scene names a custom family only once it is registered (the parser is found
-        // through the registry), and registrations are never removed.
-        FamilySpec::Custom(c) => named(c.name).unwrap_or_else(|| {
-            unreachable!("family {} parsed without a registered descriptor", c.name)
-        }),
-    }
+    let name = scene.spec.family.name();
+    named(name).unwrap_or_else(|| unreachable!("family {name} read without a descriptor"))
 }
 
 /// The names of every family, shipped and registered.
@@ -275,12 +273,20 @@ mod tests {
     #[test]
     fn every_family_the_scene_format_knows_is_registered_once() {
         let mut seen = names();
-        assert_eq!(seen.len(), 5);
+        // The five, and the tests' `payday`.
+        assert_eq!(seen.len(), 6);
         seen.sort();
         seen.dedup();
-        assert_eq!(seen.len(), FAMILIES.len(), "a family registered twice");
+        assert_eq!(seen.len(), shipped().len(), "a family registered twice");
         for name in ["Matrix", "CommonsHarvest", "CleanUp", "HideAndSeek", "Maze"] {
             assert!(named(name).is_some(), "{name} has no descriptor");
+            let rules = crate::scene::family::rules_named(name);
+            assert_eq!(
+                rules.map(|r| r.name()),
+                Some(name),
+                "{name} has no scene rules"
+            );
         }
+        assert_eq!(crate::scene::family::shipped_names(), names());
     }
 }

@@ -1,10 +1,15 @@
-//! Environment families. Each is a plugin over the shared core; [`crate::policy::spawn_arenas`] builds the
-//! arenas of a scene with the components its family needs.
+//! Environment families, one folder each. A family lists itself from its folder
+//! (`shipped_family!` in `family.rs`); this file only declares the folders, so adding a family
+//! is its folder and its `mod` line here. Each is a plugin over the shared core;
+//! [`crate::policy::spawn_arenas`] builds the arenas of a scene with the components its
+//! family needs.
 
 pub mod dilemma;
 pub mod family;
 pub mod hide_and_seek;
 pub mod maze;
+#[cfg(test)]
+pub(crate) mod payday;
 pub mod senses;
 pub mod spawn;
 pub mod text;

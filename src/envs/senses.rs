@@ -6,10 +6,14 @@
 //! [`MatrixSenses`] (the rounds played), [`GridSenses`] (the beam's cooldown),
 //! [`HnsSenses`] (the preparation phase, holding) and [`MazeSenses`] (keys, words heard).
 //! [`Senses`] borrows whichever of them an agent carries, [`SensesQuery`] fetches them in
-//! a system, and [`encode`] turns the lot into a network's input. A shipped family with
-//! senses of its own adds its component here (one field in each of the two structs) and its
-//! features to [`encode`]; a family registered from outside the crate writes its numbers
-//! into the agent's [`ExtraFeatures`], which [`encode`] appends to every row.
+//! a system, and [`encode`] turns the lot into a network's input.
+//!
+//! The one place outside their folders that names the five shipped families: their numbers
+//! sit at fixed places of every feature row's header, which every trained `mlp` and `gru`
+//! checkpoint reads (moving them into the families would change those networks' inputs). A
+//! newer family, shipped or registered from outside the crate, writes its numbers into the
+//! agent's [`ExtraFeatures`] instead, which [`encode`] appends to every row, and reads its own
+//! component directly.
 
 use bevy::ecs::query::QueryData;
 use bevy::ecs::world::EntityRef;

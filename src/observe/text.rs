@@ -22,6 +22,12 @@ use crate::envs::senses::Senses;
 use crate::envs::text::{FamilyText, PlainText, TextInput};
 use crate::scene::{Scene, TextStyle};
 
+/// The words every family's text may write ([`crate::envs::text`]'s shared lines, the
+/// prompt's `actions` line, numbers digit by digit, signs and points), for the default
+/// tokenizer; each family's own are [`crate::envs::family::Family::words`].
+pub const WORDS: &str = "role team step of last reward north east south west actions - . ? \
+    0 1 2 3 4 5 6 7 8 9";
+
 /// What the text of a scene's observations needs besides the observation itself: the
 /// family's text for the scene ([`crate::envs::family::Family::text`]), the names the scene
 /// gives, the style.

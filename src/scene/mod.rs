@@ -8,19 +8,21 @@
 
 mod asset;
 mod checks;
-pub mod custom;
 mod error;
+pub mod family;
 pub mod limits;
 pub mod locate;
-mod params;
 mod schema;
 pub mod settings;
 mod shipped;
 mod validate;
 
 pub use asset::{SceneAsset, SceneAssetLoader, SceneAssetPlugin, SceneCheck};
-pub(crate) use checks::{FAM, out_of_range, rule};
+pub(crate) use checks::{FAM, check_int, check_range, out_of_range, rule};
 pub use error::{SceneError, SceneErrorKind};
+pub use family::{
+    ArenaShape, FamilyParams, FamilyRules, Layout, ParamsParser, ShippedRules, parser_of,
+};
 pub use schema::*;
 pub use shipped::shipped;
 pub use validate::Ctx;

@@ -6,8 +6,9 @@
 
 use std::path::Path;
 
-use super::checks::{FAM, check_family, check_int, check_train, out_of_range, rule};
+use super::checks::{check_int, check_train, out_of_range, rule};
 use super::error::{SceneError, SceneErrorKind};
+use super::family::{ArenaShape, Layout};
 use super::locate::{Seg, line_col, locate, locate_value};
 use super::schema::*;
 use super::{AgentSpec, Scene};
@@ -68,43 +69,6 @@ impl Ctx<'_> {
     }
 }
 
-/// Which legend things a family accepts.
-fn family_allows(family: &FamilySpec, thing: &Thing) -> bool {
-    use Thing::*;
-    let common = matches!(thing, Floor | Wall | Spawn | TeamSpawn(_));
-    common
-        || match family {
-            FamilySpec::Matrix(_) => false,
-            FamilySpec::CommonsHarvest(_) => matches!(thing, Apple | AppleSite),
-            FamilySpec::CleanUp(_) => matches!(thing, Apple | AppleSite | River | Dirt),
-            FamilySpec::HideAndSeek(_) => matches!(thing, Box | Ramp | LowWall),
-            FamilySpec::Maze(_) => {
-                matches!(thing, Plate(_) | Door(_) | Key(_) | LockedDoor(_) | Exit)
-            }
-            FamilySpec::Custom(_) => false,
-        }
-}
-
-/// The legend things `family` accepts, for error messages.
-fn allowed_things(family: &FamilySpec) -> &'static str {
-    match family {
-        FamilySpec::Matrix(_) => "no legend (matrix games have no map)",
-        FamilySpec::CommonsHarvest(_) => {
-            "Floor, Wall, Apple, AppleSite, Spawn or TeamSpawn(\"team\")"
-        }
-        FamilySpec::CleanUp(_) => {
-            "Floor, Wall, Apple, AppleSite, River, Dirt, Spawn or TeamSpawn(\"team\")"
-        }
-        FamilySpec::HideAndSeek(_) => {
-            "Floor, Wall, LowWall, Box, Ramp, Spawn or TeamSpawn(\"team\")"
-        }
-        FamilySpec::Maze(_) => {
-            "Floor, Wall, Plate(\"a\"), Door(\"a\"), Key(\"red\"), LockedDoor(\"red\"), Exit, Spawn or TeamSpawn(\"team\")"
-        }
-        FamilySpec::Custom(_) => "Floor, Wall, Spawn or TeamSpawn(\"team\")",
-    }
-}
-
 /// Validates `spec` (parsed from `src` at `path`) into a [`Scene`].
 pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene, SceneError> {
     let cx = Ctx { path, src };
@@ -114,8 +78,18 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
             rule("the scene has an empty name", "a short title"),
         ));
     }
-    check_family(&cx, &spec.family)?;
-    if spec.randomize.mirror && !matches!(spec.family, FamilySpec::Maze(_)) {
+    let Some(rules) = spec.family.rules() else {
+        let known = super::family::family_names().join(", ");
+        return Err(cx.field_at(
+            &[Seg::Field("family")],
+            rule(
+                format!("no family is called {}", spec.family.name()),
+                format!("one of {known}"),
+            ),
+        ));
+    };
+    rules.check_params(&cx, &spec)?;
+    if spec.randomize.mirror && !rules.mirrors() {
         return Err(cx.value_at(
             &[Seg::Field("randomize"), Seg::Field("mirror")],
             rule(
@@ -191,71 +165,24 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
         }
     };
 
-    if let FamilySpec::Maze(MazeParams {
-        generate: Some(g), ..
-    }) = &spec.family
-    {
-        if !spec.map.is_empty() {
-            return Err(cx.field_at(
-                &[Seg::Field("map")],
-                rule(
-                    "the scene has both a map and family.generate",
-                    "either a fixed map or generate: (...), not both",
-                ),
-            ));
-        }
-        let (w, h) = (usize::from(g.width), usize::from(g.height));
+    // Families without a map of the scene's own: a matrix game, a generated maze.
+    let size = match rules.layout(&spec) {
+        Layout::Map => None,
+        Layout::NoMap => Some((0, 0)),
+        Layout::Generated { width, height } => Some((width, height)),
+    };
+    if let Some((width, height)) = size {
         agents = agents_by_count(&spec.teams, &mut role_of);
-        if agents.len() > 32 {
-            return Err(cx.field_at(
-                &[Seg::Field("teams")],
-                out_of_range("agents per arena", agents.len(), "at most 32 in a maze"),
-            ));
-        }
-        if g.plate_doors > 0 && agents.len() < 2 {
-            return Err(cx.value_at(
-                &[FAM, Seg::Field("generate"), Seg::Field("plate_doors")],
-                rule(
-                    "plate doors need one agent on the plate and one going through, but the scene has 1 agent",
-                    "plate_doors: 0 for a solo maze, or two or more agents",
-                ),
-            ));
-        }
+        let arena = ArenaShape {
+            cells: &[],
+            agents: agents.len(),
+        };
+        rules.check_arena(&cx, &spec, arena)?;
         return Ok(Scene {
             path: path.to_path_buf(),
             spec,
-            width: w,
-            height: h,
-            cells: Vec::new(),
-            agents,
-            roles,
-            spawn_cells: Vec::new(),
-            shared_spawns: Vec::new(),
-        });
-    }
-
-    if let FamilySpec::Matrix(_) = spec.family {
-        agents = agents_by_count(&spec.teams, &mut role_of);
-        if agents.len() != 2 {
-            return Err(cx.field_at(
-                &[Seg::Field("teams")],
-                rule(
-                    format!("the teams have {} agents in all", agents.len()),
-                    "exactly 2 agents for a two-player matrix game",
-                ),
-            ));
-        }
-        if !spec.map.is_empty() {
-            return Err(cx.field_at(
-                &[Seg::Field("map")],
-                rule("a matrix game has a map", "no map for the Matrix family"),
-            ));
-        }
-        return Ok(Scene {
-            path: path.to_path_buf(),
-            spec,
-            width: 0,
-            height: 0,
+            width,
+            height,
             cells: Vec::new(),
             agents,
             roles,
@@ -333,12 +260,16 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
         }
     }
     for (ch, thing) in spec.legend.iter() {
-        if !family_allows(&spec.family, thing) {
+        let common = matches!(
+            thing,
+            Thing::Floor | Thing::Wall | Thing::Spawn | Thing::TeamSpawn(_)
+        );
+        if !common && !rules.allows(thing) {
             return Err(cx.field_at(
                 &legend_at(*ch),
                 rule(
                     format!("legend {ch:?} is {thing:?}, which {family} does not use"),
-                    allowed_things(&spec.family),
+                    rules.legend(),
                 ),
             ));
         }
@@ -391,50 +322,6 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
             }
         }
     }
-    if let FamilySpec::CleanUp(_) = spec.family
-        && !cells
-            .iter()
-            .any(|t| matches!(t, Thing::River | Thing::Dirt))
-    {
-        return Err(cx.field_at(
-            &[Seg::Field("map")],
-            rule(
-                "the Clean Up map has no river",
-                "at least one River or Dirt cell",
-            ),
-        ));
-    }
-    let dilemma = matches!(
-        spec.family,
-        FamilySpec::CommonsHarvest(_) | FamilySpec::CleanUp(_)
-    );
-    if dilemma
-        && !cells
-            .iter()
-            .any(|t| matches!(t, Thing::Apple | Thing::AppleSite))
-    {
-        return Err(cx.field_at(
-            &[Seg::Field("map")],
-            rule(
-                format!("the {family} map has no apple cell"),
-                "at least one Apple or AppleSite cell",
-            ),
-        ));
-    }
-
-    if let FamilySpec::HideAndSeek(_) = spec.family {
-        let objects = cells
-            .iter()
-            .filter(|t| matches!(t, Thing::Box | Thing::Ramp))
-            .count();
-        if objects > 250 {
-            return Err(cx.field_at(
-                &[Seg::Field("map")],
-                out_of_range("boxes and ramps", objects, "at most 250"),
-            ));
-        }
-    }
-
     // Spawn cells: a team's own, or the shared pool.
     let shared: Vec<usize> = cells
         .iter()
@@ -502,12 +389,11 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
             out_of_range("agents per arena", agents.len(), "at most 1024"),
         ));
     }
-    if matches!(spec.family, FamilySpec::Maze(_)) && agents.len() > 32 {
-        return Err(cx.field_at(
-            &[Seg::Field("teams")],
-            out_of_range("agents per arena", agents.len(), "at most 32 in a maze"),
-        ));
-    }
+    let arena = ArenaShape {
+        cells: &cells,
+        agents: agents.len(),
+    };
+    rules.check_arena(&cx, &spec, arena)?;
     let height = spec.map.len();
     Ok(Scene {
         path: path.to_path_buf(),

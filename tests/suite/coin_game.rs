@@ -35,10 +35,15 @@ fn a_family_from_outside_the_crate_parses_checks_and_runs_the_same_on_any_thread
     assert!(family::names().contains(&"CoinGame"));
     // The shipped families' names are theirs.
     struct Impostor;
-    impl family::Family for Impostor {
+    impl emergence::scene::FamilyRules for Impostor {
         fn name(&self) -> &'static str {
             "Maze"
         }
+        fn params(&self) -> emergence::scene::ParamsParser {
+            emergence::scene::parser_of::<coin::CoinParams>
+        }
+    }
+    impl family::Family for Impostor {
         fn about(&self) -> &'static str {
             ""
         }
@@ -53,10 +58,7 @@ fn a_family_from_outside_the_crate_parses_checks_and_runs_the_same_on_any_thread
 
     let scene = load_scene(&scene_path()).expect("the example's scene");
     assert_eq!(scene.spec.family.name(), "CoinGame");
-    let p = match &scene.spec.family {
-        emergence::scene::FamilySpec::Custom(c) => c.params::<coin::CoinParams>().cloned(),
-        _ => None,
-    };
+    let p = scene.spec.family.params::<coin::CoinParams>().cloned();
     assert_eq!(
         p,
         Some(coin::CoinParams {

@@ -495,10 +495,12 @@ fn observer_answers(
     let mut app = build_app(&run).expect("app");
     let (mut sum, mut n) = ([0.0f64; 2], [0u32; 2]);
     let mut lead_left = 0.0;
-    let rounds = match &scene.spec.family {
-        emergence::scene::FamilySpec::Matrix(m) => m.rounds,
-        _ => unreachable!("a matrix game"),
-    };
+    let rounds = scene
+        .spec
+        .family
+        .params::<emergence::envs::dilemma::MatrixParams>()
+        .expect("a matrix game")
+        .rounds;
     for _ in 0..rounds {
         app.update();
         let world = app.world_mut();

@@ -7,13 +7,13 @@ use crate::common;
 
 use common::*;
 use emergence::core::*;
+use emergence::envs::maze::GenerateSpec;
 use emergence::envs::maze::generate::{generate, solvable};
 use emergence::envs::maze::{Layout, MazeArena, MazeSenses, act, view};
 use emergence::headless::{RunConfig, run};
 use emergence::load::load_scene;
 use emergence::metrics::EpisodeLog;
 use emergence::policy::{Decision, Policy, PolicyRegistry};
-use emergence::scene::GenerateSpec;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;

@@ -17,8 +17,8 @@ use rand::Rng;
 
 use super::codes::view;
 use super::gridworld::DilemmaMap;
+use super::params::CleanUpParams;
 use crate::core::*;
-use crate::scene::CleanUpParams;
 
 /// Clean Up's pollution and growth rule for one arena.
 #[derive(Component, Debug, Clone, Copy)]

@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use super::codes::view;
 use super::gridworld::DilemmaMap;
+use super::params::HarvestParams;
 use crate::core::*;
-use crate::scene::HarvestParams;
 
 /// Commons Harvest's regrowth rule for one arena.
 #[derive(Component, Debug, Clone)]

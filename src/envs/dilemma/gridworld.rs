@@ -8,10 +8,11 @@ use rand::seq::SliceRandom;
 use std::sync::Arc;
 
 use super::codes::{act, view};
+use super::params::{CleanUpParams, HarvestParams, ViewSpec, ZapSpec};
 use crate::core::*;
 use crate::envs::spawn::SpawnCells;
 use crate::metrics::social_outcomes;
-use crate::scene::{FamilySpec, Scene, Thing, ViewSpec, ZapSpec};
+use crate::scene::{Scene, Thing};
 
 /// Where each slot may start (and respawn): its team's own cells, or the shared pool.
 #[derive(Debug, Clone)]
@@ -130,9 +131,13 @@ impl DilemmaMap {
             .iter()
             .filter(|&&i| tiles.cells()[i as usize] == view::DIRT)
             .count() as u32;
-        let v = match &scene.spec.family {
-            FamilySpec::CommonsHarvest(p) => p.view,
-            FamilySpec::CleanUp(p) => p.view,
+        let family = &scene.spec.family;
+        let v = match (
+            family.params::<HarvestParams>(),
+            family.params::<CleanUpParams>(),
+        ) {
+            (Some(p), _) => p.view,
+            (_, Some(p)) => p.view,
             _ => ViewSpec::default(),
         };
         let view_offsets = Arc::new(Dir4::ALL.map(|facing| {

@@ -11,10 +11,10 @@
 
 use bevy::prelude::*;
 
+use super::params::MatrixParams;
 use crate::core::*;
 use crate::envs::senses::{SensesQuery, encode};
 use crate::metrics::social_outcomes;
-use crate::scene::MatrixParams;
 
 /// Per-arena state of a repeated matrix game.
 #[derive(Component, Debug, Clone)]

@@ -4,15 +4,18 @@
 //! parameters. [`DilemmaPlugin`] adds every system; each runs only on arenas that carry
 //! its family's components.
 
+mod check;
 pub mod cleanup;
 mod codes;
 pub mod commons;
 pub mod family;
 pub mod gridworld;
 pub mod matrix;
+pub mod params;
 pub mod text;
 
 pub use codes::{GRID_ACTIONS, act, view};
+pub use params::{CleanUpParams, HarvestParams, MatrixParams, ViewSpec, ZapSpec};
 
 use bevy::prelude::*;
 

@@ -1,13 +1,18 @@
-//! The scene rules of hide-and-seek: every team is a side, and both sides play; a door
+//! The scene rules of hide-and-seek: its parameters' ranges; at most 250 boxes and ramps;
+//! every team is a side, and both sides play; a door
 //! dropout needs doorways to drop.
 
+use super::params::HideSeekParams;
 use crate::scene::locate::Seg;
-use crate::scene::{Ctx, FAM, FamilySpec, Scene, SceneError, SceneSpec, rule};
+use crate::scene::{
+    ArenaShape, Ctx, FAM, Scene, SceneError, SceneSpec, Thing, check_int, check_range,
+    out_of_range, rule,
+};
 
 /// `door_dropout` above 0: the map has two doorways or more that may be walled up (no box,
 /// ramp or spawn cell on them), so that a room keeps a way in.
 pub(crate) fn check_door_dropout(cx: &Ctx<'_>, scene: &Scene) -> Result<(), SceneError> {
-    let FamilySpec::HideAndSeek(p) = &scene.spec.family else {
+    let Some(p) = scene.spec.family.params::<HideSeekParams>() else {
         return Ok(());
     };
     if p.door_dropout <= 0.0 {
@@ -58,6 +63,69 @@ pub(crate) fn check_teams(cx: &Ctx<'_>, spec: &SceneSpec) -> Result<(), SceneErr
                 format!("hide-and-seek needs a {missing} team"),
                 "at least one team with role \"hider\" and one with role \"seeker\"",
             ),
+        ));
+    }
+    Ok(())
+}
+
+fn f(name: &'static str) -> [Seg<'static>; 2] {
+    [FAM, Seg::Field(name)]
+}
+
+pub(crate) fn check_params(cx: &Ctx<'_>, h: &HideSeekParams) -> Result<(), SceneError> {
+    check_range(
+        cx,
+        &f("prep_fraction"),
+        "family.prep_fraction",
+        h.prep_fraction,
+        0.0,
+        0.95,
+    )?;
+    check_int(
+        cx,
+        &f("vision_range"),
+        "family.vision_range",
+        h.vision_range.into(),
+        1,
+        15,
+    )?;
+    let c = h.vision_cone;
+    if !(c.is_finite() && c > 0.0 && c <= 360.0) {
+        return Err(cx.value_at(
+            &f("vision_cone"),
+            out_of_range("family.vision_cone", c, "an angle in degrees in (0, 360]"),
+        ));
+    }
+    check_int(
+        cx,
+        &f("window"),
+        "family.window",
+        h.window.into(),
+        0,
+        h.vision_range.into(),
+    )?;
+    check_range(cx, &f("reward"), "family.reward", h.reward, -1e6, 1e6)?;
+    check_range(
+        cx,
+        &f("door_dropout"),
+        "family.door_dropout",
+        h.door_dropout,
+        0.0,
+        1.0,
+    )
+}
+
+/// At most 250 boxes and ramps an arena.
+pub(crate) fn check_arena(cx: &Ctx<'_>, arena: ArenaShape<'_>) -> Result<(), SceneError> {
+    let objects = arena
+        .cells
+        .iter()
+        .filter(|t| matches!(t, Thing::Box | Thing::Ramp))
+        .count();
+    if objects > 250 {
+        return Err(cx.field_at(
+            &[Seg::Field("map")],
+            out_of_range("boxes and ramps", objects, "at most 250"),
         ));
     }
     Ok(())

@@ -7,10 +7,11 @@ use rand::Rng;
 use std::sync::Arc;
 
 use super::codes::view;
+use super::params::HideSeekParams;
 use super::vision::{Crop, Vision};
 use crate::core::*;
 use crate::envs::spawn::SpawnCells;
-use crate::scene::{HideSeekParams, Scene, Thing};
+use crate::scene::{Scene, Thing};
 
 /// What kind of movable object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,12 +24,14 @@ pub(crate) mod check;
 mod codes;
 pub mod family;
 pub mod map;
+pub mod params;
 pub mod rules;
 pub mod text;
 pub mod vision;
 
 pub use codes::{ACTIONS, act, view};
 pub use map::{Grip, HnsArena, ObjectKind};
+pub use params::HideSeekParams;
 
 use bevy::prelude::*;
 

@@ -1,10 +1,13 @@
-//! The scene rules of the maze: the talking bots' words, every door's plate or key, the
+//! The scene rules of the maze: its parameters' ranges; at most 32 agents, and two for plate
+//! doors; the talking bots' words, every door's plate or key, the
 //! generator's room for the doors asked.
 
+use super::params::{GenerateSpec, MazeParams};
 use super::talk;
 use crate::scene::locate::Seg;
 use crate::scene::{
-    Ctx, FAM, GenerateSpec, MazeParams, Scene, SceneError, SceneSpec, Thing, out_of_range, rule,
+    ArenaShape, Ctx, FAM, Scene, SceneError, SceneSpec, Thing, check_int, check_range,
+    out_of_range, rule,
 };
 
 /// Maze scenes whose teams use the talking bots: the vocabulary starts with the words they
@@ -140,4 +143,120 @@ pub(crate) fn check_scene(cx: &Ctx<'_>, scene: &Scene, m: &MazeParams) -> Result
         Some(g) => check_generate(cx, g, scene.agents.len()),
         None => check_map(cx, &scene.cells),
     }
+}
+
+fn f(name: &'static str) -> [Seg<'static>; 2] {
+    [FAM, Seg::Field(name)]
+}
+
+pub(crate) fn check_params(cx: &Ctx<'_>, m: &MazeParams) -> Result<(), SceneError> {
+    check_int(cx, &f("view"), "family.view", m.view.into(), 0, 7)?;
+    if m.vocabulary.len() > crate::core::MAX_WORDS {
+        return Err(cx.value_at(
+            &f("vocabulary"),
+            out_of_range(
+                "family.vocabulary",
+                format!("{} words", m.vocabulary.len()),
+                "0 to 32 words (none: the agents cannot speak)",
+            ),
+        ));
+    }
+    for (i, w) in m.vocabulary.iter().enumerate() {
+        let bad = w.is_empty() || !w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if bad || m.vocabulary[..i].contains(w) {
+            return Err(cx.value_at(
+                &[FAM, Seg::Field("vocabulary"), Seg::Index(i)],
+                rule(
+                    format!("family.vocabulary[{i}] {w:?} is not a new single word"),
+                    "distinct words of letters, digits and '_'",
+                ),
+            ));
+        }
+    }
+    check_range(
+        cx,
+        &f("success_reward"),
+        "family.success_reward",
+        m.success_reward,
+        -1e6,
+        1e6,
+    )?;
+    check_range(
+        cx,
+        &f("step_cost"),
+        "family.step_cost",
+        m.step_cost,
+        -1e6,
+        1e6,
+    )?;
+    if let Some(g) = &m.generate {
+        let p = |name| [FAM, Seg::Field("generate"), Seg::Field(name)];
+        for (name, v) in [("width", g.width), ("height", g.height)] {
+            if !(7..=63).contains(&v) || v % 2 == 0 {
+                return Err(cx.value_at(
+                    &p(name),
+                    out_of_range(
+                        &format!("family.generate.{name}"),
+                        v,
+                        "an odd number from 7 to 63",
+                    ),
+                ));
+            }
+        }
+        check_int(
+            cx,
+            &p("plate_doors"),
+            "family.generate.plate_doors",
+            g.plate_doors.into(),
+            0,
+            8,
+        )?;
+        check_int(
+            cx,
+            &p("key_doors"),
+            "family.generate.key_doors",
+            g.key_doors.into(),
+            0,
+            8,
+        )?;
+    }
+    Ok(())
+}
+
+/// At most 32 agents an arena; a generated maze's plate doors need two (with no map of the
+/// scene's own).
+pub(crate) fn check_arena(
+    cx: &Ctx<'_>,
+    spec: &SceneSpec,
+    m: &MazeParams,
+    arena: ArenaShape<'_>,
+) -> Result<(), SceneError> {
+    if m.generate.is_some() && !spec.map.is_empty() {
+        return Err(cx.field_at(
+            &[Seg::Field("map")],
+            rule(
+                "the scene has both a map and family.generate",
+                "either a fixed map or generate: (...), not both",
+            ),
+        ));
+    }
+    if arena.agents > 32 {
+        return Err(cx.field_at(
+            &[Seg::Field("teams")],
+            out_of_range("agents per arena", arena.agents, "at most 32 in a maze"),
+        ));
+    }
+    if let Some(g) = &m.generate
+        && g.plate_doors > 0
+        && arena.agents < 2
+    {
+        return Err(cx.value_at(
+            &[FAM, Seg::Field("generate"), Seg::Field("plate_doors")],
+            rule(
+                "plate doors need one agent on the plate and one going through, but the scene has 1 agent",
+                "plate_doors: 0 for a solo maze, or two or more agents",
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 
 use super::codes::view;
 use super::layout::Layout;
-use crate::scene::GenerateSpec;
+use super::params::GenerateSpec;
 
 /// The kind of door placed on the main path.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use super::codes::view;
 use super::generate::generate;
 use super::layout::Layout;
+use super::params::{GenerateSpec, Knowledge};
 use crate::core::*;
 use crate::envs::spawn::SpawnCells;
-use crate::scene::{FamilySpec, GenerateSpec, Knowledge, Scene};
+use crate::scene::Scene;
 
 /// Episode counters of a maze arena.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -80,10 +81,7 @@ pub struct MazeArena {
 impl MazeArena {
     /// Builds the arena state of `scene` (a maze scene).
     pub fn from_scene(scene: &Scene) -> Self {
-        let p = match &scene.spec.family {
-            FamilySpec::Maze(p) => p.clone(),
-            _ => Default::default(),
-        };
+        let p = super::family::params(scene);
         let n = scene.agents.len();
         let layout = if p.generate.is_some() {
             Layout::new(

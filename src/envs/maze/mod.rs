@@ -24,12 +24,14 @@ pub mod family;
 pub mod generate;
 mod layout;
 mod map;
+pub mod params;
 mod rules;
 pub mod text;
 
 pub use codes::{ACTIONS, act, talk, view};
 pub use layout::Layout;
 pub use map::{MazeArena, MazeCounters, MazeRules, draw_maze, hash_maze, reset_mazes};
+pub use params::{GenerateSpec, Knowledge, MazeParams};
 pub use rules::{
     apply_maze_actions, observe_mazes, reward_maze_agents, summarize_mazes, update_maze_doors,
 };

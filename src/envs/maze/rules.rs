@@ -90,7 +90,7 @@ pub fn observe_mazes(
             obs.map_width = w as u16;
             obs.map_height = h as u16;
             obs.map.clear();
-            if oracle || maze.rules.knowledge == crate::scene::Knowledge::Full {
+            if oracle || maze.rules.knowledge == super::params::Knowledge::Full {
                 obs.map.extend_from_slice(&maze.tiles);
             } else {
                 obs.map.extend(maze.tiles.iter().enumerate().map(|(i, &c)| {

@@ -1,6 +1,7 @@
 //! The default tokenizer: word level, built locally from every word the observation
-//! encoders can write (plus the action words, team and role names and talk vocabularies of
-//! the scenes it is built with), saved as a Hugging Face `tokenizer.json`. Text is split on
+//! encoders can write (the words every family's text shares, each shipped family's own
+//! words, [`crate::envs::family::Family::words`], and the action words, team and role names,
+//! talk vocabularies and family words of the scenes it is built with), saved as a Hugging Face `tokenizer.json`. Text is split on
 //! whitespace, then numbers into single digits. Any Hugging Face `tokenizer.json` loads too.
 
 use std::collections::{BTreeSet, HashMap};
@@ -10,47 +11,28 @@ use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
 
-use crate::envs::{dilemma, family, hide_and_seek, maze};
+use crate::envs::family;
 use crate::scene::{Scene, Thing};
 
 /// Padding (id 0), unknown word (id 1), end of text (id 2).
 pub const SPECIAL: [&str; 3] = ["<pad>", "<unk>", "<eos>"];
 
-/// Words the encoders of `observe::text` write, whatever the scene.
-const ENCODER_WORDS: &str = "role team round of step phase preparation steps left play you at \
-    facing north east south west holding an object view ahead is up legend teammate other wall \
-    apple empty cell river dirt outside last reward zapped out ready in zap are your side low box \
-    locked by them ramp unseen see nobody ally opponent keys none map unknown plate shut door open \
-    key exit said actions say got so far no rounds played yet - . ? @ , ~ # = / \
-    0 1 2 3 4 5 6 7 8 9";
-
 /// The vocabulary of the default tokenizer for `scenes`: special tokens, then every word in
 /// sorted order.
 pub fn default_vocabulary(scenes: &[Scene]) -> Vec<String> {
-    let mut words: BTreeSet<String> = ENCODER_WORDS.split_whitespace().map(String::from).collect();
-    let chars = dilemma::view::CHARS
-        .iter()
-        .chain(&hide_and_seek::view::CHARS)
-        .chain(&maze::view::CHARS);
-    words.extend(chars.map(|c| c.to_string()));
-    let actions = dilemma::GRID_ACTIONS
-        .iter()
-        .chain(&hide_and_seek::ACTIONS)
-        .chain(&maze::ACTIONS);
-    words.extend(actions.map(|s| s.to_string()));
-    words.extend(crate::scene::MazeParams::default().vocabulary);
-    words.extend(["cooperate", "defect"].map(String::from));
+    let mut words: BTreeSet<String> = crate::observe::text::WORDS
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    for f in family::shipped() {
+        words.extend(f.words(None));
+    }
     for s in scenes {
         words.extend(crate::envs::action_names(s));
         words.extend(s.team_names().iter().map(|n| n.to_string()));
         words.extend(s.roles.iter().cloned());
         words.extend(family::of(s).vocabulary(s).unwrap_or_default());
-        words.extend(family::of(s).words(s));
-        for t in &s.cells {
-            if let Thing::Key(n) | Thing::LockedDoor(n) = t {
-                words.insert(n.clone());
-            }
-        }
+        words.extend(family::of(s).words(Some(s)));
     }
     // Names with spaces would never come out of the whitespace split.
     words.retain(|w| !w.chars().any(char::is_whitespace) && !SPECIAL.contains(&w.as_str()));
