@@ -51,14 +51,14 @@ pub fn cmd_list(dir: Option<&Path>) -> Result<()> {
     println!("policies:");
     let width = catalogue()
         .iter()
-        .map(|p| p.families.join(",").len())
+        .map(|p| p.family_names().join(",").len())
         .max()
         .unwrap_or(0);
     for p in catalogue() {
         println!(
             "  {:<24} {:<width$} {}",
             p.name,
-            p.families.join(","),
+            p.family_names().join(","),
             p.doc
         );
     }

@@ -307,7 +307,7 @@ pub fn check_partners(scene: &Scene, partners: &[String]) -> Result<(), String> 
         {
             return Err(format!(
                 "partner {partner} does not play {family} (it plays {})",
-                info.families.join(", ")
+                info.family_names().join(", ")
             ));
         }
         if let Some(dir) = partner
