@@ -147,6 +147,13 @@ impl RunReport {
 
 /// Builds the app of a run, arenas spawned, outputs opened; not yet stepped.
 pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
+    build_app_with(cfg, |_| {})
+}
+
+/// [`build_app`], with `extend` adding plugins of the caller's (a training run's
+/// `train::TrainPlugin`) once the policies are registered and the arenas spawned, before the
+/// app is finished.
+pub fn build_app_with(cfg: &RunConfig, extend: impl FnOnce(&mut App)) -> Result<App, RunError> {
     if cfg.arenas == 0 {
         return Err(RunError::Config("--arenas must be at least 1".into()));
     }
@@ -262,6 +269,7 @@ pub fn build_app(cfg: &RunConfig) -> Result<App, RunError> {
         // Replays carry every step's state hash.
         app.insert_resource(StateHash::default());
     }
+    extend(&mut app);
     app.finish();
     app.cleanup();
     Ok(app)

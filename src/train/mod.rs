@@ -41,15 +41,13 @@ pub mod settings;
 pub mod sharing;
 pub mod trainer;
 
-use bevy::ecs::schedule::IntoScheduleConfigs;
 use rand::SeedableRng;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
-use crate::core::{Arenas, RecordSystems, RunProgress, SimSchedule, SimSystems};
-use crate::envs::ActionNames;
-use crate::headless::{RunConfig, RunError, build_app};
+use crate::core::{Arenas, RunProgress};
+use crate::headless::{RunConfig, RunError, build_app_with};
 use crate::policy::PolicyRegistry;
 use crate::policy::lm::ModelSource;
 use crate::scene::Scene;
@@ -65,7 +63,7 @@ pub use config::{
 };
 pub use hyper::Hyper;
 use metrics_files::MetricsFiles;
-pub use rollout::{Batch, Rollouts, Step, Trajectory};
+pub use rollout::{Batch, Rollouts, Step, TrainPlugin, Trajectory};
 pub use rules::SettingsError;
 pub use settings::TrainSettings;
 use std::sync::atomic::Ordering;
@@ -186,39 +184,22 @@ pub fn train(
     run.group_size = g;
     run.first_episode = start;
     run.policies.push(policy);
-    let mut app = build_app(&run)?;
+    let mut app = build_app_with(&run, |app| {
+        app.add_plugins(TrainPlugin {
+            learner: learner.to_string(),
+            global: cfg.algo == Algo::Mappo,
+            features: mlp,
+        });
+    })?;
     if let Some(tap) = &cfg.tap {
         app.insert_resource(crate::frames::TapSink::new(tap.clone()));
     }
     // Hold every arena after the episode of this iteration until the update is done.
     app.world_mut().resource_mut::<Arenas>().gate = Some(start + 1);
-    let actions = app.world().resource::<ActionNames>().0.len();
-    let policy = app
-        .world_mut()
-        .resource_mut::<PolicyRegistry>()
-        .handle(learner)
-        .ok_or_else(|| TrainError::Config(format!("no {learner} policy")))?;
-    let mut rollouts = Rollouts::new(policy, actions);
-    rollouts.global = cfg.algo == Algo::Mappo;
-    if rollouts.global {
-        // The families write each agent's global state for the critic.
-        app.insert_resource(crate::core::CentralState);
+    let actions = app.world().resource::<Rollouts>().actions;
+    if app.world().resource::<Rollouts>().policy.is_none() {
+        return Err(TrainError::Config(format!("no {learner} policy")));
     }
-    rollouts.features = mlp;
-    if rollouts.features || rollouts.global {
-        // Each step's observations encoded once, for deciding and recording.
-        app.insert_resource(crate::core::EncodeFeatures);
-    }
-    app.insert_resource(rollouts);
-    app.add_systems(
-        SimSchedule,
-        (
-            rollout::collect_steps.in_set(RecordSystems::Summarize),
-            rollout::collect_episodes
-                .in_set(SimSystems::Record)
-                .after(RecordSystems::Write),
-        ),
-    );
     // The language model where `--device` puts it; an mlp is small and stays on the CPU.
     let device = if mlp {
         candle_core::Device::Cpu

@@ -11,6 +11,7 @@ use crate::core::{
     ActionMask, Agent, ArenaAgents, ArenaPhase, DecisionTrace, Done, EpisodeClock, EpisodeEnded,
     Idle, PolicyHandle, Reward, Role, Team,
 };
+use crate::core::{RecordSystems, SimSchedule, SimSystems};
 
 /// One decision.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
@@ -67,6 +68,59 @@ pub struct Trajectory {
     /// With [`Rollouts::global`], a truncated episode: the global state after its last step
     /// (MAPPO's critic bootstraps from its value).
     pub final_global: Option<Encoded>,
+}
+
+/// What a training run adds to the simulation: the rollout buffer of the learner's
+/// decisions ([`Rollouts`], made when the app is finished, for the policy called `learner`
+/// and the scene's actions) and the systems that fill it ([`collect_steps`] in
+/// `RecordSystems::Summarize`, [`collect_episodes`] after the records are written); with
+/// `global` (MAPPO) the families write each agent's true state for the critic
+/// ([`crate::core::CentralState`]); with `global` or `features` (an `mlp` or `gru` learner)
+/// each step's observations are encoded once ([`crate::core::EncodeFeatures`]).
+pub struct TrainPlugin {
+    /// The trained policy's name.
+    pub learner: String,
+    /// Keep every decision's global state (MAPPO's centralised critic).
+    pub global: bool,
+    /// Keep every decision's feature row (the learner reads features, not text).
+    pub features: bool,
+}
+
+impl Plugin for TrainPlugin {
+    fn build(&self, app: &mut App) {
+        if self.global {
+            app.insert_resource(crate::core::CentralState);
+        }
+        if self.features || self.global {
+            app.insert_resource(crate::core::EncodeFeatures);
+        }
+        app.add_systems(
+            SimSchedule,
+            (
+                collect_steps.in_set(RecordSystems::Summarize),
+                collect_episodes
+                    .in_set(SimSystems::Record)
+                    .after(RecordSystems::Write),
+            ),
+        );
+    }
+
+    fn finish(&self, app: &mut App) {
+        let world = app.world_mut();
+        let actions = world
+            .get_resource::<crate::envs::ActionNames>()
+            .map_or(0, |a| a.0.len());
+        let policy = world
+            .get_resource_mut::<crate::policy::PolicyRegistry>()
+            .and_then(|mut r| r.handle(&self.learner));
+        world.insert_resource(Rollouts {
+            policy,
+            actions,
+            global: self.global,
+            features: self.features,
+            ..Default::default()
+        });
+    }
 }
 
 /// The buffer, a resource.
