@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+use super::RunFileError;
 use super::critic;
 use super::{
     Algo, Hyper, LearnerKind, ModelChoice, Sharing, TrainConfig, TrainError, TrainSettings,
@@ -79,32 +80,26 @@ struct LegacyConfig {
 pub fn resume_config(run_dir: &Path, iterations: Option<u32>) -> Result<TrainConfig, TrainError> {
     let cpath = run_dir.join("config.json");
     let text = std::fs::read_to_string(&cpath).map_err(io_err(&cpath))?;
-    let at = |e: serde_json::Error| {
-        TrainError::Config(format!(
-            "{}:{}:{}: {e}",
-            cpath.display(),
-            e.line(),
-            e.column()
-        ))
-    };
+    let at = |e: serde_json::Error| RunFileError::json(&cpath, &e);
     let value: serde_json::Value = serde_json::from_str(&text).map_err(at)?;
     let spath = run_dir.join("scene.ron");
-    let scene = crate::load::load_run_scene(&spath)
-        .map_err(|e| TrainError::Config(format!("the run's scene copy: {e}")))?;
+    let scene =
+        crate::load::load_run_scene(&spath).map_err(|e| RunFileError::Scene(e.to_string()))?;
     // None: it stopped before its first checkpoint, and starts again.
     let checkpoint = newest_checkpoint(run_dir)?;
     let mut cfg = if value.get("settings").is_some() {
         let file: RunFile = serde_json::from_str(&text).map_err(at)?;
         let s = &file.settings;
-        let missing = |field: &str| {
-            TrainError::Config(format!(
-                "{}: settings.{field} is missing (a run's config.json gives every setting)",
-                cpath.display()
-            ))
+        let missing = |field: &'static str| RunFileError::MissingSetting {
+            path: cpath.clone(),
+            field,
         };
         let model = s.model.as_deref().ok_or_else(|| missing("model"))?;
-        let model = ModelChoice::parse(model)
-            .map_err(|e| TrainError::Config(format!("{}: settings.model {e}", cpath.display())))?;
+        let model = ModelChoice::parse(model).map_err(|e| RunFileError::BadSetting {
+            path: cpath.clone(),
+            field: "model",
+            message: e.to_string(),
+        })?;
         let (algo, learner, hyper) = s.resolve();
         TrainConfig {
             scene,
@@ -361,13 +356,11 @@ fn write_checkpoint(
     for l in learners {
         if let Some(c) = l.trainer.critic() {
             let cpath = l.dir(tmp).join("critic.safetensors");
-            let (tensors, steps) = c
-                .state()
-                .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
+            let (tensors, steps) = c.state().map_err(|e| RunFileError::tensors(&cpath, e))?;
             let map: std::collections::HashMap<String, candle_core::Tensor> =
                 tensors.into_iter().collect();
             candle_core::safetensors::save(&map, &cpath)
-                .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
+                .map_err(|e| RunFileError::tensors(&cpath, e))?;
             critic_optimizer_steps.push(steps);
         }
     }
@@ -398,11 +391,12 @@ fn write_moments(l: &Learner, ldir: &Path) -> Result<(), TrainError> {
     let moments: std::collections::HashMap<String, candle_core::Tensor> = (l.trainer)
         .optimizer()
         .state()
-        .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?
+        .map_err(|e| RunFileError::tensors(&opath, e))?
         .into_iter()
         .collect();
     candle_core::safetensors::save(&moments, &opath)
-        .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))
+        .map_err(|e| RunFileError::tensors(&opath, e))?;
+    Ok(())
 }
 
 /// A fresh run's folder: `config.json` (the resolved settings) and `scene.ron` (the run's own
@@ -448,32 +442,36 @@ pub(super) fn restore(
                 .join(&name)
                 .join("adapter_model.safetensors");
             if !apath.is_file() {
-                return Err(TrainError::Config(format!(
-                    "{}: missing; the run's {name} adapter is needed to continue it",
-                    apath.display()
-                )));
+                return Err(RunFileError::Missing {
+                    path: apath,
+                    what: format!("{name} adapter"),
+                }
+                .into());
             }
         }
         let opath = ldir.join("optimizer.safetensors");
         let tensors = candle_core::safetensors::load(&opath, device)
-            .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
-        let steps = state.optimizer_steps.get(i).copied().ok_or_else(|| {
-            TrainError::Config(format!(
-                "{}: no optimizer step count for model {i}",
-                dir.join("trainer_state.json").display()
-            ))
-        })?;
+            .map_err(|e| RunFileError::tensors(&opath, e))?;
+        let steps =
+            state
+                .optimizer_steps
+                .get(i)
+                .copied()
+                .ok_or_else(|| RunFileError::NoStepCount {
+                    path: dir.join("trainer_state.json"),
+                    model: i,
+                })?;
         l.trainer
             .optimizer_mut()
             .load_state(&tensors, steps)
-            .map_err(|e| TrainError::Config(format!("{}: {e}", opath.display())))?;
+            .map_err(|e| RunFileError::tensors(&opath, e))?;
     }
     for (l, &steps) in learners.iter_mut().zip(&state.critic_optimizer_steps) {
         let cpath = l.dir(dir).join("critic.safetensors");
         let tensors = candle_core::safetensors::load(&cpath, device)
-            .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
+            .map_err(|e| RunFileError::tensors(&cpath, e))?;
         let critic = critic::Critic::restore(&tensors, steps, cfg.hyper.lr, device)
-            .map_err(|e| TrainError::Config(format!("{}: {e}", cpath.display())))?;
+            .map_err(|e| RunFileError::tensors(&cpath, e))?;
         l.trainer.set_critic(critic);
     }
     // An mlp's reference is rebuilt from the run seed by its trainer.

@@ -18,6 +18,12 @@ pub enum TrainError {
     /// Settings that cannot be used ([`super::rules`]).
     #[error(transparent)]
     Settings(#[from] super::rules::SettingsError),
+    /// An update that cannot go on.
+    #[error(transparent)]
+    Update(#[from] super::UpdateError),
+    /// A run's or checkpoint's file that is not what it should be.
+    #[error(transparent)]
+    File(#[from] super::RunFileError),
     /// A bad setting.
     #[error("{0}")]
     Config(String),

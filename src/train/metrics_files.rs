@@ -45,11 +45,12 @@ impl MetricsFiles {
                     continue;
                 }
                 Err(e) => {
-                    return Err(TrainError::Config(format!(
-                        "{}:{}: {e}",
-                        path.display(),
-                        i + 1
-                    )));
+                    return Err(super::RunFileError::MetricsRow {
+                        path: path.to_path_buf(),
+                        line: i + 1,
+                        message: e.to_string(),
+                    }
+                    .into());
                 }
             };
             if value

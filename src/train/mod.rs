@@ -26,6 +26,7 @@ mod checkpoint;
 mod config;
 pub mod critic;
 pub mod dist;
+mod error;
 pub mod eval;
 #[cfg(test)]
 mod fused_tests;
@@ -61,6 +62,7 @@ pub use config::{
     EVAL_ARENAS, IterationReport, ModelChoice, Resume, TrainConfig, TrainError, TrainSummary,
     default_eval_every,
 };
+pub use error::{RunFileError, UpdateError};
 pub use hyper::Hyper;
 use metrics_files::MetricsFiles;
 pub use rollout::{Batch, Rollouts, Step, TrainPlugin, Trajectory};
@@ -96,14 +98,8 @@ pub fn train(
         Some(Resume::Checkpoint(dir)) => {
             let spath = dir.join("trainer_state.json");
             let text = std::fs::read_to_string(&spath).map_err(io_err(&spath))?;
-            let state: TrainerState = serde_json::from_str(&text).map_err(|e| {
-                TrainError::Config(format!(
-                    "{}:{}:{}: {e}",
-                    spath.display(),
-                    e.line(),
-                    e.column()
-                ))
-            })?;
+            let state: TrainerState =
+                serde_json::from_str(&text).map_err(|e| RunFileError::json(&spath, &e))?;
             Some((state, dir.as_path()))
         }
     };

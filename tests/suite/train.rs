@@ -509,10 +509,18 @@ fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
             .expect("skipped, not stopped");
         assert_eq!(stats.skip_reason.as_deref(), Some("the loss is NaN"));
     }
-    let err = trainer
-        .update(&broken, &mut rng)
-        .expect_err("stopped")
-        .to_string();
+    let err = trainer.update(&broken, &mut rng).expect_err("stopped");
+    assert!(
+        matches!(
+            &err,
+            emergence::train::TrainError::Update(emergence::train::UpdateError::Stopped {
+                count: emergence::train::trainer::MAX_SKIPPED_IN_A_ROW,
+                reason,
+            }) if reason == "the loss is NaN"
+        ),
+        "{err:?}"
+    );
+    let err = err.to_string();
     assert!(
         err.contains("gradient steps in a row were skipped (the loss is NaN)"),
         "{err}"
@@ -1085,7 +1093,7 @@ fn the_language_models_word_is_part_of_its_decision_and_learns() {
 /// settings had one type still resumes.
 #[test]
 fn config_json_holds_every_setting_and_follows_a_resume() {
-    use emergence::train::{RunFile, TrainSettings};
+    use emergence::train::{RunFile, RunFileError, TrainError, TrainSettings};
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("run");
     let mut cfg = config("prisoners_dilemma.scene.ron", Algo::Ippo, 2, 4, &out);
@@ -1149,6 +1157,34 @@ fn config_json_holds_every_setting_and_follows_a_resume() {
     std::fs::write(out.join("config.json"), legacy.to_string()).expect("write");
     let old = resume_config(&out, None).expect("a legacy config.json resumes");
     assert_eq!((old.iterations, old.hyper.clone()), (5, cfg.hyper.clone()));
+
+    // A setting left out, and a file cut short: typed errors naming the file and the field,
+    // or the line and column.
+    let mut value = serde_json::to_value(&file).expect("json");
+    value["settings"]
+        .as_object_mut()
+        .expect("settings")
+        .remove("iterations");
+    std::fs::write(out.join("config.json"), value.to_string()).expect("write");
+    let err = resume_config(&out, None).expect_err("a setting is missing");
+    assert!(
+        matches!(
+            &err,
+            TrainError::File(RunFileError::MissingSetting { path, field: "iterations" })
+                if path.ends_with("config.json")
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("settings.iterations is missing"),
+        "{err}"
+    );
+    std::fs::write(out.join("config.json"), "{\n  \"settings\": {").expect("write");
+    let err = resume_config(&out, None).expect_err("cut short");
+    assert!(
+        matches!(&err, TrainError::File(RunFileError::Json { line: 2, .. })),
+        "{err:?}"
+    );
 }
 
 /// The experiment `emergence reproduce` tests run (the `mlp` learner on a 4-round

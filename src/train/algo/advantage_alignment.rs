@@ -118,11 +118,11 @@ pub fn advantages(batch: &Batch, h: &Hyper) -> Result<Vec<(Vec<f32>, Vec<f32>)>,
     let mut adv: Vec<Vec<f32>> = rtg.clone();
     for arenas in grouped.values() {
         if let Some((a, idx)) = arenas.iter().find(|(_, idx)| idx.len() < 2) {
-            return Err(TrainError::Config(format!(
-                "advantage alignment shapes each learner by the others' advantages: arena {a} \
-                 has {} learning agent(s), and it needs 2 or more on `lm`",
-                idx.len()
-            )));
+            return Err(crate::train::UpdateError::OneLearner {
+                arena: *a,
+                agents: idx.len(),
+            }
+            .into());
         }
         let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
         for idx in arenas.values() {

@@ -26,7 +26,7 @@ use super::advantage::explained_variance;
 use super::critic::Critic;
 use super::optim::{AdamParams, AdamW};
 use super::rollout::Batch;
-use super::{Algo, Hyper, TrainError};
+use super::{Algo, Hyper, TrainError, UpdateError};
 use crate::policy::lm::{Decoder, TrainHandle, Weights};
 use crate::policy::mlp::{Fused, MlpHandle, MlpNet};
 pub use samples::SEQUENCE;
@@ -201,11 +201,11 @@ impl Trainer {
     ) -> Result<Self, TrainError> {
         let built = handle.with(|t| -> Result<Self, TrainError> {
             if let Some((i, ids)) = t.actions.iter().enumerate().find(|(_, ids)| ids.len() != 1) {
-                return Err(TrainError::Config(format!(
-                    "action {i} is {} tokens for this tokenizer; training scores single-token \
-                     action words (the embedded tokenizer has one token per action)",
-                    ids.len()
-                )));
+                return Err(UpdateError::MultiTokenAction {
+                    action: i,
+                    tokens: ids.len(),
+                }
+                .into());
             }
             // LoRA: the adapters and the value head learn, the base is frozen (read
             // through detached views, so no gradient is computed for it).
@@ -292,11 +292,7 @@ impl Trainer {
                 share: 0..u32::MAX,
             })
         });
-        built.unwrap_or_else(|| {
-            Err(TrainError::Config(
-                "the language-model policy was never set up (no agent uses it)".into(),
-            ))
-        })
+        built.unwrap_or_else(|| Err(UpdateError::NotSetUp.into()))
     }
 
     /// A trainer for the `mlp` behind `handle`, whose decisions have `actions` choices and
@@ -463,11 +459,7 @@ impl Trainer {
             return Ok(());
         };
         let Some(net) = &m.net else {
-            return Err(TrainError::Config(
-                "the mlp never decided (no agent on it played), so there is no network \
-                 to train"
-                    .into(),
-            ));
+            return Err(UpdateError::NoDecisions.into());
         };
         if let Some(bad) = batch
             .trajectories
@@ -475,13 +467,13 @@ impl Trainer {
             .flat_map(|t| &t.steps)
             .find(|s| !net.fits(&s.encoded))
         {
-            return Err(TrainError::Config(format!(
-                "a decision of {} cells and {} header fields for a network of {} and {}",
-                bad.encoded.cells.len(),
-                bad.encoded.dense.len(),
-                net.cells,
-                net.dense
-            )));
+            return Err(UpdateError::Shape {
+                cells: bad.encoded.cells.len(),
+                dense: bad.encoded.dense.len(),
+                net_cells: net.cells,
+                net_dense: net.dense,
+            }
+            .into());
         }
         Ok(())
     }
@@ -577,12 +569,12 @@ impl Trainer {
                     stats.skip_reason = self.skip_reason.clone();
                 }
                 if self.skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW {
-                    return Err(TrainError::Config(format!(
-                        "stopped: {MAX_SKIPPED_IN_A_ROW} gradient steps in a row were \
-                         skipped ({}); the weights were kept, and the last checkpoint \
-                         is whole",
-                        self.skip_reason.as_deref().unwrap_or("a non-finite loss")
-                    )));
+                    let reason = self.skip_reason.as_deref().unwrap_or("a non-finite loss");
+                    return Err(UpdateError::Stopped {
+                        count: MAX_SKIPPED_IN_A_ROW,
+                        reason: reason.to_string(),
+                    }
+                    .into());
                 }
             }
         }

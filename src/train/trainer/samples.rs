@@ -9,7 +9,7 @@ use crate::train::advantage::normalise;
 use crate::train::algo;
 use crate::train::critic::Critic;
 use crate::train::rollout::Batch;
-use crate::train::{Algo, TrainError};
+use crate::train::{Algo, TrainError, UpdateError};
 
 /// One decision as the update reads it: the rollout's own rows borrowed, not copied (an
 /// update of 51,200 decisions had spent 12 ms of its 180 copying them).
@@ -80,10 +80,11 @@ impl Trainer {
                     .iter()
                     .map(|s| {
                         if s.global.cells.is_empty() && s.global.dense.is_empty() {
-                            return Err(TrainError::Config(format!(
-                                "no global state for arena {} slot {} (its family wrote none)",
-                                tr.arena, tr.slot
-                            )));
+                            return Err(UpdateError::NoGlobalState {
+                                arena: tr.arena,
+                                slot: tr.slot,
+                            }
+                            .into());
                         }
                         Ok(with_slot(&s.global, tr.slot, batch.slots))
                     })
@@ -114,12 +115,13 @@ impl Trainer {
                 && let Some(bad) = g.iter().flatten().find(|r| !c.fits(r))
             {
                 let (cc, cd) = c.sizes();
-                return Err(TrainError::Config(format!(
-                    "the critic reads {cc} cells and {cd} header fields; this batch has a \
-                     global state of {} and {} (another scene or map size)",
-                    bad.cells.len(),
-                    bad.dense.len()
-                )));
+                return Err(UpdateError::CriticShape {
+                    cells: cc,
+                    dense: cd,
+                    got_cells: bad.cells.len(),
+                    got_dense: bad.dense.len(),
+                }
+                .into());
             }
             Some(g)
         } else {

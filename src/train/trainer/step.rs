@@ -14,7 +14,7 @@ use crate::policy::mlp::{Encoded, Fused, LossSpec, Row, StepStats, ValueSpec};
 use crate::train::loss::{
     chosen, clip_grad_norm, entropy, k3_kl, masked_action_logprobs, ppo_clip, reinforce, value_loss,
 };
-use crate::train::{Algo, TrainError};
+use crate::train::{Algo, TrainError, UpdateError};
 
 impl Trainer {
     /// Action log-probabilities `(m, actions)` and values `(m,)` of a minibatch, on the
@@ -93,7 +93,7 @@ impl Trainer {
                     (true, _, Some(r)) => r,
                     (true, _, None) => return Ok(None),
                     (false, None, _) => {
-                        return Err(TrainError::Config("the mlp has no network yet".into()));
+                        return Err(UpdateError::NoNetwork.into());
                     }
                 };
                 let rows: Vec<&Encoded> = mb.iter().map(|s| s.encoded).collect();
@@ -106,12 +106,11 @@ impl Trainer {
                         .flat_map(|&i| mb[i].memory.iter().copied())
                         .collect();
                     if h0.len() != starts.len() * crate::policy::mlp::HIDDEN {
-                        return Err(TrainError::Config(format!(
-                            "a decision of the gru without its state ({} values where {} \
-                             were expected): the rollout was not recorded from a gru",
-                            h0.len(),
-                            starts.len() * crate::policy::mlp::HIDDEN
-                        )));
+                        return Err(UpdateError::GruState {
+                            got: h0.len(),
+                            expected: starts.len() * crate::policy::mlp::HIDDEN,
+                        }
+                        .into());
                     }
                     let h0 = Tensor::from_vec(
                         h0,
@@ -216,7 +215,7 @@ impl Trainer {
         };
         let mut st = fused
             .step_share(net, &rows, spec, mb.len())
-            .map_err(TrainError::Config)?;
+            .map_err(UpdateError::Fused)?;
         // Data-parallel: the gradients and the statistics, summed over the ranks. Every rank
         // gives the same variables a gradient (the fused step's set does not depend on the
         // rows), so only those travel.
@@ -413,9 +412,7 @@ impl Trainer {
         let old_v = col(|s| s.value)?;
         let target = col(|s| s.target)?;
 
-        let (alp, v, wlp) = self
-            .heads(false, mb, &bias)?
-            .ok_or_else(|| TrainError::Config("no model to train".into()))?;
+        let (alp, v, wlp) = self.heads(false, mb, &bias)?.ok_or(UpdateError::NoModel)?;
         // Families with talk: the word said is part of the decision, its log-probability
         // added to the action's (rows without a learned word add nothing).
         let said = match &wlp {
