@@ -483,7 +483,7 @@ fn set_partner(scene: &mut Scene, team: &str, policy: &str) -> PyResult<()> {
         .ok_or_else(|| {
             let names: Vec<&str> = emergence::policy::catalogue()
                 .iter()
-                .filter(|p| p.families.contains(&family))
+                .filter(|p| p.plays(family))
                 .map(|p| p.name)
                 .collect();
             PyValueError::new_err(format!(
@@ -491,10 +491,10 @@ fn set_partner(scene: &mut Scene, team: &str, policy: &str) -> PyResult<()> {
                 names.join(", ")
             ))
         })?;
-    if !info.families.contains(&family) {
+    if !info.plays(family) {
         return Err(PyValueError::new_err(format!(
             "partners: {policy} plays {}, not {family}",
-            info.families.join(", ")
+            info.family_names().join(", ")
         )));
     }
     let t = scene
@@ -1166,7 +1166,7 @@ fn policies() -> Vec<(String, Vec<String>)> {
         .map(|p| {
             (
                 p.name.to_string(),
-                p.families.iter().map(|f| f.to_string()).collect(),
+                p.family_names().iter().map(|f| f.to_string()).collect(),
             )
         })
         .collect()

@@ -95,7 +95,7 @@ pub fn cmd_reproduce(args: ReproduceArgs, ranks: emergence::train::dist::Ranks) 
     if !ranks.is_root() {
         // Rank 0 shows the progress and reports; the runs' failures are its to report too.
         return match runner::run(&exp, &opts, &|_| {}) {
-            Ok(_) | Err(runner::ExperimentError::Runs { .. }) => Ok(()),
+            Ok(_) | Err(runner::ReproduceError::Runs { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         };
     }

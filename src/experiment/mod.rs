@@ -42,10 +42,10 @@ pub fn reproduce(
     exp: &Experiment,
     opts: &runner::Options,
     on_event: &(dyn Fn(runner::Event) + Sync),
-) -> Result<Written, runner::ExperimentError> {
+) -> Result<Written, runner::ReproduceError> {
     let outcome = runner::run(exp, opts, on_event)?;
     if outcome.stopped > 0 {
-        return Err(runner::ExperimentError::Folder(format!(
+        return Err(runner::ReproduceError::Folder(format!(
             "{}: {} runs stopped early (stop_after); run again to finish them",
             opts.out.display(),
             outcome.stopped
@@ -58,7 +58,7 @@ pub fn reproduce(
         outcome.wall_seconds,
         outcome.invocations,
     )
-    .map_err(runner::ExperimentError::Folder)?;
+    .map_err(runner::ReproduceError::Folder)?;
     Ok(Written {
         report,
         files,

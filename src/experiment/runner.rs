@@ -252,7 +252,7 @@ pub const FINAL_EVAL: &str = "final_eval.json";
 
 /// What went wrong running an experiment.
 #[derive(Debug, thiserror::Error)]
-pub enum ExperimentError {
+pub enum ReproduceError {
     /// The report folder cannot be used.
     #[error("{0}")]
     Folder(String),
@@ -297,7 +297,7 @@ pub fn run(
     exp: &Experiment,
     opts: &Options,
     on_event: &(dyn Fn(Event) + Sync),
-) -> Result<Outcome, ExperimentError> {
+) -> Result<Outcome, ReproduceError> {
     let start = Instant::now();
     let plan = plan(exp, opts);
     let out = &opts.out;
@@ -321,7 +321,7 @@ pub fn run(
     };
     if ranks.parallel() {
         // The other ranks start once the folder is ready, and must see it.
-        ranks.all_gather(()).map_err(ExperimentError::Folder)?;
+        ranks.all_gather(()).map_err(ReproduceError::Folder)?;
         if !out.join("plan.json").is_file() {
             return Err(folder_err(
                 out,
@@ -366,7 +366,7 @@ pub fn run(
             .collect();
         for (i, r) in ranks
             .all_gather(mine)
-            .map_err(ExperimentError::Folder)?
+            .map_err(ReproduceError::Folder)?
             .into_iter()
             .flatten()
         {
@@ -400,7 +400,7 @@ pub fn run(
         write_atomic(&wfile, json.as_bytes())?;
     }
     if !failed.is_empty() {
-        return Err(ExperimentError::Runs {
+        return Err(ReproduceError::Runs {
             failed,
             total: plan.runs.len(),
         });
@@ -416,12 +416,12 @@ pub fn run(
     })
 }
 
-fn folder_err(out: &Path, e: impl std::fmt::Display) -> ExperimentError {
-    ExperimentError::Folder(format!("{}: {e}", out.display()))
+fn folder_err(out: &Path, e: impl std::fmt::Display) -> ReproduceError {
+    ReproduceError::Folder(format!("{}: {e}", out.display()))
 }
 
 /// Refuses an `out` that exists, is not empty and is not an experiment's folder.
-fn refuse_foreign_folder(out: &Path) -> Result<(), ExperimentError> {
+fn refuse_foreign_folder(out: &Path) -> Result<(), ReproduceError> {
     if out.join("plan.json").is_file() || !out.exists() {
         return Ok(());
     }
@@ -432,7 +432,7 @@ fn refuse_foreign_folder(out: &Path) -> Result<(), ExperimentError> {
     if empty {
         Ok(())
     } else {
-        Err(ExperimentError::Folder(format!(
+        Err(ReproduceError::Folder(format!(
             "{}: the folder exists, is not empty and holds no plan.json; choose another \
              --out (nothing was touched)",
             out.display()
@@ -441,11 +441,11 @@ fn refuse_foreign_folder(out: &Path) -> Result<(), ExperimentError> {
 }
 
 /// Checks that the locked `out` holds this plan, or writes it.
-fn prepare_folder(out: &Path, plan: &Plan) -> Result<(), ExperimentError> {
+fn prepare_folder(out: &Path, plan: &Plan) -> Result<(), ReproduceError> {
     let pfile = out.join("plan.json");
     if pfile.is_file() {
         let old: Plan = read_json(&pfile).map_err(|e| {
-            ExperimentError::Folder(format!(
+            ReproduceError::Folder(format!(
                 "{e}; expected the plan `emergence reproduce` wrote (nothing was touched)"
             ))
         })?;
@@ -465,7 +465,7 @@ fn prepare_folder(out: &Path, plan: &Plan) -> Result<(), ExperimentError> {
             } else {
                 "runs with other settings, partners, evaluations or maps".to_string()
             };
-            return Err(ExperimentError::Folder(format!(
+            return Err(ReproduceError::Folder(format!(
                 "{}: the folder holds {what}, not this one; choose another --out, or give the \
                  same experiment, budget and seeds to resume it (nothing was touched)",
                 out.display()

@@ -1,5 +1,5 @@
 //! The `mlp`'s fused training step ([`crate::policy::mlp::Fused`]) against the candle path
-//! it replaces (the loss of `trainer.rs`, written out here with the same functions of
+//! it replaces (the loss of `trainer/step.rs`, written out here with the same functions of
 //! [`super::loss`]) on the same minibatch: the same loss and gradients to 1e-5, the same
 //! variables with a gradient; and against finite differences.
 use crate::core::{CODES, Encoded};
@@ -95,7 +95,7 @@ struct RowData {
     start: bool,
 }
 
-/// The candle path's loss of `trainer.rs` for this minibatch, and its gradients.
+/// The candle path's loss of `trainer/step.rs` for this minibatch, and its gradients.
 fn reference(
     net: &MlpNet,
     enc: &[Encoded],

@@ -1,7 +1,7 @@
 //! The `mlp`'s training step without tensors: the forward pass, the loss and the backward
 //! pass of a whole minibatch over plain `f32` buffers that live across minibatches, each
 //! product one [`gemm`] call, the one-hot cells read as weight columns (a sum, not a product
-//! with their zeros). It computes what the candle path of `train/trainer.rs` computes
+//! with their zeros). It computes what the candle path of `train/trainer/step.rs` computes
 //! ([`super::MlpNet::heads`], the masked log-softmax, the PPO or REINFORCE loss, the clipped
 //! value loss, the entropy bonus) and returns each variable's gradient; the trainer clips
 //! them and takes the optimizer's step.
