@@ -12,6 +12,10 @@
 //! the wall time and the report. The runs are the one-process runs (each is an ordinary
 //! one-process training run with its own seed), so the report is the same; the folder must
 //! be on a filesystem every rank sees (always so on one machine; checked).
+//!
+//! Over 600 lines: the folder's life (lock, plan, keep, resume, refuse another experiment's
+//! folder) and the runs' schedule within the thread budget are one sequence whose order a
+//! resumed invocation depends on; the report and the figures are their own modules.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

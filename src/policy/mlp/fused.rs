@@ -47,6 +47,12 @@
 //! Not here (the trainer keeps the candle path for it, [`Fused::supports`]): a KL term to a
 //! frozen reference (`--kl-coef` > 0). Data-parallel (MPI) steps take this path too, each rank
 //! on its share of the minibatch ([`Fused::step_share`]).
+//!
+//! Over 600 lines: one hand-written forward and backward, whose every stage (the shapes, the
+//! per-thread parts of the minibatch, the SIMD cell sums and their gradients, the heads) reads
+//! and writes the same buffers in one order, which the maths above states once; split, each
+//! file would hold half a derivative. `train/fused_tests.rs` checks it against candle's
+//! autograd and finite differences.
 
 mod gru;
 
