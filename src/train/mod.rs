@@ -14,10 +14,11 @@
 //! done, so every episode of a batch acts with the same weights, and a resumed run
 //! ([`resume_config`]) continues exactly where a checkpoint left off.
 //!
-//! Over 600 lines: [`train`] is the run's one loop (resume, the models, the arenas, the
-//! iteration, evaluation, checkpoints), kept whole so its order of effects, which the exact
-//! resume depends on, reads top to bottom; its types are in `config.rs`, its parts in the
-//! modules below.
+//! Over 600 lines: [`train`] is the run in four numbered steps (the settings and the folder;
+//! the models and the arenas' app; the folder's outputs; the iterations), each a few named
+//! calls, so that its order of effects, which the exact resume depends on, reads top to
+//! bottom in one function; the helpers it calls follow it here. Its types are in `config.rs`,
+//! the update in `trainer/`, the rest in the modules below.
 
 pub mod advantage;
 pub mod algo;
@@ -76,16 +77,11 @@ pub fn train(
     cfg: &TrainConfig,
     mut on_iteration: impl FnMut(&IterationReport),
 ) -> Result<TrainSummary, TrainError> {
-    // The learner's agents: the teams on the learner's policy, or every team when none is.
+    // 1. The settings and the run's folder: the learner's agents, the rules of the settings,
+    //    the lock, the state a resumed run starts from, what the ranks and the folder allow.
     let learner = cfg.learner.policy();
-    let mut scene = cfg.scene.clone();
-    if !scene.agents.iter().any(|a| a.policy == learner) {
-        for a in &mut scene.agents {
-            a.policy = learner.into();
-        }
-    }
+    let scene = learners_scene(cfg);
     rules::check(cfg, &scene)?;
-    let g = cfg.hyper.group_size;
     // A resumed run's folder is locked before its state is read; a fresh one's once it is
     // known to be fresh, just before anything is written.
     // Under mpirun rank 0 alone holds the folder (the others only read a checkpoint).
@@ -93,46 +89,13 @@ pub fn train(
         Some(_) if cfg.ranks.is_root() => Some(run_dir::RunLock::acquire(&cfg.out)?),
         _ => None,
     };
-    let resumed: Option<(TrainerState, &Path)> = match &cfg.resume {
-        None | Some(Resume::FromStart) => None,
-        Some(Resume::Checkpoint(dir)) => {
-            let spath = dir.join("trainer_state.json");
-            let text = std::fs::read_to_string(&spath).map_err(io_err(&spath))?;
-            let state: TrainerState =
-                serde_json::from_str(&text).map_err(|e| RunFileError::json(&spath, &e))?;
-            Some((state, dir.as_path()))
-        }
-    };
+    let resumed = read_trainer_state(cfg)?;
     let ranks = cfg.ranks.clone();
     let root = ranks.is_root();
     let share = ranks.share(cfg.arenas);
-    if ranks.parallel() {
-        let n = ranks.size();
-        if share.is_empty() || !share.len().is_multiple_of(g as usize) {
-            return Err(TrainError::Config(format!(
-                "{n} ranks share {} arenas: every rank needs one or more, and with --group-size \
-                 {g} a multiple of {g} (rank {} would get {}); give --arenas a multiple of {}",
-                cfg.arenas,
-                ranks.rank(),
-                share.len(),
-                n * g as usize
-            )));
-        }
-        if cfg.tap.is_some() {
-            return Err(TrainError::Config(
-                "--gui shows one process's arenas; it does not run under mpirun".into(),
-            ));
-        }
-    }
+    check_ranks(cfg, &share)?;
     let start = resumed.as_ref().map_or(0, |(s, _)| s.iteration);
-    if start >= cfg.iterations {
-        return Err(TrainError::Config(format!(
-            "{}: the run has done {start} of {} iterations already; pass a larger \
-             --iterations to continue it",
-            cfg.out.display(),
-            cfg.iterations
-        )));
-    }
+    check_not_done(cfg, start)?;
     if cfg.resume.is_none() && root {
         refuse_used_folder(&cfg.out)?;
     }
@@ -142,6 +105,8 @@ pub fn train(
         eval::check_partners(&scene, &cfg.eval_against)
             .map_err(|e| TrainError::Config(format!("--eval-against: {e}")))?;
     }
+
+    // 2. The models (shared, per role, per team, CORY's two copies) and the arenas' app.
     let initial = match &cfg.model {
         ModelChoice::Preset(p) => ModelSource::Embedded {
             preset: *p,
@@ -168,18 +133,7 @@ pub fn train(
         &initial,
         start,
     )?;
-    let mut run = RunConfig::new(scene.clone());
-    run.arenas = share.len() as u32;
-    run.first_arena = share.start;
-    // One episode more than the updates: after the last one the arenas wait (gated) rather
-    // than go idle, so the state after a truncated episode's last step is still observed
-    // and valued (the bootstrap of its advantages). That episode never starts.
-    run.episodes = cfg.iterations + 1;
-    run.seed = cfg.seed;
-    run.threads = cfg.threads;
-    run.group_size = g;
-    run.first_episode = start;
-    run.policies.push(policy);
+    let run = run_config(cfg, &scene, &share, start, policy);
     let mut app = build_app_with(&run, |app| {
         app.add_plugins(TrainPlugin {
             learner: learner.to_string(),
@@ -202,83 +156,37 @@ pub fn train(
     } else {
         cfg.device.clone()
     };
-    let mut learners: Vec<Learner> = names
-        .into_iter()
-        .enumerate()
-        .map(|(m, name)| {
-            let (model, mut trainer) = if mlp {
-                let h = &mlp_handles[m];
-                let t =
-                    Trainer::new_mlp(h, actions, cfg.algo, cfg.hyper.clone(), cfg.seed, &device)?;
-                (LearnerModel::Mlp(h.clone()), t)
-            } else {
-                let h = &handles[m];
-                let t = Trainer::new(h, cfg.algo, cfg.hyper.clone(), &device)?;
-                (LearnerModel::Lm(h.clone()), t)
-            };
-            trainer.seed = cfg.seed;
-            trainer.ranks = ranks.clone();
-            trainer.share = share.clone();
-            Ok(Learner {
-                name,
-                model,
-                trainer,
-                behaviour: behaviour.get(m).cloned(),
-            })
-        })
-        .collect::<Result<_, TrainError>>()?;
+    let trainers = Trainers {
+        mlp,
+        actions,
+        device: &device,
+        share: &share,
+    };
+    let mut learners = trainers.learners(cfg, names, &handles, &mlp_handles, &behaviour)?;
 
+    // 3. The folder: locked, leftovers of a killed process removed, the run's record and
+    //    metrics files started (or, resumed, the checkpoint restored and the files reopened).
     if lock.is_none() && root {
         lock = Some(run_dir::RunLock::acquire(&cfg.out)?);
         // Another process may have started here since the check.
         refuse_used_folder(&cfg.out)?;
     }
-    let mut notes = Vec::new();
-    // Rank 0 alone touches the folder.
-    let folders = if root {
-        vec![cfg.out.clone(), cfg.out.join("checkpoints")]
-    } else {
-        Vec::new()
-    };
-    for dir in folders {
-        for p in run_dir::remove_leftovers(&dir)? {
-            notes.push(format!(
-                "removed {}, left by a process killed while it wrote",
-                p.display()
-            ));
-        }
-    }
+    let mut notes = remove_leftovers(cfg)?;
     let mut writer = match &resumed {
         None if !root => None,
-        None => {
-            if cfg.resume.is_none() {
-                checkpoint::start_run_folder(cfg)?;
-            } else {
-                // Stopped before its first checkpoint: the same run from its start.
-                checkpoint::write_run_file(cfg)?;
-            }
-            Some(MetricsFiles::create(&cfg.out)?)
-        }
+        None => Some(start_outputs(cfg)?),
         Some((state, dir)) => {
             checkpoint::restore(&mut learners, state, dir, cfg, &initial, &scene, &device)?;
-            if !root {
-                None
+            if root {
+                Some(reopen_outputs(cfg, start, &mut notes)?)
             } else {
-                // The record follows the run: its new total of iterations, its threads.
-                checkpoint::write_run_file(cfg)?;
-                let (files, torn) = MetricsFiles::resume(&cfg.out, start)?;
-                if let Some(line) = torn {
-                    notes.push(format!(
-                        "{}:{line}: dropped a row cut short (the process was killed while it \
-                     wrote it); the rows after iteration {start} are written again",
-                        cfg.out.join("metrics.jsonl").display()
-                    ));
-                }
-                Some(files)
+                None
             }
         }
     };
 
+    // 4. The iterations: a rollout of every arena's episode, the update, the report, the
+    //    evaluation and the checkpoint when due.
     let teams: Vec<String> = scene.team_names().iter().map(|s| s.to_string()).collect();
     let mut reports = Vec::new();
     let mut checkpoints = Vec::new();
@@ -372,21 +280,8 @@ pub fn train(
             }
             app.world_mut().resource_mut::<Arenas>().gate = Some(k + 2);
         }
-        let evaluate_now = root
-            && !cfg.eval_against.is_empty()
-            && (k == 0 || (k + 1) % cfg.eval_every.max(1) == 0 || k + 1 == cfg.iterations);
-        let eval = if evaluate_now {
-            // The evaluation reads the model from a scratch folder: the iteration's row is
-            // written before its checkpoint, so that a resumed run always finds the rows of
-            // the checkpoint it starts from.
-            let scratch = cfg.out.join(".eval");
-            let dir = scratch.join(format!("iter_{}", k + 1));
-            // A scratch folder a killed run left behind.
-            let _ = std::fs::remove_dir_all(&scratch);
-            save_checkpoint(&learners, &dir, k + 1, cfg)?;
-            let result = evaluate_iteration(cfg, &scene, &dir, k + 1);
-            let _ = std::fs::remove_dir_all(&scratch);
-            result?
+        let eval = if root {
+            evaluate_if_due(cfg, &scene, &learners, k)?
         } else {
             BTreeMap::new()
         };
@@ -442,6 +337,224 @@ pub fn train(
         plots,
         notes,
     })
+}
+
+/// The arenas' run of a training run: this rank's share of the arenas, one episode an
+/// iteration from `start`, the learner's policy.
+fn run_config(
+    cfg: &TrainConfig,
+    scene: &Scene,
+    share: &std::ops::Range<u32>,
+    start: u32,
+    policy: (String, crate::policy::PolicyFactory),
+) -> RunConfig {
+    let mut run = RunConfig::new(scene.clone());
+    run.arenas = share.len() as u32;
+    run.first_arena = share.start;
+    // One episode more than the updates: after the last one the arenas wait (gated) rather
+    // than go idle, so the state after a truncated episode's last step is still observed
+    // and valued (the bootstrap of its advantages). That episode never starts.
+    run.episodes = cfg.iterations + 1;
+    run.seed = cfg.seed;
+    run.threads = cfg.threads;
+    run.group_size = cfg.hyper.group_size;
+    run.first_episode = start;
+    run.policies.push(policy);
+    run
+}
+
+/// `--eval-against`: after the first iteration, every `--eval-every`-th and the last, the
+/// model of iteration `k` against each partner (empty when not due).
+fn evaluate_if_due(
+    cfg: &TrainConfig,
+    scene: &Scene,
+    learners: &[Learner],
+    k: u32,
+) -> Result<BTreeMap<String, f64>, TrainError> {
+    let due = k == 0 || (k + 1).is_multiple_of(cfg.eval_every.max(1)) || k + 1 == cfg.iterations;
+    if cfg.eval_against.is_empty() || !due {
+        return Ok(BTreeMap::new());
+    }
+    // The evaluation reads the model from a scratch folder: the iteration's row is written
+    // before its checkpoint, so that a resumed run always finds the rows of the checkpoint it
+    // starts from.
+    let scratch = cfg.out.join(".eval");
+    let dir = scratch.join(format!("iter_{}", k + 1));
+    // A scratch folder a killed run left behind.
+    let _ = std::fs::remove_dir_all(&scratch);
+    save_checkpoint(learners, &dir, k + 1, cfg)?;
+    let result = evaluate_iteration(cfg, scene, &dir, k + 1);
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+/// The scene as trained: the teams on the learner's policy learn, or every team when none is
+/// on it.
+fn learners_scene(cfg: &TrainConfig) -> Scene {
+    let learner = cfg.learner.policy();
+    let mut scene = cfg.scene.clone();
+    if !scene.agents.iter().any(|a| a.policy == learner) {
+        for a in &mut scene.agents {
+            a.policy = learner.into();
+        }
+    }
+    scene
+}
+
+/// A resumed run's trainer state and its checkpoint's folder (`None`: a fresh run, or one
+/// resumed before its first checkpoint).
+fn read_trainer_state(cfg: &TrainConfig) -> Result<Option<(TrainerState, &Path)>, TrainError> {
+    match &cfg.resume {
+        None | Some(Resume::FromStart) => Ok(None),
+        Some(Resume::Checkpoint(dir)) => {
+            let spath = dir.join("trainer_state.json");
+            let text = std::fs::read_to_string(&spath).map_err(io_err(&spath))?;
+            let state: TrainerState =
+                serde_json::from_str(&text).map_err(|e| RunFileError::json(&spath, &e))?;
+            Ok(Some((state, dir.as_path())))
+        }
+    }
+}
+
+/// Under mpirun: every rank gets arenas, whole groups of them, and no window.
+fn check_ranks(cfg: &TrainConfig, share: &std::ops::Range<u32>) -> Result<(), TrainError> {
+    let ranks = &cfg.ranks;
+    if !ranks.parallel() {
+        return Ok(());
+    }
+    let (n, g) = (ranks.size(), cfg.hyper.group_size);
+    if share.is_empty() || !share.len().is_multiple_of(g as usize) {
+        return Err(TrainError::Config(format!(
+            "{n} ranks share {} arenas: every rank needs one or more, and with --group-size \
+             {g} a multiple of {g} (rank {} would get {}); give --arenas a multiple of {}",
+            cfg.arenas,
+            ranks.rank(),
+            share.len(),
+            n * g as usize
+        )));
+    }
+    if cfg.tap.is_some() {
+        return Err(TrainError::Config(
+            "--gui shows one process's arenas; it does not run under mpirun".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A resumed run must have iterations left.
+fn check_not_done(cfg: &TrainConfig, start: u32) -> Result<(), TrainError> {
+    if start >= cfg.iterations {
+        return Err(TrainError::Config(format!(
+            "{}: the run has done {start} of {} iterations already; pass a larger \
+             --iterations to continue it",
+            cfg.out.display(),
+            cfg.iterations
+        )));
+    }
+    Ok(())
+}
+
+/// What every learner's trainer is made with.
+struct Trainers<'a> {
+    mlp: bool,
+    actions: usize,
+    device: &'a candle_core::Device,
+    share: &'a std::ops::Range<u32>,
+}
+
+impl Trainers<'_> {
+    /// A trainer for each model `names` lists.
+    fn learners(
+        &self,
+        cfg: &TrainConfig,
+        names: Vec<Option<String>>,
+        handles: &[crate::policy::lm::TrainHandle],
+        mlp_handles: &[crate::policy::mlp::MlpHandle],
+        behaviour: &[crate::policy::mlp::MlpHandle],
+    ) -> Result<Vec<Learner>, TrainError> {
+        let device = self.device;
+        names
+            .into_iter()
+            .enumerate()
+            .map(|(m, name)| {
+                let (model, mut trainer) = if self.mlp {
+                    let h = &mlp_handles[m];
+                    let t = Trainer::new_mlp(
+                        h,
+                        self.actions,
+                        cfg.algo,
+                        cfg.hyper.clone(),
+                        cfg.seed,
+                        device,
+                    )?;
+                    (LearnerModel::Mlp(h.clone()), t)
+                } else {
+                    let h = &handles[m];
+                    let t = Trainer::new(h, cfg.algo, cfg.hyper.clone(), device)?;
+                    (LearnerModel::Lm(h.clone()), t)
+                };
+                trainer.seed = cfg.seed;
+                trainer.ranks = cfg.ranks.clone();
+                trainer.share = self.share.clone();
+                Ok(Learner {
+                    name,
+                    model,
+                    trainer,
+                    behaviour: behaviour.get(m).cloned(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Removes what a process killed while it wrote left in the run's folder (rank 0 alone
+/// touches it); a note for each.
+fn remove_leftovers(cfg: &TrainConfig) -> Result<Vec<String>, TrainError> {
+    let mut notes = Vec::new();
+    let folders = if cfg.ranks.is_root() {
+        vec![cfg.out.clone(), cfg.out.join("checkpoints")]
+    } else {
+        Vec::new()
+    };
+    for dir in folders {
+        for p in run_dir::remove_leftovers(&dir)? {
+            notes.push(format!(
+                "removed {}, left by a process killed while it wrote",
+                p.display()
+            ));
+        }
+    }
+    Ok(notes)
+}
+
+/// A run from its start: its record (`config.json`, the scene's copy) and new metrics files.
+fn start_outputs(cfg: &TrainConfig) -> Result<MetricsFiles, TrainError> {
+    if cfg.resume.is_none() {
+        checkpoint::start_run_folder(cfg)?;
+    } else {
+        // Stopped before its first checkpoint: the same run from its start.
+        checkpoint::write_run_file(cfg)?;
+    }
+    MetricsFiles::create(&cfg.out)
+}
+
+/// A resumed run: its record follows the run (its new total of iterations, its threads), and
+/// its metrics files reopen at iteration `start` (a row cut short is dropped, with a note).
+fn reopen_outputs(
+    cfg: &TrainConfig,
+    start: u32,
+    notes: &mut Vec<String>,
+) -> Result<MetricsFiles, TrainError> {
+    checkpoint::write_run_file(cfg)?;
+    let (files, torn) = MetricsFiles::resume(&cfg.out, start)?;
+    if let Some(line) = torn {
+        notes.push(format!(
+            "{}:{line}: dropped a row cut short (the process was killed while it wrote it); \
+             the rows after iteration {start} are written again",
+            cfg.out.join("metrics.jsonl").display()
+        ));
+    }
+    Ok(files)
 }
 
 /// Steps `app` until every arena of `share` has finished episode `k` (and the arenas that
