@@ -24,6 +24,9 @@ pub enum TrainError {
     /// A run's or checkpoint's file that is not what it should be.
     #[error(transparent)]
     File(#[from] super::RunFileError),
+    /// A run's folder that cannot be used as asked.
+    #[error(transparent)]
+    Folder(#[from] super::RunFolderError),
     /// A bad setting.
     #[error("{0}")]
     Config(String),

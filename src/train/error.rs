@@ -107,6 +107,49 @@ pub enum UpdateError {
     },
 }
 
+/// A run's folder that cannot be used as asked (nothing in it is touched).
+#[derive(Debug, Error)]
+pub enum RunFolderError {
+    /// Another process holds the folder's lock.
+    #[error(
+        "{}: in use by {who} (an `emergence train` or `reproduce` on the same run folder); wait \
+         for it to end or stop it, then run again (nothing was touched)",
+        path.display()
+    )]
+    InUse {
+        /// The run's folder.
+        path: PathBuf,
+        /// The process holding it.
+        who: String,
+    },
+    /// A fresh run's folder that holds something.
+    #[error(
+        "{}: the folder exists and is not empty; choose another --out, or {how} (nothing in it \
+         was touched)",
+        path.display()
+    )]
+    NotEmpty {
+        /// The folder.
+        path: PathBuf,
+        /// How to continue what is there.
+        how: String,
+    },
+    /// A resumed run with no iteration left.
+    #[error(
+        "{}: the run has done {done} of {iterations} iterations already; pass a larger \
+         --iterations to continue it",
+        path.display()
+    )]
+    Done {
+        /// The run's folder.
+        path: PathBuf,
+        /// Iterations done.
+        done: u32,
+        /// Iterations asked.
+        iterations: u32,
+    },
+}
+
 /// A file of a run's folder or checkpoint that is not what it should be.
 #[derive(Debug, Error)]
 pub enum RunFileError {

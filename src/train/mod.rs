@@ -63,7 +63,7 @@ pub use config::{
     EVAL_ARENAS, IterationReport, ModelChoice, Resume, TrainConfig, TrainError, TrainSummary,
     default_eval_every,
 };
-pub use error::{RunFileError, UpdateError};
+pub use error::{RunFileError, RunFolderError, UpdateError};
 pub use hyper::Hyper;
 use metrics_files::MetricsFiles;
 pub use rollout::{Batch, Rollouts, Step, TrainPlugin, Trajectory};
@@ -93,7 +93,6 @@ pub fn train(
     let ranks = cfg.ranks.clone();
     let root = ranks.is_root();
     let share = ranks.share(cfg.arenas);
-    check_ranks(cfg, &share)?;
     let start = resumed.as_ref().map_or(0, |(s, _)| s.iteration);
     check_not_done(cfg, start)?;
     if cfg.resume.is_none() && root {
@@ -102,8 +101,7 @@ pub fn train(
     // The classic networks (`mlp`, `gru`) share one path; `gru` differs in the network.
     let mlp = cfg.learner.classic();
     if !cfg.eval_against.is_empty() {
-        eval::check_partners(&scene, &cfg.eval_against)
-            .map_err(|e| TrainError::Config(format!("--eval-against: {e}")))?;
+        eval::check_partners(&scene, &cfg.eval_against).map_err(SettingsError::EvalAgainst)?;
     }
 
     // 2. The models (shared, per role, per team, CORY's two copies) and the arenas' app.
@@ -416,40 +414,15 @@ fn read_trainer_state(cfg: &TrainConfig) -> Result<Option<(TrainerState, &Path)>
     }
 }
 
-/// Under mpirun: every rank gets arenas, whole groups of them, and no window.
-fn check_ranks(cfg: &TrainConfig, share: &std::ops::Range<u32>) -> Result<(), TrainError> {
-    let ranks = &cfg.ranks;
-    if !ranks.parallel() {
-        return Ok(());
-    }
-    let (n, g) = (ranks.size(), cfg.hyper.group_size);
-    if share.is_empty() || !share.len().is_multiple_of(g as usize) {
-        return Err(TrainError::Config(format!(
-            "{n} ranks share {} arenas: every rank needs one or more, and with --group-size \
-             {g} a multiple of {g} (rank {} would get {}); give --arenas a multiple of {}",
-            cfg.arenas,
-            ranks.rank(),
-            share.len(),
-            n * g as usize
-        )));
-    }
-    if cfg.tap.is_some() {
-        return Err(TrainError::Config(
-            "--gui shows one process's arenas; it does not run under mpirun".into(),
-        ));
-    }
-    Ok(())
-}
-
 /// A resumed run must have iterations left.
 fn check_not_done(cfg: &TrainConfig, start: u32) -> Result<(), TrainError> {
     if start >= cfg.iterations {
-        return Err(TrainError::Config(format!(
-            "{}: the run has done {start} of {} iterations already; pass a larger \
-             --iterations to continue it",
-            cfg.out.display(),
-            cfg.iterations
-        )));
+        return Err(RunFolderError::Done {
+            path: cfg.out.clone(),
+            done: start,
+            iterations: cfg.iterations,
+        }
+        .into());
     }
     Ok(())
 }
@@ -627,11 +600,11 @@ fn refuse_used_folder(out: &Path) -> Result<(), TrainError> {
     } else {
         "it is not a run folder"
     };
-    Err(TrainError::Config(format!(
-        "{}: the folder exists and is not empty; choose another --out, or {how} (nothing in it \
-         was touched)",
-        out.display()
-    )))
+    Err(RunFolderError::NotEmpty {
+        path: out.to_path_buf(),
+        how: how.to_string(),
+    }
+    .into())
 }
 
 /// The learners of checkpoint `dir` against every partner of `--eval-against`, as the row's

@@ -59,11 +59,7 @@ pub(super) fn wire(
     // One model; CORY's two copies (checkpoint subfolders agent_0 and agent_1); or a model
     // per learning team (team_NAME).
     let (model_of_slot, names): (Vec<Option<usize>>, Vec<Option<String>>) = if cory {
-        let of = cory::copies_of_slots(scene).ok_or_else(|| {
-            TrainError::Config(
-                "cory needs exactly two agents on `lm` in the scene (pioneer and observer)".into(),
-            )
-        })?;
+        let of = cory::copies_of_slots(scene).ok_or(super::SettingsError::CoryTwoAgents)?;
         (of, (0..2).map(|m| Some(format!("agent_{m}"))).collect())
     } else if cfg.sharing == Sharing::Separate {
         let (of, n) = sharing::models_of_slots(scene, learner);

@@ -88,12 +88,40 @@ pub enum SettingsError {
         /// The learner's policy name.
         learner: &'static str,
     },
+    /// Under mpirun every rank needs arenas, whole groups of them.
+    #[error(
+        "{ranks} ranks share {arenas} arenas: every rank needs one or more, and with --group-size {group} a multiple of {group} (rank {rank} would get {share}); give --arenas a multiple of {whole}"
+    )]
+    RanksShareArenas {
+        /// Ranks.
+        ranks: usize,
+        /// `arenas`.
+        arenas: u32,
+        /// `group_size`.
+        group: u32,
+        /// The rank that would get too few.
+        rank: usize,
+        /// Its arenas.
+        share: usize,
+        /// What `arenas` should be a multiple of.
+        whole: usize,
+    },
+    /// The window shows one process's arenas.
+    #[error("--gui shows one process's arenas; it does not run under mpirun")]
+    GuiUnderMpi,
+    /// A partner of `--eval-against` that the scene cannot seat.
+    #[error("--eval-against: {0}")]
+    EvalAgainst(String),
+    /// CORY's two copies need two learning agents.
+    #[error("cory needs exactly two agents on `lm` in the scene (pioneer and observer)")]
+    CoryTwoAgents,
 }
 
 /// Every rule of `cfg`'s settings, with `scene` the run's scene once its learning teams are
 /// set (the learner's agents on the learner's policy).
 pub fn check(cfg: &TrainConfig, scene: &Scene) -> Result<(), SettingsError> {
     ranges(cfg)?;
+    ranks(cfg)?;
     let g = cfg.hyper.group_size;
     if !cfg.arenas.is_multiple_of(g) {
         return Err(SettingsError::GroupDividesArenas {
@@ -137,6 +165,30 @@ pub fn check(cfg: &TrainConfig, scene: &Scene) -> Result<(), SettingsError> {
     Ok(())
 }
 
+/// Under mpirun: every rank gets arenas, whole groups of them, and no window.
+fn ranks(cfg: &TrainConfig) -> Result<(), SettingsError> {
+    let ranks = &cfg.ranks;
+    let share = ranks.share(cfg.arenas);
+    if !ranks.parallel() {
+        return Ok(());
+    }
+    let (n, g) = (ranks.size(), cfg.hyper.group_size);
+    if share.is_empty() || !share.len().is_multiple_of(g as usize) {
+        return Err(SettingsError::RanksShareArenas {
+            ranks: n,
+            arenas: cfg.arenas,
+            group: g,
+            rank: ranks.rank(),
+            share: share.len(),
+            whole: n * g as usize,
+        });
+    }
+    if cfg.tap.is_some() {
+        return Err(SettingsError::GuiUnderMpi);
+    }
+    Ok(())
+}
+
 /// Every setting against [`limits`].
 fn ranges(cfg: &TrainConfig) -> Result<(), SettingsError> {
     limits::check_settings(&TrainSettings::of_run(cfg)).map_err(|bad| SettingsError::OutOfRange {
@@ -173,6 +225,60 @@ mod tests {
             arenas: Some(16),
             ..Default::default()
         }
+    }
+
+    /// Under mpirun each rank plays whole groups of arenas.
+    #[test]
+    fn ranks_that_would_split_a_group_are_refused() {
+        struct Fake(usize, usize);
+        impl crate::train::dist::Transport for Fake {
+            fn rank(&self) -> usize {
+                self.0
+            }
+            fn size(&self) -> usize {
+                self.1
+            }
+            fn all_gather_bytes(&self, _: &[u8]) -> Vec<Vec<u8>> {
+                unreachable!()
+            }
+            fn all_gather_f32(&self, _: &[f32]) -> Vec<f32> {
+                unreachable!()
+            }
+            fn abort(&self, _: i32) -> ! {
+                unreachable!()
+            }
+        }
+        let path = Path::new("pd.scene.ron");
+        let src = include_str!("../../scenes/dilemma/prisoners_dilemma.scene.ron");
+        let scene = crate::load::parse_scene(src, path).expect("scene");
+        let s = TrainSettings {
+            group_size: Some(4),
+            ..with(Algo::Magrpo)
+        };
+        let mut cfg = TrainConfig::from_settings(scene.clone(), path.into(), &s, PathBuf::new())
+            .expect("config");
+        check(&cfg, &scene).expect("one process plays every group");
+        cfg.ranks = crate::train::dist::Ranks::new(std::sync::Arc::new(Fake(0, 2)));
+        check(&cfg, &scene).expect("two ranks of two groups each");
+        cfg.ranks = crate::train::dist::Ranks::new(std::sync::Arc::new(Fake(1, 3)));
+        let err = check(&cfg, &scene).expect_err("three ranks split a group");
+        assert!(
+            matches!(
+                err,
+                SettingsError::RanksShareArenas {
+                    ranks: 3,
+                    arenas: 16,
+                    group: 4,
+                    whole: 12,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("give --arenas a multiple of 12"),
+            "{err}"
+        );
     }
 
     #[test]

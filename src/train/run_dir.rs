@@ -43,12 +43,11 @@ impl RunLock {
                 } else {
                     format!("process {holder}")
                 };
-                return Err(TrainError::Config(format!(
-                    "{}: in use by {who} (an `emergence train` or `reproduce` on the same run \
-                     folder); wait for it to end or stop it, then run again (nothing was \
-                     touched)",
-                    run.display()
-                )));
+                return Err(super::RunFolderError::InUse {
+                    path: run.to_path_buf(),
+                    who: who.to_string(),
+                }
+                .into());
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io_err(&path)(e)),
         }

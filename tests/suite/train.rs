@@ -1135,7 +1135,19 @@ fn config_json_holds_every_setting_and_follows_a_resume() {
     train(&resumed, |_| {}).expect("resumed");
     assert_eq!(read(&out).settings.iterations, Some(3));
     let again = resume_config(&out, None).expect("config");
-    let err = train(&again, |_| {}).expect_err("done").to_string();
+    let err = train(&again, |_| {}).expect_err("done");
+    assert!(
+        matches!(
+            &err,
+            TrainError::Folder(emergence::train::RunFolderError::Done {
+                done: 3,
+                iterations: 3,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    let err = err.to_string();
     assert!(err.contains("done 3 of 3"), "{err}");
 
     // The format before: TrainConfig's own fields with a `hyper` block.
