@@ -378,6 +378,37 @@ impl Transport for MpiWorld {
     }
 }
 
+/// Rank `.0` of `.1` ranks that never talk (tests of what a rank's share is).
+#[cfg(test)]
+pub(crate) struct FakeRank(pub usize, pub usize);
+
+#[cfg(test)]
+impl FakeRank {
+    /// Its [`Ranks`].
+    pub(crate) fn ranks(rank: usize, size: usize) -> Ranks {
+        Ranks::new(Arc::new(FakeRank(rank, size)))
+    }
+}
+
+#[cfg(test)]
+impl Transport for FakeRank {
+    fn rank(&self) -> usize {
+        self.0
+    }
+    fn size(&self) -> usize {
+        self.1
+    }
+    fn all_gather_bytes(&self, _: &[u8]) -> Vec<Vec<u8>> {
+        unreachable!("a fake rank sends nothing")
+    }
+    fn all_gather_f32(&self, _: &[f32]) -> Vec<f32> {
+        unreachable!("a fake rank sends nothing")
+    }
+    fn abort(&self, _: i32) -> ! {
+        unreachable!("a fake rank sends nothing")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,24 +416,7 @@ mod tests {
 
     #[test]
     fn shares_cover_the_arenas_in_order() {
-        struct Fake(usize, usize);
-        impl Transport for Fake {
-            fn rank(&self) -> usize {
-                self.0
-            }
-            fn size(&self) -> usize {
-                self.1
-            }
-            fn all_gather_bytes(&self, _: &[u8]) -> Vec<Vec<u8>> {
-                unreachable!()
-            }
-            fn all_gather_f32(&self, _: &[f32]) -> Vec<f32> {
-                unreachable!()
-            }
-            fn abort(&self, _: i32) -> ! {
-                unreachable!()
-            }
-        }
+        use FakeRank as Fake;
         for (arenas, n) in [(8u32, 2usize), (6, 3), (7, 2), (5, 5)] {
             let shares: Vec<Range<u32>> = (0..n)
                 .map(|r| Ranks::new(Arc::new(Fake(r, n))).share(arenas))

@@ -230,24 +230,6 @@ mod tests {
     /// Under mpirun each rank plays whole groups of arenas.
     #[test]
     fn ranks_that_would_split_a_group_are_refused() {
-        struct Fake(usize, usize);
-        impl crate::train::dist::Transport for Fake {
-            fn rank(&self) -> usize {
-                self.0
-            }
-            fn size(&self) -> usize {
-                self.1
-            }
-            fn all_gather_bytes(&self, _: &[u8]) -> Vec<Vec<u8>> {
-                unreachable!()
-            }
-            fn all_gather_f32(&self, _: &[f32]) -> Vec<f32> {
-                unreachable!()
-            }
-            fn abort(&self, _: i32) -> ! {
-                unreachable!()
-            }
-        }
         let path = Path::new("pd.scene.ron");
         let src = include_str!("../../scenes/dilemma/prisoners_dilemma.scene.ron");
         let scene = crate::load::parse_scene(src, path).expect("scene");
@@ -258,9 +240,9 @@ mod tests {
         let mut cfg = TrainConfig::from_settings(scene.clone(), path.into(), &s, PathBuf::new())
             .expect("config");
         check(&cfg, &scene).expect("one process plays every group");
-        cfg.ranks = crate::train::dist::Ranks::new(std::sync::Arc::new(Fake(0, 2)));
+        cfg.ranks = crate::train::dist::FakeRank::ranks(0, 2);
         check(&cfg, &scene).expect("two ranks of two groups each");
-        cfg.ranks = crate::train::dist::Ranks::new(std::sync::Arc::new(Fake(1, 3)));
+        cfg.ranks = crate::train::dist::FakeRank::ranks(1, 3);
         let err = check(&cfg, &scene).expect_err("three ranks split a group");
         assert!(
             matches!(
