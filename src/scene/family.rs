@@ -117,8 +117,18 @@ pub trait FamilyRules: Send + Sync + 'static {
     fn check_params(&self, _cx: &Ctx<'_>, _spec: &SceneSpec) -> Result<(), SceneError> {
         Ok(())
     }
-    /// Checks what its arena needs once the map and the agents are known (a river, apples,
-    /// an agent count).
+    /// Checks what its map needs once its cells are read, before the spawn cells are (a
+    /// river, apples, a number of objects).
+    fn check_map(
+        &self,
+        _cx: &Ctx<'_>,
+        _spec: &SceneSpec,
+        _cells: &[Thing],
+    ) -> Result<(), SceneError> {
+        Ok(())
+    }
+    /// Checks what its arena needs once the agents are known too (an agent count; without a
+    /// map of the scene's own, `arena.cells` is empty and this is the only check).
     fn check_arena(
         &self,
         _cx: &Ctx<'_>,

@@ -322,6 +322,8 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
             }
         }
     }
+    rules.check_map(&cx, &spec, &cells)?;
+
     // Spawn cells: a team's own, or the shared pool.
     let shared: Vec<usize> = cells
         .iter()

@@ -389,3 +389,47 @@ fn maze_maps_and_generation() {
     )
     .expect("mirror: false is every family's");
 }
+
+/// What a family's map needs is checked as soon as its cells are read, before the spawn
+/// cells: a Clean Up map without a river or apples, a hide-and-seek map of too many
+/// objects, each reported even where the map has no spawn cell either.
+#[test]
+fn a_familys_map_rules_come_before_the_spawn_cells() {
+    let scene = |family: &str, row: &str, legend: &str| {
+        format!(
+            "(\n    name: \"m\",\n    family: {family},\n    map: [\"{row}\"],\n    legend: {{{legend}}},\n    teams: [(name: \"a\", count: 1, policy: \"random\")],\n)"
+        )
+    };
+    let no_river = err(&scene(
+        "CleanUp(apple_prob: 0.1)",
+        "WAAW",
+        "'W': Wall, 'A': Apple",
+    ));
+    assert!(
+        no_river
+            .to_string()
+            .contains("the Clean Up map has no river"),
+        "{no_river}"
+    );
+    let no_apple = err(&scene(
+        "CommonsHarvest(apple_reward: 1.0)",
+        "WWWW",
+        "'W': Wall",
+    ));
+    assert!(
+        no_apple
+            .to_string()
+            .contains("the CommonsHarvest map has no apple cell"),
+        "{no_apple}"
+    );
+    let boxes = "b".repeat(251);
+    let crowded = err(&scene("HideAndSeek(reward: 1.0)", &boxes, "'b': Box"));
+    assert!(crowded.to_string().contains("boxes and ramps"), "{crowded}");
+    // With the family's rules met, the missing spawn cell is what is reported.
+    let no_spawn = err(&scene(
+        "CleanUp(apple_prob: 0.1)",
+        "W~AW",
+        "'W': Wall, 'A': Apple, '~': River",
+    ));
+    assert!(!no_spawn.to_string().contains("river"), "{no_spawn}");
+}

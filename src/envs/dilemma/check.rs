@@ -161,10 +161,9 @@ pub(super) fn check_cleanup(cx: &Ctx<'_>, c: &CleanUpParams) -> Result<(), Scene
 pub(super) fn check_orchard(
     cx: &Ctx<'_>,
     family: &str,
-    arena: ArenaShape<'_>,
+    cells: &[Thing],
     river: bool,
 ) -> Result<(), SceneError> {
-    let cells = arena.cells;
     if river
         && !cells
             .iter()

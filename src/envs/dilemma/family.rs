@@ -109,13 +109,13 @@ impl FamilyRules for CommonsHarvest {
             None => Ok(()),
         }
     }
-    fn check_arena(
+    fn check_map(
         &self,
         cx: &Ctx<'_>,
         _spec: &SceneSpec,
-        arena: ArenaShape<'_>,
+        cells: &[Thing],
     ) -> Result<(), SceneError> {
-        check::check_orchard(cx, "CommonsHarvest", arena, false)
+        check::check_orchard(cx, "CommonsHarvest", cells, false)
     }
 }
 
@@ -138,13 +138,13 @@ impl FamilyRules for CleanUp {
             None => Ok(()),
         }
     }
-    fn check_arena(
+    fn check_map(
         &self,
         cx: &Ctx<'_>,
         _spec: &SceneSpec,
-        arena: ArenaShape<'_>,
+        cells: &[Thing],
     ) -> Result<(), SceneError> {
-        check::check_orchard(cx, "CleanUp", arena, true)
+        check::check_orchard(cx, "CleanUp", cells, true)
     }
 }
 

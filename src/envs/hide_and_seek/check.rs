@@ -5,8 +5,7 @@
 use super::params::HideSeekParams;
 use crate::scene::locate::Seg;
 use crate::scene::{
-    ArenaShape, Ctx, FAM, Scene, SceneError, SceneSpec, Thing, check_int, check_range,
-    out_of_range, rule,
+    Ctx, FAM, Scene, SceneError, SceneSpec, Thing, check_int, check_range, out_of_range, rule,
 };
 
 /// `door_dropout` above 0: the map has two doorways or more that may be walled up (no box,
@@ -116,9 +115,8 @@ pub(crate) fn check_params(cx: &Ctx<'_>, h: &HideSeekParams) -> Result<(), Scene
 }
 
 /// At most 250 boxes and ramps an arena.
-pub(crate) fn check_arena(cx: &Ctx<'_>, arena: ArenaShape<'_>) -> Result<(), SceneError> {
-    let objects = arena
-        .cells
+pub(crate) fn check_map(cx: &Ctx<'_>, cells: &[Thing]) -> Result<(), SceneError> {
+    let objects = cells
         .iter()
         .filter(|t| matches!(t, Thing::Box | Thing::Ramp))
         .count();

@@ -9,7 +9,7 @@ use super::{ACTIONS, HideAndSeekPlugin, HnsArena, agent_components, check, text,
 use crate::envs::family::{Family, Spawner, shipped_family};
 use crate::envs::text::FamilyText;
 use crate::scene::{
-    ArenaShape, Ctx, FamilyRules, ParamsParser, Scene, SceneError, SceneSpec, Thing, parser_of,
+    Ctx, FamilyRules, ParamsParser, Scene, SceneError, SceneSpec, Thing, parser_of,
 };
 
 /// Hide-and-seek.
@@ -51,13 +51,13 @@ impl FamilyRules for HideAndSeek {
             None => Ok(()),
         }
     }
-    fn check_arena(
+    fn check_map(
         &self,
         cx: &Ctx<'_>,
         _spec: &SceneSpec,
-        arena: ArenaShape<'_>,
+        cells: &[Thing],
     ) -> Result<(), SceneError> {
-        check::check_arena(cx, arena)
+        check::check_map(cx, cells)
     }
 }
 
