@@ -1,8 +1,9 @@
 //! The default tokenizer: word level, built locally from every word the observation
 //! encoders can write (the words every family's text shares, each shipped family's own
-//! words, [`crate::envs::family::Family::words`], and the action words, team and role names,
-//! talk vocabularies and family words of the scenes it is built with), saved as a Hugging Face `tokenizer.json`. Text is split on
-//! whitespace, then numbers into single digits. Any Hugging Face `tokenizer.json` loads too.
+//! words, [`crate::envs::family::Family::words`], and the action words, team and role
+//! names, talk vocabularies and family words of the scenes it is built with), saved as a
+//! Hugging Face `tokenizer.json`. Text is split on whitespace, then numbers into single
+//! digits. Any Hugging Face `tokenizer.json` loads too.
 
 use std::collections::{BTreeSet, HashMap};
 use tokenizers::Tokenizer;
