@@ -199,12 +199,7 @@ const LEGEND: &str = "legend @ you O other # wall m your coin t their coin";
 /// The scene's parameters (the defaults for a scene of another family, which never reaches
 /// this family's code).
 fn params(scene: &Scene) -> CoinParams {
-    scene
-        .spec
-        .family
-        .params::<CoinParams>()
-        .cloned()
-        .unwrap_or_default()
+    scene.spec.family.params_or_default()
 }
 
 /// One arena of the game.

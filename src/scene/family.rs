@@ -220,6 +220,11 @@ impl FamilySpec {
     pub fn params<P: 'static>(&self) -> Option<&P> {
         self.params.as_any().downcast_ref()
     }
+    /// The parameters as the family's own type, or its defaults for a scene of another
+    /// family (which never reaches the family's code: `envs::family::of` picks it by name).
+    pub fn params_or_default<P: Clone + Default + 'static>(&self) -> P {
+        self.params::<P>().cloned().unwrap_or_default()
+    }
     /// The parameters, whatever their type (for printing them).
     pub fn any_params(&self) -> &dyn FamilyParams {
         self.params.as_ref()

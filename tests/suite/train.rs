@@ -643,12 +643,9 @@ impl emergence::policy::Policy for ValueIsStep {
 /// terminated one carries none.
 #[test]
 fn a_truncated_trajectory_carries_the_value_after_its_last_step() {
-    use bevy::prelude::IntoScheduleConfigs;
-    use emergence::core::{Arenas, RecordSystems, SimSchedule, SimSystems};
-    use emergence::headless::{RunConfig, build_app};
-    use emergence::policy::PolicyRegistry;
-    use emergence::train::Rollouts;
-    use emergence::train::rollout::{collect_episodes, collect_steps};
+    use emergence::core::Arenas;
+    use emergence::headless::{RunConfig, build_app_with};
+    use emergence::train::{Rollouts, TrainPlugin};
 
     for (scene_name, truncated) in [
         ("commons_harvest_open.scene.ron", true),
@@ -668,23 +665,16 @@ fn a_truncated_trajectory_carries_the_value_after_its_last_step() {
             "probe".into(),
             emergence::policy::PolicyFactory(std::sync::Arc::new(|| Box::new(ValueIsStep))),
         ));
-        let mut app = build_app(&run).expect("app");
+        let mut app = build_app_with(&run, |app| {
+            app.add_plugins(TrainPlugin {
+                learner: "probe".into(),
+                global: false,
+                features: false,
+            });
+        })
+        .expect("app");
         app.world_mut().resource_mut::<Arenas>().gate = Some(1);
-        let handle = app
-            .world_mut()
-            .resource_mut::<PolicyRegistry>()
-            .handle("probe")
-            .expect("probe");
-        app.insert_resource(Rollouts::new(handle, 8));
-        app.add_systems(
-            SimSchedule,
-            (
-                collect_steps.in_set(RecordSystems::Summarize),
-                collect_episodes
-                    .in_set(SimSystems::Record)
-                    .after(RecordSystems::Write),
-            ),
-        );
+        assert!(app.world().resource::<Rollouts>().policy.is_some());
         while !app.world().resource::<Rollouts>().complete(0, 0..2) {
             app.update();
         }

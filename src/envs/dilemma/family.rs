@@ -52,7 +52,7 @@ fn words() -> Vec<String> {
 
 /// A grid dilemma's parameters of type `P` (the family's own, by [`crate::envs::family::of`]).
 fn params<P: Clone + Default + 'static>(scene: &Scene) -> P {
-    scene.spec.family.params::<P>().cloned().unwrap_or_default()
+    scene.spec.family.params_or_default()
 }
 
 /// The grid dilemmas' legend.

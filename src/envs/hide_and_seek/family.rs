@@ -24,12 +24,7 @@ const WORDS: &str = "legend you your side other wall low box locked by them ramp
 
 /// The scene's parameters (hide-and-seek's own, by [`crate::envs::family::of`]).
 fn params(scene: &Scene) -> HideSeekParams {
-    scene
-        .spec
-        .family
-        .params::<HideSeekParams>()
-        .cloned()
-        .unwrap_or_default()
+    scene.spec.family.params_or_default()
 }
 
 impl FamilyRules for HideAndSeek {

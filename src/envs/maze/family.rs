@@ -24,12 +24,7 @@ const WORDS: &str = "legend you teammate wall plate shut door open key locked ex
 
 /// The scene's parameters (the maze's own, by [`crate::envs::family::of`]).
 pub(crate) fn params(scene: &Scene) -> MazeParams {
-    scene
-        .spec
-        .family
-        .params::<MazeParams>()
-        .cloned()
-        .unwrap_or_default()
+    scene.spec.family.params_or_default()
 }
 
 impl FamilyRules for Maze {
