@@ -57,6 +57,9 @@ pub fn cmd_check(path: &Path) -> Result<()> {
         }
         println!("seeds     {:?}", e.spec.seeds);
         println!("checks    {}", e.spec.expect.join("; "));
+        for c in &e.spec.also {
+            println!("also      {}: {}", c.name, c.expect.join("; "));
+        }
         return Ok(());
     }
     let scene = load_scene(path)?;

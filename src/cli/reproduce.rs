@@ -169,17 +169,10 @@ pub fn cmd_reproduce(args: ReproduceArgs, ranks: emergence::train::dist::Ranks) 
     }
     println!("{}: {}", r.experiment, r.verdict.to_uppercase());
     println!("budget: {}", r.budget);
-    for c in &r.checks {
-        let v = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
-        println!(
-            "  {:<16} {}  ({} vs {}; holds on {} of {} seeds)",
-            c.verdict,
-            c.check,
-            v(c.lhs),
-            v(c.rhs),
-            c.seeds_holding,
-            c.seeds
-        );
+    print_checks(&r.checks);
+    for c in &r.also {
+        println!("also {}: {}", c.name, c.verdict.to_uppercase());
+        print_checks(&c.checks);
     }
     println!(
         "time: {:.0} s of runs; {:.0} s wall this time, {:.0} s over {} invocation(s)",
@@ -198,4 +191,20 @@ pub fn cmd_reproduce(args: ReproduceArgs, ranks: emergence::train::dist::Ranks) 
         println!("wrote {}", f.display());
     }
     Ok(())
+}
+
+/// One line per check: its verdict, the check, both sides and the seeds where it holds.
+fn print_checks(checks: &[emergence::experiment::report::CheckReport]) {
+    let v = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
+    for c in checks {
+        println!(
+            "  {:<16} {}  ({} vs {}; holds on {} of {} seeds)",
+            c.verdict,
+            c.check,
+            v(c.lhs),
+            v(c.rhs),
+            c.seeds_holding,
+            c.seeds
+        );
+    }
 }

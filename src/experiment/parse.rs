@@ -442,12 +442,68 @@ pub fn parse(src: &str, path: &Path) -> Result<Experiment, ExperimentError> {
             "no expected outcome; expected checks such as \"self_play(adalign) >= 2.5\"".into(),
         ));
     }
+    let checks = parse_checks(&cx, &spec, &spec.expect, &[Seg::Field("expect")])?;
+    let mut also = Vec::new();
+    for (k, claim) in spec.also.iter().enumerate() {
+        let base = [Seg::Field("also"), Seg::Index(k)];
+        if !ident(&claim.name) {
+            return Err(cx.value(
+                &[base[0], base[1], Seg::Field("name")],
+                format!(
+                    "claim name {:?}; expected lowercase letters, digits and _",
+                    claim.name
+                ),
+            ));
+        }
+        if spec.also[..k].iter().any(|c| c.name == claim.name) {
+            return Err(cx.value(
+                &[base[0], base[1], Seg::Field("name")],
+                format!(
+                    "a second claim named {:?}; expected distinct names",
+                    claim.name
+                ),
+            ));
+        }
+        if claim.expect.is_empty() {
+            return Err(cx.value(
+                &[base[0], base[1], Seg::Field("expect")],
+                format!(
+                    "claim {:?} has no checks; expected at least one",
+                    claim.name
+                ),
+            ));
+        }
+        let at = [base[0], base[1], Seg::Field("expect")];
+        also.push(parse_checks(&cx, &spec, &claim.expect, &at)?);
+    }
+    Ok(Experiment {
+        path: path.to_path_buf(),
+        name: name_of(path),
+        spec,
+        scenes,
+        partners,
+        checks,
+        also,
+    })
+}
+
+/// Parses the checks `texts` (found at `at` in the file: `expect`, or a further claim's),
+/// each naming measures and arms of `spec`; an error points into the check's string.
+fn parse_checks(
+    cx: &Ctx<'_>,
+    spec: &ExperimentSpec,
+    texts: &[String],
+    at: &[Seg<'_>],
+) -> Result<Vec<expect::Check>, ExperimentError> {
+    let src = cx.src;
     let arms: Vec<&str> = spec.arms.iter().map(|a| a.name.as_str()).collect();
     let measures: Vec<&str> = spec.measures.iter().map(|m| m.name.as_str()).collect();
     let mut checks = Vec::new();
-    for (i, text) in spec.expect.iter().enumerate() {
+    for (i, text) in texts.iter().enumerate() {
+        let mut path = at.to_vec();
+        path.push(Seg::Index(i));
         let check = expect::parse(text, &measures, &arms).map_err(|(off, msg)| {
-            let at = locate_value(src, &[Seg::Field("expect"), Seg::Index(i)]).unwrap_or(0);
+            let at = locate_value(src, &path).unwrap_or(0);
             // Inside the string: one past its opening quote (exact when it has no escapes).
             let inner = if src[at..].starts_with('"') {
                 at + 1 + text.char_indices().nth(off).map_or(text.len(), |(b, _)| b)
@@ -461,7 +517,7 @@ pub fn parse(src: &str, path: &Path) -> Result<Experiment, ExperimentError> {
             let m = &spec.measures[measures.iter().position(|x| *x == measure).unwrap_or(0)];
             if matches!(m.from, Source::Eval { .. }) && spec.arms[ai].skip_eval {
                 return Err(cx.value(
-                    &[Seg::Field("expect"), Seg::Index(i)],
+                    &path,
                     format!(
                         "{measure}({arm}) reads an evaluation, and arm {arm:?} has skip_eval; \
                          expected a training measure for it"
@@ -471,14 +527,7 @@ pub fn parse(src: &str, path: &Path) -> Result<Experiment, ExperimentError> {
         }
         checks.push(check);
     }
-    Ok(Experiment {
-        path: path.to_path_buf(),
-        name: name_of(path),
-        spec,
-        scenes,
-        partners,
-        checks,
-    })
+    Ok(checks)
 }
 
 /// Checks the form of a training series name.

@@ -84,6 +84,32 @@ pub struct CheckReport {
     pub seeds: usize,
 }
 
+/// A further claim's checks and verdict (`also:` in the experiment file).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimReport {
+    /// Its name.
+    pub name: String,
+    /// The claim.
+    pub claim: String,
+    /// Its checks.
+    pub checks: Vec<CheckReport>,
+    /// `reproduced` when every one of its checks is, else `not reproduced`.
+    pub verdict: String,
+}
+
+/// How much experience one arm's runs saw: means over its seeds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScaleReport {
+    /// The arm.
+    pub arm: String,
+    /// Iterations (updates) a seed.
+    pub iterations: f64,
+    /// Episodes a seed (iterations x arenas).
+    pub episodes: f64,
+    /// Agent-steps a seed: the learning agents' decisions the updates read.
+    pub agent_steps: f64,
+}
+
 /// One arm's setup.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArmReport {
@@ -125,6 +151,15 @@ pub struct Report {
     pub checks: Vec<CheckReport>,
     /// `reproduced` when every check is, else `not reproduced`.
     pub verdict: String,
+    /// Further claims, each with its own checks and verdict.
+    #[serde(default)]
+    pub also: Vec<ClaimReport>,
+    /// Each arm's experience a seed, in arm order.
+    #[serde(default)]
+    pub scale: Vec<ScaleReport>,
+    /// The paper's own experience a seed, in words (empty: not given).
+    #[serde(default)]
+    pub paper_scale: String,
     /// Timings (what differs between two invocations).
     pub timing: Timing,
 }
@@ -366,32 +401,46 @@ pub fn aggregate(
             }
         }
     };
-    let mut checks = Vec::new();
-    for c in &exp.checks {
-        let on_means = c.judge(&value_of(None));
-        let seeds_holding = (0..plan.seeds.len())
-            .filter(|&i| c.judge(&value_of(Some(i))).is_some_and(|(_, _, h)| h))
-            .count();
-        checks.push(CheckReport {
-            check: c.text.clone(),
-            lhs: on_means.map(|x| x.0),
-            rhs: on_means.map(|x| x.1),
-            verdict: match on_means {
-                Some((_, _, true)) => "reproduced",
-                Some((_, _, false)) => "not reproduced",
-                None => "no value",
+    let judge = |list: &[super::expect::Check]| -> Vec<CheckReport> {
+        list.iter()
+            .map(|c| {
+                let on_means = c.judge(&value_of(None));
+                let seeds_holding = (0..plan.seeds.len())
+                    .filter(|&i| c.judge(&value_of(Some(i))).is_some_and(|(_, _, h)| h))
+                    .count();
+                CheckReport {
+                    check: c.text.clone(),
+                    lhs: on_means.map(|x| x.0),
+                    rhs: on_means.map(|x| x.1),
+                    verdict: match on_means {
+                        Some((_, _, true)) => "reproduced",
+                        Some((_, _, false)) => "not reproduced",
+                        None => "no value",
+                    }
+                    .to_string(),
+                    seeds_holding,
+                    seeds: plan.seeds.len(),
+                }
+            })
+            .collect()
+    };
+    let checks = judge(&exp.checks);
+    let verdict = verdict_of(&checks);
+    let also = spec
+        .also
+        .iter()
+        .zip(&exp.also)
+        .map(|(claim, list)| {
+            let checks = judge(list);
+            ClaimReport {
+                name: claim.name.clone(),
+                claim: claim.claim.clone(),
+                verdict: verdict_of(&checks),
+                checks,
             }
-            .to_string(),
-            seeds_holding,
-            seeds: plan.seeds.len(),
-        });
-    }
-    let verdict = if checks.iter().all(|c| c.verdict == "reproduced") {
-        "reproduced"
-    } else {
-        "not reproduced"
-    }
-    .to_string();
+        })
+        .collect();
+    let scale = scale_of(exp, plan, &runs);
     let mut arms = Vec::new();
     for arm in &spec.arms {
         let Some(r) = plan.runs.iter().find(|r| r.arm == arm.name) else {
@@ -432,6 +481,9 @@ pub fn aggregate(
         measures,
         checks,
         verdict,
+        also,
+        scale,
+        paper_scale: spec.paper_scale.clone(),
         timing: Timing {
             total_run_seconds: run_seconds.values().sum(),
             run_seconds,
@@ -439,6 +491,82 @@ pub fn aggregate(
             invocations: 1,
         },
     })
+}
+
+/// `reproduced` when every check is, else `not reproduced`.
+fn verdict_of(checks: &[CheckReport]) -> String {
+    if checks.iter().all(|c| c.verdict == "reproduced") {
+        "reproduced"
+    } else {
+        "not reproduced"
+    }
+    .to_string()
+}
+
+/// Each arm's experience a seed, from its runs' rows (iterations, the decisions each update
+/// read) and `config.json` (the arenas), as means over the seeds that have rows.
+fn scale_of(
+    exp: &Experiment,
+    plan: &Plan,
+    runs: &[(
+        Vec<Map<String, Value>>,
+        Option<FinalEval>,
+        std::path::PathBuf,
+    )],
+) -> Vec<ScaleReport> {
+    let mut out = Vec::new();
+    for arm in &exp.spec.arms {
+        let mut seeds = Vec::new();
+        for (r, (rows, _, dir)) in plan.runs.iter().zip(runs) {
+            if r.arm != arm.name || rows.is_empty() {
+                continue;
+            }
+            let arenas = std::fs::read_to_string(dir.join("config.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .and_then(|v| v["settings"]["arenas"].as_f64())
+                .or(r.settings.arenas.map(f64::from))
+                .unwrap_or(0.0);
+            let steps: f64 = rows
+                .iter()
+                .filter_map(|row| row.get("samples").and_then(Value::as_f64))
+                .sum();
+            seeds.push((rows.len() as f64, rows.len() as f64 * arenas, steps));
+        }
+        if seeds.is_empty() {
+            continue;
+        }
+        let n = seeds.len() as f64;
+        let mean = |f: fn(&(f64, f64, f64)) -> f64| seeds.iter().map(f).sum::<f64>() / n;
+        out.push(ScaleReport {
+            arm: arm.name.clone(),
+            iterations: mean(|x| x.0),
+            episodes: mean(|x| x.1),
+            agent_steps: mean(|x| x.2),
+        });
+    }
+    out
+}
+
+/// The checks' table, in Markdown.
+fn checks_table(s: &mut String, checks: &[CheckReport]) {
+    let _ = writeln!(
+        s,
+        "| check | left | right | verdict | seeds where it holds |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---|---:|");
+    for c in checks {
+        let _ = writeln!(
+            s,
+            "| `{}` | {} | {} | {} | {} of {} |",
+            c.check,
+            fmt(c.lhs),
+            fmt(c.rhs),
+            c.verdict,
+            c.seeds_holding,
+            c.seeds
+        );
+    }
 }
 
 fn fmt(x: Option<f64>) -> String {
@@ -468,28 +596,40 @@ pub fn markdown(r: &Report, figures: &[String]) -> String {
         }
     );
     let _ = writeln!(s, "## Expected outcome\n");
-    let _ = writeln!(
-        s,
-        "| check | left | right | verdict | seeds where it holds |"
-    );
-    let _ = writeln!(s, "|---|---:|---:|---|---:|");
-    for c in &r.checks {
-        let _ = writeln!(
-            s,
-            "| `{}` | {} | {} | {} | {} of {} |",
-            c.check,
-            fmt(c.lhs),
-            fmt(c.rhs),
-            c.verdict,
-            c.seeds_holding,
-            c.seeds
-        );
-    }
+    checks_table(&mut s, &r.checks);
     let _ = writeln!(
         s,
         "\nEach check is judged on the means over seeds; the last column judges it on each \
          seed's values alone.\n"
     );
+    for c in &r.also {
+        let _ = writeln!(s, "## Also: {}: {}\n", c.name, c.verdict.to_uppercase());
+        let _ = writeln!(s, "**Claim.** {}\n", c.claim);
+        checks_table(&mut s, &c.checks);
+        s.push('\n');
+    }
+    if !r.scale.is_empty() {
+        let _ = writeln!(s, "## Scale (a seed's experience, mean over seeds)\n");
+        let _ = writeln!(s, "| arm | iterations | episodes | agent-steps |");
+        let _ = writeln!(s, "|---|---:|---:|---:|");
+        for a in &r.scale {
+            let _ = writeln!(
+                s,
+                "| {} | {:.0} | {:.0} | {:.0} |",
+                a.arm, a.iterations, a.episodes, a.agent_steps
+            );
+        }
+        let paper = if r.paper_scale.is_empty() {
+            "not given in the experiment file"
+        } else {
+            r.paper_scale.as_str()
+        };
+        let _ = writeln!(
+            s,
+            "\nAgent-steps are the learning agents' decisions the updates read. The paper: \
+             {paper}\n"
+        );
+    }
     let _ = writeln!(s, "## Measures (mean ± standard deviation over seeds)\n");
     let mut head = "| measure |".to_string();
     let mut rule = "|---|".to_string();

@@ -46,6 +46,15 @@ pub struct ExperimentSpec {
     pub measures: Vec<MeasureSpec>,
     /// The expected outcome: checks on the measures' means over seeds.
     pub expect: Vec<String>,
+    /// Further claims the same runs test, each judged on its own checks and given its own
+    /// verdict beside the headline's (which is `expect`'s alone): the paper's claim asked of
+    /// arms the paper did not have, such as language-model agents on a grid scene.
+    #[serde(default)]
+    pub also: Vec<ClaimSpec>,
+    /// How much experience each seed of the paper's own runs saw (episodes, agent-steps or
+    /// frames, in words), printed beside each arm's in the report's scale table.
+    #[serde(default)]
+    pub paper_scale: String,
     /// Extra figures.
     #[serde(default)]
     pub figures: Vec<FigureSpec>,
@@ -53,6 +62,18 @@ pub struct ExperimentSpec {
     /// families): drawn as frames and, with `heat`, as a heat map.
     #[serde(default)]
     pub maps: Option<MapsSpec>,
+}
+
+/// A further claim: its name, the claim in one sentence and its checks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename = "Claim")]
+pub struct ClaimSpec {
+    /// Short name (`a-z`, `0-9`, `_`), used in the report's headings.
+    pub name: String,
+    /// The claim, in one sentence.
+    pub claim: String,
+    /// Its checks, written as `expect`'s.
+    pub expect: Vec<String>,
 }
 
 /// What maps to draw.
@@ -258,6 +279,8 @@ pub struct Experiment {
     pub partners: Vec<String>,
     /// The expected outcome, parsed.
     pub checks: Vec<expect::Check>,
+    /// Each further claim's checks, parsed, in `spec.also`'s order.
+    pub also: Vec<Vec<expect::Check>>,
 }
 
 /// An arm's scene: checked, with the text a run copies.

@@ -175,6 +175,34 @@ fn each_error_names_its_line_and_column() {
             "unknown measure",
         ),
     ];
+    // A further claim: a check naming an unknown arm, at that arm's name in the string; a
+    // claim with no checks; a bad claim name.
+    const ALSO: &str = "expect: [\"self_play(ippo) >= 0\", \"late(ippo) > early(ippo) + 100\"],";
+    let also_cases: &[(&str, &str, usize, &str)] = &[
+        (
+            "also: [(name: \"lm\", claim: \"C.\", expect: [\"late(ippo) > early(ppo)\"])],",
+            "ppo)\"])",
+            0,
+            "ppo",
+        ),
+        (
+            "also: [(name: \"lm\", claim: \"C.\", expect: [])],",
+            "[])",
+            0,
+            "no checks",
+        ),
+        (
+            "also: [(name: \"L M\", claim: \"C.\", expect: [\"late(ippo) > 0\"])],",
+            "\"L M\"",
+            0,
+            "claim name",
+        ),
+    ];
+    for (extra, at, shift, words) in also_cases {
+        let (msg, got, want) = error_at(ALSO, &format!("{ALSO}\n    {extra}"), at, *shift);
+        assert_eq!(got, want, "{extra}: {msg}");
+        assert!(msg.contains(words), "{extra}: {msg}");
+    }
     for (from, to, at, shift, words) in cases {
         let (msg, got, want) = error_at(from, to, at, *shift);
         assert_eq!(got, want, "{to}: {msg}");
@@ -232,7 +260,7 @@ fn fake_run(dir: &Path, returns: &[f64], self_play: f64) {
     let mut rows = String::new();
     for (i, r) in returns.iter().enumerate() {
         rows += &format!(
-            "{{\"iteration\":{},\"team_returns\":{{\"row\":{r},\"column\":{}}},\"metrics\":{{}},\"seconds\":1.5}}\n",
+            "{{\"iteration\":{},\"team_returns\":{{\"row\":{r},\"column\":{}}},\"metrics\":{{}},\"seconds\":1.5,\"samples\":10}}\n",
             i + 1,
             r + 2.0
         );
@@ -352,6 +380,77 @@ fn the_report_aggregates_hand_made_runs_and_judges_each_check() {
     let rep = aggregate(&exp2, &plan, tmp.path(), 9.0).expect("report");
     assert_eq!(rep.checks[0].verdict, "no value");
     assert_eq!(rep.verdict, "not reproduced");
+}
+
+/// A further claim (`also:`) is judged on its own checks and gets its own verdict, which
+/// does not change the headline's; the scale table gives each arm's experience a seed.
+#[test]
+fn a_further_claim_is_judged_apart_from_the_headline() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = SMALL.replacen(
+        "expect: [",
+        "paper_scale: \"10 episodes\",\n    also: [(name: \"reinforce_rises\", claim: \"REINFORCE \
+         rises too.\", expect: [\"rise(reinforce) > 1\", \"late(reinforce) >= 5\"])],\n    expect: [",
+        1,
+    );
+    let exp = parse(&src, &path()).expect("valid");
+    assert_eq!(
+        (exp.checks.len(), exp.also.len(), exp.also[0].len()),
+        (2, 1, 2)
+    );
+    let opts = Options {
+        out: tmp.path().to_path_buf(),
+        seeds: None,
+        quick: false,
+        iterations: None,
+        threads: 1,
+        stop_after: None,
+        ranks: Default::default(),
+        device: candle_core::Device::Cpu,
+    };
+    let plan = runner::plan(&exp, &opts);
+    for r in &plan.runs {
+        let ret = if r.arm == "ippo" {
+            [1.0, 2.0, 300.0, 400.0]
+        } else {
+            [4.0; 4]
+        };
+        fake_run(&tmp.path().join(&r.dir), &ret, 1.0);
+    }
+    let rep = aggregate(&exp, &plan, tmp.path(), 9.0).expect("report");
+    // The headline: both of `expect`'s checks hold.
+    assert_eq!(rep.verdict, "reproduced");
+    // The further claim: REINFORCE's return (4 + 1 = 5, flat) never rises above 5 (no onset,
+    // no value) though its late return is 5: not reproduced, apart from the headline.
+    let also = &rep.also[0];
+    assert_eq!(also.name, "reinforce_rises");
+    assert_eq!(also.checks[0].verdict, "no value");
+    assert_eq!(also.checks[1].verdict, "reproduced");
+    assert_eq!(also.checks[1].lhs, Some(5.0));
+    assert_eq!(also.verdict, "not reproduced");
+    // Four iterations of 8 arenas, 10 decisions an iteration.
+    assert_eq!(rep.scale.len(), 2);
+    assert_eq!(
+        (
+            rep.scale[0].arm.as_str(),
+            rep.scale[0].iterations,
+            rep.scale[0].episodes
+        ),
+        ("ippo", 4.0, 32.0)
+    );
+    assert_eq!(rep.scale[1].agent_steps, 40.0);
+    let md = report::markdown(&rep, &[]);
+    assert!(md.starts_with("# test: REPRODUCED"), "{md}");
+    assert!(
+        md.contains("## Also: reinforce_rises: NOT REPRODUCED\n\n**Claim.** REINFORCE rises too."),
+        "{md}"
+    );
+    assert!(
+        md.contains("| `late(reinforce) >= 5` | 5.000 | 5.000 | reproduced | 2 of 2 |"),
+        "{md}"
+    );
+    assert!(md.contains("| ippo | 4 | 32 | 40 |"), "{md}");
+    assert!(md.contains("The paper: 10 episodes"), "{md}");
 }
 
 #[test]
