@@ -142,6 +142,7 @@ fn main() -> ExitCode {
         Command::Eval(a) => a.threads,
         Command::View(a) => a.threads,
         Command::Reproduce(a) => a.threads,
+        Command::Model(model::ModelCommand::Bench { threads, .. }) => *threads,
         _ => None,
     };
     bound_candle_threads(threads);

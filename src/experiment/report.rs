@@ -335,6 +335,12 @@ fn clap_value(field: &str, serde_name: &str) -> String {
                 .map(|a| pair(json_name(a), a.to_possible_value()))
                 .collect(),
         ),
+        "text" => names(
+            crate::scene::TextStyle::value_variants()
+                .iter()
+                .map(|a| pair(json_name(a), a.to_possible_value()))
+                .collect(),
+        ),
         _ => serde_name.to_string(),
     }
 }

@@ -451,6 +451,14 @@ fn a_further_claim_is_judged_apart_from_the_headline() {
     );
     assert!(md.contains("| ippo | 4 | 32 | 40 |"), "{md}");
     assert!(md.contains("The paper: 10 episodes"), "{md}");
+    // An arm's rerun command gives every setting as its flag takes it (`--text compact`).
+    let settings = crate::train::TrainSettings {
+        text: Some(crate::scene::TextStyle::Compact),
+        learner: Some(crate::train::LearnerKind::Lm),
+        ..Default::default()
+    };
+    let cmd = report::command(Path::new("a.scene.ron"), Path::new("out"), &settings);
+    assert!(cmd.ends_with("--learner lm --text compact"), "{cmd}");
 }
 
 #[test]
@@ -461,14 +469,16 @@ fn the_documented_example_is_a_valid_experiment() {
     let end = start + doc[start..].find("```").expect("its end");
     let path = root.join("experiments/ipd_study.experiment.ron");
     let e = parse(&doc[start..end], &path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(e.spec.arms.len(), 2);
+    assert_eq!(e.spec.arms.len(), 3);
+    assert_eq!((e.spec.also.len(), e.also[0].len()), (1, 1));
+    assert!(!e.spec.paper_scale.is_empty());
     assert_eq!(e.spec.figures.len(), 3);
     // The error shown in the doc is the one a misspelt arm gives.
     let bad = doc[start..end].replacen("self_play(adalign) >= 2.5", "self_play(adalgn) >= 2.5", 1);
     let msg = parse(&bad, &path).expect_err("bad").to_string();
-    assert!(msg.contains("ipd_study.experiment.ron:71:20: "), "{msg}");
+    assert!(msg.contains("ipd_study.experiment.ron:73:20: "), "{msg}");
     assert!(
-        msg.contains("unknown arm \"adalgn\"; expected one of: naive, adalign"),
+        msg.contains("unknown arm \"adalgn\"; expected one of: naive, adalign, adalign_mlp"),
         "{msg}"
     );
 }

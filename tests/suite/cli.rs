@@ -1018,3 +1018,93 @@ fn train_text_is_kept_with_the_run() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--text"), "{}", stderr(&o));
 }
+
+/// `emergence model bench`: the forward pass of a preset or a model folder timed on this
+/// machine, its tokens/s and GFLOP/s, a matrix product's rate beside it and the vector
+/// instructions the kernels run; bad arguments refused with what was expected.
+#[test]
+fn model_bench_times_the_forward_and_names_the_vector_instructions() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let o = emergence(
+        d,
+        &[
+            "model",
+            "bench",
+            "--model",
+            "tiny",
+            "--batch",
+            "2",
+            "--prompt",
+            "8",
+            "--seconds",
+            "0.1",
+            "--threads",
+            "1",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let field = |name: &str| -> String {
+        out.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| panic!("no {name:?} in {out}"))
+    };
+    assert!(
+        field("shape").starts_with("batch 2 x prompt 8 = 16 tokens; 1 threads"),
+        "{out}"
+    );
+    let isa = field("vector instructions");
+    assert!(
+        ["AVX-512", "AVX2+FMA", "baseline"].contains(&isa.as_str()),
+        "{out}"
+    );
+    for name in ["forward tokens/s", "forward GFLOP/s"] {
+        let v: f64 = field(name).parse().expect("a number");
+        assert!(v > 0.0, "{name}: {out}");
+    }
+    let rate = field("matmul GFLOP/s");
+    assert!(
+        rate.contains("(16 x 128 x 512, the MLP's first product)"),
+        "{out}"
+    );
+    // A model folder reads as a preset does.
+    let o = emergence(d, &["model", "init", "--out", "m", "--preset", "tiny"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = emergence(
+        d,
+        &[
+            "model",
+            "bench",
+            "--model",
+            "m",
+            "--batch",
+            "1",
+            "--prompt",
+            "4",
+            "--seconds",
+            "0.1",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("the folder m"));
+    for (args, words) in [
+        (
+            &["--model", "nowhere"][..],
+            "--model nowhere: expected tiny, small or a model folder",
+        ),
+        (
+            &["--model", "tiny", "--prompt", "2000"],
+            "the model reads at most 1024 positions",
+        ),
+        (&["--seconds", "0"], "expected seconds from 0.1 to 600"),
+        (&["--batch", "0"], "--batch"),
+    ] {
+        let mut a = vec!["model", "bench"];
+        a.extend_from_slice(args);
+        let o = emergence(d, &a);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(stderr(&o).contains(words), "{args:?}: {}", stderr(&o));
+    }
+}

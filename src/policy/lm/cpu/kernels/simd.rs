@@ -36,6 +36,25 @@ pub fn exp(x: f32) -> f32 {
     p * f32::from_bits(n_bits.wrapping_add(127) << 23)
 }
 
+/// The widest vector instructions the kernels run here, as [`vectorised`] chooses them:
+/// `AVX-512`, `AVX2+FMA`, or `baseline` (SSE2 on x86; the only choice on other CPUs). A
+/// build without the `avx512` feature stops at `AVX2+FMA` on any CPU.
+pub fn instructions() -> &'static str {
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    {
+        #[allow(unreachable_patterns)]
+        match pulp::Arch::new() {
+            pulp::Arch::Scalar => "baseline",
+            pulp::Arch::V3(_) => "AVX2+FMA",
+            _ => "AVX-512",
+        }
+    }
+    #[cfg(not(any(target_arch = "x86", target_arch = "x86_64")))]
+    {
+        "baseline"
+    }
+}
+
 /// Runs `f` compiled for the widest vector instructions this CPU has (AVX-512, AVX2+FMA,
 /// or none), chosen at run time, so the kernels' loops vectorise beyond the SSE2 baseline.
 #[inline(always)]
