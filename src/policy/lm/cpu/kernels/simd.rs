@@ -36,8 +36,8 @@ pub fn exp(x: f32) -> f32 {
     p * f32::from_bits(n_bits.wrapping_add(127) << 23)
 }
 
-/// The widest vector instructions the kernels run here, as [`vectorised`] chooses them:
-/// `AVX-512`, `AVX2+FMA`, or `baseline` (SSE2 on x86; the only choice on other CPUs). A
+/// The widest vector instructions the kernels run here, as their run-time dispatch chooses
+/// them: `AVX-512`, `AVX2+FMA`, or `baseline` (SSE2 on x86; the only choice elsewhere). A
 /// build without the `avx512` feature stops at `AVX2+FMA` on any CPU.
 pub fn instructions() -> &'static str {
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
