@@ -79,6 +79,8 @@ def child(args):
         torch_s, capability = torch_forward(args)
     except ImportError:
         torch_s, capability = None, "absent"
+    except AttributeError:  # before 2.4: no nn.RMSNorm
+        torch_s, capability = None, "too old (needs 2.4 or later)"
     best = 0.0
     h, _, _, inter, _ = SHAPES[args.model]
     for m, k, n in [(args.batch * args.prompt, h, inter), (2048, 2048, 2048)]:
@@ -167,13 +169,16 @@ def torch_forward(args):
 
 
 def emergence(binary, args, threads):
-    out = subprocess.run(
+    done = subprocess.run(
         [
             binary, "model", "bench", "--model", args.model, "--batch", str(args.batch),
             "--prompt", str(args.prompt), "--seconds", str(args.seconds), "--threads", str(threads),
         ],
-        check=True, capture_output=True, text=True,
-    ).stdout
+        capture_output=True, text=True,
+    )
+    if done.returncode != 0:
+        sys.exit(f"{binary} model bench failed:\n{done.stderr}")
+    out = done.stdout
     fields = {}
     for line in out.splitlines():
         key, _, value = line.partition("  ")
@@ -191,13 +196,18 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--prompt", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--seconds", type=float, default=3.0, help="seconds to time each part, 0.1 to 600")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         args.threads = args.threads[0]
         child(args)
         return
+    if not 0.1 <= args.seconds <= 600:
+        p.error(f"--seconds {args.seconds}: expected 0.1 to 600")
+    for binary in [args.emergence] + ([args.emergence_avx2] if args.emergence_avx2 else []):
+        if not os.access(binary, os.X_OK):
+            p.error(f"{binary}: not an emergence program (build one with cargo build --release)")
     if "avx2" in args.isa and not args.emergence_avx2:
         p.error("--isa avx2 needs --emergence-avx2 (a build with --no-default-features)")
     flops = forward_flops(args.model, args.batch, args.prompt)
@@ -214,6 +224,7 @@ def main():
         for threads in args.threads:
             env["OPENBLAS_NUM_THREADS"] = str(threads)
             env["OMP_NUM_THREADS"] = str(threads)
+            env["MKL_NUM_THREADS"] = str(threads)
             ours, theirs, ceiling, seen = [], [], [], None
             for _ in range(args.rounds):
                 s, instructions = emergence(binary, args, threads)
