@@ -306,43 +306,23 @@ pub fn command(scene: &Path, out: &Path, settings: &crate::train::TrainSettings)
 
 /// A serde name of an enum setting as its flag's value.
 fn clap_value(field: &str, serde_name: &str) -> String {
-    use clap::ValueEnum;
-    let names = |all: Vec<(String, String)>| {
-        all.into_iter()
-            .find(|(s, _)| s == serde_name)
-            .map(|(_, c)| c)
-            .unwrap_or_else(|| serde_name.to_string())
+    let flag = match field {
+        "algo" => flag_name::<crate::train::Algo>(serde_name),
+        "learner" => flag_name::<crate::train::LearnerKind>(serde_name),
+        "sharing" => flag_name::<crate::train::Sharing>(serde_name),
+        "text" => flag_name::<crate::scene::TextStyle>(serde_name),
+        _ => None,
     };
-    let pair = |s: String, v: Option<clap::builder::PossibleValue>| {
-        (s, v.map(|p| p.get_name().to_string()).unwrap_or_default())
-    };
-    match field {
-        "algo" => names(
-            crate::train::Algo::value_variants()
-                .iter()
-                .map(|a| pair(json_name(a), a.to_possible_value()))
-                .collect(),
-        ),
-        "learner" => names(
-            crate::train::LearnerKind::value_variants()
-                .iter()
-                .map(|a| pair(json_name(a), a.to_possible_value()))
-                .collect(),
-        ),
-        "sharing" => names(
-            crate::train::Sharing::value_variants()
-                .iter()
-                .map(|a| pair(json_name(a), a.to_possible_value()))
-                .collect(),
-        ),
-        "text" => names(
-            crate::scene::TextStyle::value_variants()
-                .iter()
-                .map(|a| pair(json_name(a), a.to_possible_value()))
-                .collect(),
-        ),
-        _ => serde_name.to_string(),
-    }
+    flag.unwrap_or_else(|| serde_name.to_string())
+}
+
+/// The flag value of the variant of `T` whose serde name is `serde_name`.
+fn flag_name<T: clap::ValueEnum + Serialize>(serde_name: &str) -> Option<String> {
+    T::value_variants()
+        .iter()
+        .find(|v| json_name(*v) == serde_name)
+        .and_then(|v| v.to_possible_value())
+        .map(|p| p.get_name().to_string())
 }
 
 fn json_name<T: Serialize>(x: &T) -> String {

@@ -254,6 +254,20 @@ fn stats_are_the_mean_and_the_sample_deviation() {
     assert_eq!(onset(&pts, Threshold::Above(9.0), 1), None);
 }
 
+/// The full budget's options for a report folder `out`, one thread.
+fn options(out: &Path) -> Options {
+    Options {
+        out: out.to_path_buf(),
+        seeds: None,
+        quick: false,
+        iterations: None,
+        threads: 1,
+        stop_after: None,
+        ranks: Default::default(),
+        device: candle_core::Device::Cpu,
+    }
+}
+
 /// Writes a run folder by hand: returns per iteration and a final evaluation.
 fn fake_run(dir: &Path, returns: &[f64], self_play: f64) {
     std::fs::create_dir_all(dir).expect("dir");
@@ -293,16 +307,7 @@ fn fake_run(dir: &Path, returns: &[f64], self_play: f64) {
 fn the_report_aggregates_hand_made_runs_and_judges_each_check() {
     let tmp = tempfile::tempdir().expect("tmp");
     let exp = parse(SMALL, &path()).expect("valid");
-    let opts = Options {
-        out: tmp.path().to_path_buf(),
-        seeds: None,
-        quick: false,
-        iterations: None,
-        threads: 1,
-        stop_after: None,
-        ranks: Default::default(),
-        device: candle_core::Device::Cpu,
-    };
+    let opts = options(tmp.path());
     let plan = runner::plan(&exp, &opts);
     assert_eq!(plan.runs.len(), 4);
     // Mean return (over the two teams) is r + 1.
@@ -398,16 +403,7 @@ fn a_further_claim_is_judged_apart_from_the_headline() {
         (exp.checks.len(), exp.also.len(), exp.also[0].len()),
         (2, 1, 2)
     );
-    let opts = Options {
-        out: tmp.path().to_path_buf(),
-        seeds: None,
-        quick: false,
-        iterations: None,
-        threads: 1,
-        stop_after: None,
-        ranks: Default::default(),
-        device: candle_core::Device::Cpu,
-    };
+    let opts = options(tmp.path());
     let plan = runner::plan(&exp, &opts);
     for r in &plan.runs {
         let ret = if r.arm == "ippo" {
