@@ -380,4 +380,25 @@ fn maze_text() {
         "",
     ]
     .join("\n"));
+    // With `Local` knowledge the agent knows nothing beyond its window: the compact style
+    // writes the window (3 x 3 here) instead of a map of `?`; the teammate, outside it, is
+    // in its own line. The full style keeps the whole map.
+    let local = src.replace("knowledge: Strips", "knowledge: Local");
+    let small = text(&play(&compact(&local)), 0);
+    assert_eq!(
+        small.lines().skip(3).collect::<Vec<_>>(),
+        [
+            "pair pair step 2",
+            "at 3 1 keys red",
+            "# # #",
+            ". @ .",
+            ". . .",
+            "reward -0.01",
+            "teammate 1 at 1 2",
+            "teammate 1 said west",
+            "actions noop east south west",
+        ]
+    );
+    let full = text(&play(&local), 0);
+    assert!(full.contains("? ? . @ . ? ?\n"), "{full}");
 }

@@ -1,5 +1,6 @@
-//! The maze as text: the agent's place and keys, the map as it knows it, the teammates and
-//! the words heard, and (talk) the words it may say. Golden tests pin every line
+//! The maze as text: the agent's place and keys, the map as it knows it (in the compact
+//! style, the window alone where it knows nothing beyond: `Local` knowledge), the teammates
+//! and the words heard, and (talk) the words it may say. Golden tests pin every line
 //! (`tests/suite/observation_text.rs`).
 
 use std::fmt::Write;
@@ -86,7 +87,11 @@ impl FamilyText for MazeText {
                 let _ = write!(s, " keys {}", keys.join(" "));
             }
             s.push('\n');
-            map_rows(s, obs);
+            if knows_only_window(obs) {
+                window_rows(s, obs);
+            } else {
+                map_rows(s, obs);
+            }
             reward_words(s, "reward", t.last_reward);
             self.teammates(t, s);
             return;
@@ -113,6 +118,50 @@ impl FamilyText for MazeText {
         if !self.vocabulary.is_empty() {
             let _ = writeln!(s, "say {}", self.vocabulary.join(" "));
         }
+    }
+}
+
+/// Whether the agent knows no cell beyond its window (`Local` knowledge, oracles aside):
+/// then every other cell of the map is `?`, and the compact style writes the window alone.
+fn knows_only_window(obs: &Observation) -> bool {
+    let (w, h) = (usize::from(obs.map_width), usize::from(obs.map_height));
+    let (vw, vh) = (usize::from(obs.view_width), usize::from(obs.view_height));
+    if w == 0 || obs.map.len() != w * h || vw == 0 || obs.view.len() != vw * vh {
+        return false;
+    }
+    let (sx, sy) = (usize::from(obs.view_self.0), usize::from(obs.view_self.1));
+    let inside = |x: usize, y: usize| {
+        let (dx, dy) = (
+            x as i64 - i64::from(obs.pos[0]),
+            y as i64 - i64::from(obs.pos[1]),
+        );
+        (-(sx as i64)..(vw - sx) as i64).contains(&dx)
+            && (-(sy as i64)..(vh - sy) as i64).contains(&dy)
+    };
+    obs.map
+        .iter()
+        .enumerate()
+        .all(|(i, &c)| view::kind(c) == view::UNKNOWN || inside(i % w, i / w))
+}
+
+/// The window around the agent, one row per line (`@` the agent at its centre, `T` a
+/// teammate, off the map `#`): the compact style's map where the agent knows nothing beyond
+/// it, `(2 view + 1)²` cells instead of the whole map's, the rest of which would be `?`.
+fn window_rows(s: &mut String, obs: &Observation) {
+    let w = usize::from(obs.view_width);
+    for row in obs.view.chunks(w) {
+        for (x, &c) in row.iter().enumerate() {
+            if x > 0 {
+                s.push(' ');
+            }
+            s.push(
+                view::CHARS
+                    .get(usize::from(view::kind(c)))
+                    .copied()
+                    .unwrap_or('?'),
+            );
+        }
+        s.push('\n');
     }
 }
 
