@@ -244,9 +244,53 @@ pub(crate) fn matmul_wt(
     );
 }
 
+/// `dst[c · dst_stride + r] = src[r · src_stride + c]` for `r < rows`, `c < cols`, a tile of
+/// 16 × 16 at a time, so that the reads and the writes of a tile stay in a few cache lines
+/// (element by element, the writes of a 64-wide transpose each touched another line).
+pub(crate) fn transpose(
+    dst: &mut [f32],
+    dst_stride: usize,
+    src: &[f32],
+    src_stride: usize,
+    (rows, cols): (usize, usize),
+) {
+    const T: usize = 16;
+    for r0 in (0..rows).step_by(T) {
+        for c0 in (0..cols).step_by(T) {
+            let c1 = (c0 + T).min(cols);
+            for r in r0..(r0 + T).min(rows) {
+                let line = &src[r * src_stride + c0..r * src_stride + c1];
+                for (c, &x) in (c0..c1).zip(line) {
+                    dst[c * dst_stride + r] = x;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tiled_transpose_is_the_transpose() {
+        // Sizes that are and are not multiples of the tile, strides wider than the rows.
+        for (rows, cols, ss, ds) in [(64, 1456, 1525, 64), (192, 64, 64, 192), (17, 33, 40, 20)] {
+            let src: Vec<f32> = (0..rows * ss).map(|i| i as f32).collect();
+            let mut dst = vec![-1.0; cols * ds];
+            transpose(&mut dst, ds, &src, ss, (rows, cols));
+            for r in 0..rows {
+                for c in 0..cols {
+                    assert_eq!(dst[c * ds + r], src[r * ss + c]);
+                }
+                for c in 0..cols {
+                    for gap in rows..ds {
+                        assert_eq!(dst[c * ds + gap], -1.0, "wrote outside the rows");
+                    }
+                }
+            }
+        }
+    }
 
     /// A 2×3 by 3×2 product worked by hand, then the same through transposed views and a
     /// block of columns, and added to the destination.

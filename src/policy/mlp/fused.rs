@@ -60,7 +60,7 @@ pub use gru::Mem;
 
 use super::net::MlpNet;
 use crate::core::{CODES, Encoded};
-use crate::policy::gemm::{Mat, MatMut, Threads, gemm};
+use crate::policy::gemm::{Mat, MatMut, Threads, gemm, transpose};
 use crate::policy::lm::cpu::kernels::simd::{exp, vectorised};
 
 /// Hidden width (both layers), as [`MlpNet`]'s.
@@ -1197,30 +1197,6 @@ impl pulp::WithSimd for CellGrads<'_> {
     }
 }
 
-/// `dst[c · dst_stride + r] = src[r · src_stride + c]` for `r < rows`, `c < cols`, a tile of
-/// 16 × 16 at a time, so that the reads and the writes of a tile stay in a few cache lines
-/// (element by element, the writes of a 64-wide transpose each touched another line).
-fn transpose(
-    dst: &mut [f32],
-    dst_stride: usize,
-    src: &[f32],
-    src_stride: usize,
-    (rows, cols): (usize, usize),
-) {
-    const T: usize = 16;
-    for r0 in (0..rows).step_by(T) {
-        for c0 in (0..cols).step_by(T) {
-            let c1 = (c0 + T).min(cols);
-            for r in r0..(r0 + T).min(rows) {
-                let line = &src[r * src_stride + c0..r * src_stride + c1];
-                for (c, &x) in (c0..c1).zip(line) {
-                    dst[c * dst_stride + r] = x;
-                }
-            }
-        }
-    }
-}
-
 /// Reads a value from every cache line of `rows`' cells and fields, all at once: a
 /// minibatch's decisions lie scattered over the whole batch's memory, and independent loads
 /// in a row let the processor fetch their lines side by side, where the passes would wait
@@ -1365,26 +1341,6 @@ fn log_softmax(z: &[f32], counts: impl Fn(usize) -> bool, lp: &mut [f32], p: &mu
 #[cfg(test)]
 mod tests {
     use super::tanh;
-
-    #[test]
-    fn the_tiled_transpose_is_the_transpose() {
-        // Sizes that are and are not multiples of the tile, strides wider than the rows.
-        for (rows, cols, ss, ds) in [(64, 1456, 1525, 64), (192, 64, 64, 192), (17, 33, 40, 20)] {
-            let src: Vec<f32> = (0..rows * ss).map(|i| i as f32).collect();
-            let mut dst = vec![-1.0; cols * ds];
-            super::transpose(&mut dst, ds, &src, ss, (rows, cols));
-            for r in 0..rows {
-                for c in 0..cols {
-                    assert_eq!(dst[c * ds + r], src[r * ss + c]);
-                }
-                for c in 0..cols {
-                    for gap in rows..ds {
-                        assert_eq!(dst[c * ds + gap], -1.0, "wrote outside the rows");
-                    }
-                }
-            }
-        }
-    }
 
     #[test]
     fn tanh_is_within_3e7_of_libm() {
