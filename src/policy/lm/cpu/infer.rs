@@ -665,9 +665,18 @@ fn attend_and_mlp(
     projections.run(q, &n[..rows * h], l.q, (rows, h, qw), false, (i, 0, runs));
     add_bias(q, l.q_bias);
     kernels::rotate(q, rope, qw, |r| q_pos[r] as usize, 1.0);
-    let att = kernels::attend(q, k, v, spans, (nh, nkv, hd), scale);
+    // The attention's output goes where the normed rows were (read by the query projection
+    // above, written again below), when it fits: no buffer to allocate and fill per layer.
+    let mut own;
+    let att: &mut [f32] = if qw <= h {
+        &mut n[..rows * qw]
+    } else {
+        own = vec![0f32; rows * qw];
+        &mut own
+    };
+    kernels::attend_into(att, q, k, v, spans, (nh, nkv, hd), scale);
     let x = &mut x[..rows * h];
-    projections.run(x, &att, l.o, (rows, qw, h), true, (i, 3, runs));
+    projections.run(x, att, l.o, (rows, qw, h), true, (i, 3, runs));
     let n = &mut n[..rows * h];
     kernels::rms_rows(n, x, l.ln2, m.sizes.eps);
     let (g, u) = (&mut g[..rows * iw], &mut u[..rows * iw]);
