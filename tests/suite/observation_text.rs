@@ -401,4 +401,11 @@ fn maze_text() {
     );
     let full = text(&play(&local), 0);
     assert!(full.contains("? ? . @ . ? ?\n"), "{full}");
+    // A window of 7 x 7 is more cells than this 7 x 4 map: the map it is, all in sight.
+    let wide = local.replace("view: 1", "view: 3");
+    let small = text(&play(&compact(&wide)), 0);
+    assert!(
+        small.contains("at 3 1 keys red\n# # # # # # #\n# . . @ . L #\n# T . . . E #\n"),
+        "{small}"
+    );
 }

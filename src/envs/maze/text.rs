@@ -121,12 +121,17 @@ impl FamilyText for MazeText {
     }
 }
 
-/// Whether the agent knows no cell beyond its window (`Local` knowledge, oracles aside):
-/// then every other cell of the map is `?`, and the compact style writes the window alone.
+/// Whether the agent knows no cell beyond its window (`Local` knowledge, oracles aside) and
+/// the window has fewer cells than the map: then every other cell of the map is `?`, and the
+/// compact style writes the window alone, in fewer tokens (a window wider than a small map
+/// would take more).
 fn knows_only_window(obs: &Observation) -> bool {
     let (w, h) = (usize::from(obs.map_width), usize::from(obs.map_height));
     let (vw, vh) = (usize::from(obs.view_width), usize::from(obs.view_height));
     if w == 0 || obs.map.len() != w * h || vw == 0 || obs.view.len() != vw * vh {
+        return false;
+    }
+    if vw * vh >= w * h {
         return false;
     }
     let (sx, sy) = (usize::from(obs.view_self.0), usize::from(obs.view_self.1));
