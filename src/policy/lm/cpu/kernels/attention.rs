@@ -325,7 +325,12 @@ impl<const D: usize> pulp::WithSimd for Attend<'_, D> {
             // key, so that its two accumulators stay in registers (all D lanes at once
             // spilled them: 16 ymm registers hold 128 lanes on AVX2). Each lane adds the same
             // products in the same order as it would all at once.
-            const { assert!(D % KEYS == 0, "head sizes with a kernel are whole blocks") };
+            const {
+                assert!(
+                    D.is_multiple_of(KEYS),
+                    "head sizes with a kernel are whole blocks"
+                )
+            };
             let vblock = |r: usize, c: usize| block(v, (r * kv_heads + kvh) * D + c);
             for c in (0..D).step_by(KEYS) {
                 let mut even = [0f32; KEYS];
@@ -421,7 +426,12 @@ impl<const D: usize> pulp::WithSimd for AttendGroup<'_, D> {
             }
             // The weighted sums of values, one block of KEYS output lanes at a time (see
             // `Attend`): GROUP accumulators of one block stay in registers.
-            const { assert!(D % KEYS == 0, "head sizes with a kernel are whole blocks") };
+            const {
+                assert!(
+                    D.is_multiple_of(KEYS),
+                    "head sizes with a kernel are whole blocks"
+                )
+            };
             for c in (0..D).step_by(KEYS) {
                 let mut acc = [[0f32; KEYS]; GROUP];
                 for (s, &(first, len)) in segs.iter().enumerate() {
