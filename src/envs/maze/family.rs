@@ -94,9 +94,11 @@ impl Family for Maze {
         check::check_scene(cx, scene, &params(scene))
     }
     fn text(&self, scene: &Scene) -> Option<Arc<dyn FamilyText>> {
+        let p = params(scene);
         Some(Arc::new(text::MazeText::new(
             scene,
-            params(scene).vocabulary,
+            p.vocabulary,
+            p.knowledge,
         )))
     }
     fn build(&self, app: &mut bevy::app::App) {

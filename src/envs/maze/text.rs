@@ -5,6 +5,7 @@
 
 use std::fmt::Write;
 
+use super::params::Knowledge;
 use super::view;
 use crate::core::Observation;
 use crate::envs::text::{FamilyText, TextInput, reward_line, reward_words};
@@ -19,11 +20,14 @@ pub struct MazeText {
     vocabulary: Vec<String>,
     /// Key colours, by index (sorted names of a fixed map; `key0`… when generated).
     key_names: Vec<String>,
+    /// The scene's knowledge is `Local`: agents know nothing beyond their windows.
+    local: bool,
 }
 
 impl MazeText {
-    /// The text of `scene`'s agents, who may say `vocabulary`.
-    pub fn new(scene: &Scene, vocabulary: Vec<String>) -> Self {
+    /// The text of `scene`'s agents, who may say `vocabulary` and know `knowledge` of the
+    /// map.
+    pub fn new(scene: &Scene, vocabulary: Vec<String>, knowledge: Knowledge) -> Self {
         let mut key_names: Vec<String> = scene
             .cells
             .iter()
@@ -37,6 +41,7 @@ impl MazeText {
         Self {
             vocabulary,
             key_names,
+            local: knowledge == Knowledge::Local,
         }
     }
 
@@ -87,7 +92,7 @@ impl FamilyText for MazeText {
                 let _ = write!(s, " keys {}", keys.join(" "));
             }
             s.push('\n');
-            if knows_only_window(obs) {
+            if self.local && knows_only_window(obs) {
                 window_rows(s, obs);
             } else {
                 map_rows(s, obs);
@@ -121,10 +126,10 @@ impl FamilyText for MazeText {
     }
 }
 
-/// Whether the agent knows no cell beyond its window (`Local` knowledge, oracles aside) and
-/// the window has fewer cells than the map: then every other cell of the map is `?`, and the
-/// compact style writes the window alone, in fewer tokens (a window wider than a small map
-/// would take more).
+/// Whether the agent knows no cell beyond its window (with `Local` knowledge, all but
+/// oracles) and the window has fewer cells than the map: then every other cell of the map is
+/// `?`, and the compact style writes the window alone, in fewer tokens (a window of as many
+/// cells as a small map or more would take as many or more).
 fn knows_only_window(obs: &Observation) -> bool {
     let (w, h) = (usize::from(obs.map_width), usize::from(obs.map_height));
     let (vw, vh) = (usize::from(obs.view_width), usize::from(obs.view_height));
@@ -140,8 +145,8 @@ fn knows_only_window(obs: &Observation) -> bool {
             x as i64 - i64::from(obs.pos[0]),
             y as i64 - i64::from(obs.pos[1]),
         );
-        (-(sx as i64)..(vw - sx) as i64).contains(&dx)
-            && (-(sy as i64)..(vh - sy) as i64).contains(&dy)
+        (-(sx as i64)..vw.saturating_sub(sx) as i64).contains(&dx)
+            && (-(sy as i64)..vh.saturating_sub(sy) as i64).contains(&dy)
     };
     obs.map
         .iter()
