@@ -164,15 +164,18 @@ fn window_rows(s: &mut String, obs: &Observation) {
             if x > 0 {
                 s.push(' ');
             }
-            s.push(
-                view::CHARS
-                    .get(usize::from(view::kind(c)))
-                    .copied()
-                    .unwrap_or('?'),
-            );
+            s.push(cell_char(c));
         }
         s.push('\n');
     }
+}
+
+/// The character of a cell code (`?` for an unknown kind).
+fn cell_char(c: u8) -> char {
+    view::CHARS
+        .get(usize::from(view::kind(c)))
+        .copied()
+        .unwrap_or('?')
 }
 
 /// The known map, one row per line: `@` the agent, `T` a teammate.
@@ -194,10 +197,7 @@ fn map_rows(s: &mut String, obs: &Observation) {
             } else if mate {
                 'T'
             } else {
-                view::CHARS
-                    .get(usize::from(view::kind(c)))
-                    .copied()
-                    .unwrap_or('?')
+                cell_char(c)
             });
         }
         s.push('\n');

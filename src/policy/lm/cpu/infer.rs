@@ -666,14 +666,9 @@ fn attend_and_mlp(
     add_bias(q, l.q_bias);
     kernels::rotate(q, rope, qw, |r| q_pos[r] as usize, 1.0);
     // The attention's output goes where the normed rows were (read by the query projection
-    // above, written again below), when it fits: no buffer to allocate and fill per layer.
-    let mut own;
-    let att: &mut [f32] = if qw <= h {
-        &mut n[..rows * qw]
-    } else {
-        own = vec![0f32; rows * qw];
-        &mut own
-    };
+    // above, written again below): no buffer to allocate and fill per layer. It fits, as
+    // `hd` is `h / nh` (`LmConfig::head_dim`), so `qw` is at most `h`.
+    let att = &mut n[..rows * qw];
     kernels::attend_into(att, q, k, v, spans, (nh, nkv, hd), scale);
     let x = &mut x[..rows * h];
     projections.run(x, att, l.o, (rows, qw, h), true, (i, 3, runs));
