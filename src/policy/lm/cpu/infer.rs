@@ -8,7 +8,12 @@
 //! slice-level kernels of [`super::kernels`]. Same maths, step for step, as the other paths
 //! (tested against them to 1e-5).
 //!
-//! Over 600 lines: besides the packed forward, the weights' layout that the training path
+//! Each layer's rows are computed in two halves side by side, a thread each, where that
+//! changes no result (`cut`, tested to the bit against the whole batch): on two cores that
+//! beat threading each operation (decisions/s of `emergence run` on the corridor maze with
+//! `--policy lm`, 4 arenas: 1.4x).
+//!
+//! Over 800 lines: besides the packed forward, the weights' layout that the training path
 //! reads too (`Layout`, `Packed`, `Project`) and the continuation of kept prompts
 //! (`KvCache`, `extend_hidden`: a talking agent's word after its action), which shares the
 //! forward's layer tail (`attend_and_mlp`) and its span layout.
@@ -18,6 +23,7 @@ use rayon::prelude::*;
 use std::ops::Deref;
 
 use super::kernels::{self, RopeTables, Segments};
+use super::parts::each_part;
 use crate::policy::gemm::matmul_wt;
 
 /// A tensor's f32 data on the CPU, held for reading (`G`: candle's storage read guard).
@@ -498,15 +504,24 @@ pub(in crate::policy::lm) fn packed_hidden_keep(
     let mut v = vec![0f32; total * kvw];
     let mut g = vec![0f32; total * iw];
     let mut u = vec![0f32; total * iw];
+    // Where each layer's rows, and the last layer's, are cut in two halves side by side.
+    let exact = exact_cut(&m.sizes, projections.lora);
+    let ends: Vec<usize> = (0..prompts.len())
+        .map(|i| firsts[i] as usize + own(i))
+        .collect();
+    let cut_all = cut(&ends, &token_runs, exact);
+    let ends_last: Vec<usize> = (1..=prompts.len()).collect();
+    let cut_last = cut(&ends_last, &last_runs, exact);
     let layers = m.layers.len();
     for (i, l) in m.layers.iter().enumerate() {
         let tr = &token_runs;
-        keys_and_values(
+        keys_and_values_cut(
             m,
             (&projections, i, l, rope),
             (&x, &mut n),
             (&mut k, &mut v),
             (&pos, tr),
+            cut_all,
         );
         if let Some(kept) = keep.as_mut() {
             kept.get_or_insert_with(|| KvCache {
@@ -520,17 +535,18 @@ pub(in crate::policy::lm) fn packed_hidden_keep(
             .layers
             .push((k.clone(), v.clone()));
         }
-        let (spans, q_pos, runs): (&[Segments], &[u32], &Runs) = if i + 1 == layers && !every_row {
-            // The last layer for each prompt's last token only.
-            x = gather(&x, &last_rows, h);
-            n = gather(&n, &last_rows, h);
-            (&spans_last, &last_pos, &last_runs)
-        } else {
-            (&spans_all, &pos, tr)
-        };
+        let (spans, q_pos, runs, at_cut): (&[Segments], &[u32], &Runs, _) =
+            if i + 1 == layers && !every_row {
+                // The last layer for each prompt's last token only.
+                x = gather(&x, &last_rows, h);
+                n = gather(&n, &last_rows, h);
+                (&spans_last, &last_pos, &last_runs, cut_last)
+            } else {
+                (&spans_all, &pos, tr, cut_all)
+            };
         let bufs = (&mut x[..], &mut n[..], &mut q[..], &mut g[..], &mut u[..]);
         let at = (&projections, i, l, rope);
-        attend_and_mlp(m, at, bufs, (&k, &v), (spans, q_pos, runs));
+        attend_and_mlp_cut(m, at, bufs, (&k, &v), (spans, q_pos, runs), at_cut);
     }
     let mut out = vec![0f32; x.len()];
     kernels::rms_rows(&mut out, &x, m.norm, m.sizes.eps);
@@ -606,15 +622,27 @@ pub(in crate::policy::lm) fn extend_hidden(
     let mut vv = vec![0f32; rows_kv * kvw];
     let mut g = vec![0f32; total * iw];
     let mut u = vec![0f32; total * iw];
+    let exact = exact_cut(&m.sizes, projections.lora);
+    let ends: Vec<usize> = ext
+        .iter()
+        .scan(0, |at, e| {
+            *at += e.len();
+            Some(*at)
+        })
+        .collect();
+    let cut_all = cut(&ends, &token_runs, exact);
+    let ends_last: Vec<usize> = (1..=b).collect();
+    let cut_last = cut(&ends_last, &last_runs, exact);
     let layers = m.layers.len();
     for (i, l) in m.layers.iter().enumerate() {
         let tr = &token_runs;
-        keys_and_values(
+        keys_and_values_cut(
             m,
             (&projections, i, l, rope),
             (&x, &mut n),
             (&mut k, &mut v),
             (&pos, tr),
+            cut_all,
         );
         // The cached rows and the new ones, prompt by prompt.
         let (ck, cv) = &cache.layers[i];
@@ -628,20 +656,150 @@ pub(in crate::policy::lm) fn extend_hidden(
             kk[row * kvw..(row + 1) * kvw].copy_from_slice(&k[r * kvw..(r + 1) * kvw]);
             vv[row * kvw..(row + 1) * kvw].copy_from_slice(&v[r * kvw..(r + 1) * kvw]);
         }
-        let (spans, q_pos, runs): (&[Segments], &[u32], &Runs) = if i + 1 == layers {
+        let (spans, q_pos, runs, at_cut): (&[Segments], &[u32], &Runs, _) = if i + 1 == layers {
             x = gather(&x, &last_rows, h);
             n = gather(&n, &last_rows, h);
-            (&spans_last, &last_pos, &last_runs)
+            (&spans_last, &last_pos, &last_runs, cut_last)
         } else {
-            (&spans_all, &pos, tr)
+            (&spans_all, &pos, tr, cut_all)
         };
         let bufs = (&mut x[..], &mut n[..], &mut q[..], &mut g[..], &mut u[..]);
         let at = (&projections, i, l, rope);
-        attend_and_mlp(m, at, bufs, (&kk, &vv), (spans, q_pos, runs));
+        attend_and_mlp_cut(m, at, bufs, (&kk, &vv), (spans, q_pos, runs), at_cut);
     }
     let mut out = vec![0f32; x.len()];
     kernels::rms_rows(&mut out, &x, m.norm, m.sizes.eps);
     out
+}
+
+/// The fewest rows a layer is cut into halves for (below, the halves' hand-over costs more
+/// than the second thread gives).
+const MIN_CUT_ROWS: usize = 8;
+
+/// Whether cutting a layer's rows in two leaves every product's arithmetic as it was. Each
+/// output of `gemm` sums over the same blocks of the inner dimension whatever the rows, as
+/// long as there are at least 2 (one row takes its matrix-vector path), except where both
+/// the rows and the outputs are at most 64, which takes the inner dimension in blocks of
+/// 512: so the cut changes nothing where every inner dimension is at most 512, or (without
+/// adapters, whose `A` has `rank` outputs) every output is wider than 64. The row-wise
+/// kernels (norms, rotary embedding, SwiGLU, attention) compute each row alone.
+fn exact_cut(s: &Sizes, lora: bool) -> bool {
+    let (h, nh, nkv, hd, iw) = s.dims();
+    let (qw, kvw) = (nh * hd, nkv * hd);
+    h.max(qw).max(iw) <= 512 || (!lora && h.min(qw).min(kvw).min(iw) > 64)
+}
+
+/// The row at which a layer's rows are cut into two halves computed side by side, a thread
+/// each ([`each_part`]), prompt `i`'s rows ending at row `ends[i]`: the end of a prompt
+/// nearest half the rows. None where the cut could change a result ([`exact_cut`]), where
+/// either half would have fewer than 2 rows or an adapter's run a piece of 1, or below
+/// [`MIN_CUT_ROWS`]. It depends on the rows alone, never on the thread count, and the
+/// results do not depend on it.
+fn cut(ends: &[usize], runs: &Runs, exact: bool) -> Option<usize> {
+    let total = *ends.last()?;
+    #[cfg(test)]
+    if tests::UNCUT.with(std::cell::Cell::get) {
+        return None;
+    }
+    if !exact || total < MIN_CUT_ROWS {
+        return None;
+    }
+    let mid = ends
+        .iter()
+        .copied()
+        .min_by_key(|&e| (2 * e).abs_diff(total))?;
+    if mid < 2 || total - mid < 2 {
+        return None;
+    }
+    let mut start = 0;
+    for &(_, n) in runs {
+        if start < mid && mid < start + n && (mid - start < 2 || start + n - mid < 2) {
+            return None;
+        }
+        start += n;
+    }
+    #[cfg(test)]
+    tests::CUTS.with(|c| c.set(c.get() + 1));
+    Some(mid)
+}
+
+/// `runs` cut at row `mid`: the runs of the rows before it and of those from it.
+fn split_runs(runs: &Runs, mid: usize) -> [Runs; 2] {
+    let (mut before, mut after): (Runs, Runs) = (Vec::new(), Vec::new());
+    let mut start = 0;
+    for &(a, n) in runs {
+        let end = start + n;
+        if end <= mid {
+            before.push((a, n));
+        } else if start >= mid {
+            after.push((a, n));
+        } else {
+            before.push((a, mid - start));
+            after.push((a, end - mid));
+        }
+        start = end;
+    }
+    [before, after]
+}
+
+/// [`keys_and_values`] over every row of `x`, in two halves side by side where `cut` says.
+#[allow(clippy::type_complexity)]
+fn keys_and_values_cut(
+    m: &ModelData<'_>,
+    at: (&Project<'_, '_>, usize, &LayerData<'_>, &RopeTables),
+    (x, n): (&[f32], &mut [f32]),
+    (k, v): (&mut [f32], &mut [f32]),
+    (pos, runs): (&[u32], &Runs),
+    cut: Option<usize>,
+) {
+    let Some(mid) = cut else {
+        return keys_and_values(m, at, (x, n), (k, v), (pos, runs));
+    };
+    let (h, _, nkv, hd, _) = m.sizes.dims();
+    let kvw = nkv * hd;
+    let (xa, xb) = x.split_at(mid * h);
+    let (na, nb) = n.split_at_mut(mid * h);
+    let (ka, kb) = k.split_at_mut(mid * kvw);
+    let (va, vb) = v.split_at_mut(mid * kvw);
+    let [ra, rb] = split_runs(runs, mid);
+    let halves = vec![
+        (xa, na, ka, va, &pos[..mid], ra),
+        (xb, nb, kb, vb, &pos[mid..], rb),
+    ];
+    each_part(halves, |_, (x, n, k, v, pos, runs)| {
+        keys_and_values(m, at, (x, n), (k, v), (pos, &runs));
+    });
+}
+
+/// [`attend_and_mlp`] over the rows of `spans`, in two halves side by side where `cut` says
+/// (each half's query rows read every key).
+#[allow(clippy::type_complexity)]
+fn attend_and_mlp_cut(
+    m: &ModelData<'_>,
+    at: (&Project<'_, '_>, usize, &LayerData<'_>, &RopeTables),
+    (x, n, q, g, u): (&mut [f32], &mut [f32], &mut [f32], &mut [f32], &mut [f32]),
+    (k, v): (&[f32], &[f32]),
+    (spans, q_pos, runs): (&[Segments], &[u32], &Runs),
+    cut: Option<usize>,
+) {
+    let Some(mid) = cut else {
+        return attend_and_mlp(m, at, (x, n, q, g, u), (k, v), (spans, q_pos, runs));
+    };
+    let (h, nh, _, hd, iw) = m.sizes.dims();
+    let qw = nh * hd;
+    let (xa, xb) = x.split_at_mut(mid * h);
+    let (na, nb) = n.split_at_mut(mid * h);
+    let (qa, qb) = q.split_at_mut(mid * qw);
+    let (ga, gb) = g.split_at_mut(mid * iw);
+    let (ua, ub) = u.split_at_mut(mid * iw);
+    let [ra, rb] = split_runs(runs, mid);
+    let halves = vec![
+        ((xa, na, qa, ga, ua), (&spans[..mid], &q_pos[..mid], ra)),
+        ((xb, nb, qb, gb, ub), (&spans[mid..], &q_pos[mid..], rb)),
+    ];
+    each_part(halves, |_, (bufs, (spans, q_pos, runs))| {
+        attend_and_mlp(m, at, bufs, (k, v), (spans, q_pos, &runs));
+    });
 }
 
 /// The rest of layer `i` (`l`) once its keys and values are in `k` and `v`: the queries of
@@ -699,4 +857,114 @@ fn keys_and_values(
     kernels::rotate(k, rope, kvw, |r| pos[r] as usize, 1.0);
     projections.run(v, n, l.v, (rows, h, kvw), false, (i, 2, runs));
     add_bias(v, l.v_bias);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::lm::model::init_weights;
+    use crate::policy::lm::{Decoder, LmConfig, Lora, Preset};
+    use candle_core::Device;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Set: [`cut`] never cuts (the whole batch's rows in every operation).
+        pub(super) static UNCUT: Cell<bool> = const { Cell::new(false) };
+        /// The cuts [`cut`] made on this thread.
+        pub(super) static CUTS: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// A layer's rows are cut at the end of the prompt nearest half of them, never leaving a
+    /// half (or a piece of an adapter's run) one row, never below `MIN_CUT_ROWS` rows, never
+    /// where the products would not be exact; the runs are cut with them.
+    #[test]
+    fn a_layer_is_cut_at_the_prompt_end_nearest_half_its_rows() {
+        let plain: Runs = vec![(None, 20)];
+        assert_eq!(cut(&[5, 12, 20], &plain, true), Some(12));
+        assert_eq!(cut(&[3, 20], &plain, true), Some(3));
+        assert_eq!(cut(&[19, 20], &plain, true), None);
+        assert_eq!(cut(&[1, 20], &plain, true), None);
+        assert_eq!(cut(&[2, 4], &[(None, 4)].to_vec(), true), None);
+        assert_eq!(cut(&[5, 12, 20], &plain, false), None);
+        let one_left: Runs = vec![(Some(0), 11), (Some(1), 9)];
+        assert_eq!(cut(&[5, 12, 20], &one_left, true), None);
+        let at_a_run_end: Runs = vec![(Some(0), 12), (Some(1), 8)];
+        assert_eq!(cut(&[5, 12, 20], &at_a_run_end, true), Some(12));
+        let runs: Runs = vec![(Some(0), 10), (None, 10)];
+        assert_eq!(
+            split_runs(&runs, 12),
+            [vec![(Some(0), 10), (None, 2)], vec![(None, 8)]]
+        );
+        assert_eq!(
+            split_runs(&runs, 10),
+            [vec![(Some(0), 10)], vec![(None, 10)]]
+        );
+        // `tiny` and `small` are exact; wide inner dimensions with narrow outputs are not.
+        let tiny = LmConfig::preset(Preset::Tiny, 64);
+        let sizes = |c: &LmConfig, kv: usize| Sizes {
+            hidden: c.hidden_size,
+            heads: c.num_attention_heads,
+            kv_heads: kv,
+            head_dim: c.head_dim(),
+            intermediate: c.intermediate_size,
+            eps: 1e-6,
+        };
+        assert!(exact_cut(&sizes(&tiny, 4), true));
+        let small = LmConfig::preset(Preset::Small, 64);
+        assert!(exact_cut(&sizes(&small, 8), false));
+        assert!(!exact_cut(&sizes(&small, 8), true));
+        assert!(!exact_cut(&sizes(&small, 1), false));
+    }
+
+    /// The fast path's hidden states, and a kept batch's continuation, are the same bits
+    /// with each layer's rows in two halves side by side as with the whole batch in every
+    /// operation, on one thread and on two: cutting changes the speed, never a result.
+    #[test]
+    fn the_halves_give_the_bits_of_the_whole_batch() {
+        let cfg = LmConfig::preset(Preset::Tiny, 64);
+        let init = init_weights(&cfg, 5, &Device::Cpu).expect("init");
+        let dec = Decoder::new(&cfg, &init, std::path::Path::new("halves")).expect("decoder");
+        // Eight prompts that begin alike (the rows of that beginning computed once) and
+        // then differ, of 15 to 29 tokens; each continued by two tokens.
+        let prompts: Vec<Vec<u32>> = (0..8u32)
+            .map(|i| {
+                let own = (0..3 + 2 * i).map(|j| (i * 13 + j * 5 + 1) % 64);
+                (0..12u32).map(|j| j * 7 % 64).chain(own).collect()
+            })
+            .collect();
+        let ext: Vec<Vec<u32>> = (0..8u32).map(|i| vec![i, (i * 3 + 1) % 64]).collect();
+        let ext: Vec<&[u32]> = ext.iter().map(Vec::as_slice).collect();
+        let run = |threads: usize, halves: bool| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build();
+            pool.expect("pool").install(|| {
+                UNCUT.with(|c| c.set(!halves));
+                CUTS.with(|c| c.set(0));
+                let kept = dec.last_hidden_kept(&prompts, Lora::Base).expect("forward");
+                let (h, cache) = kept.expect("the fast path");
+                let e = dec.extend_last_hidden(&cache, &ext, Lora::Base);
+                let e = e.expect("extend").expect("the continuation");
+                let mut bits = Vec::new();
+                for t in [h, e] {
+                    let v = t
+                        .flatten_all()
+                        .and_then(|t| t.to_vec1::<f32>())
+                        .expect("data");
+                    bits.extend(v.iter().map(|x| x.to_bits()));
+                }
+                (bits, CUTS.with(Cell::get))
+            })
+        };
+        let (whole, none) = run(1, false);
+        assert_eq!(none, 0);
+        for threads in [1, 2] {
+            let (halves, cuts) = run(threads, true);
+            // Every pass cuts its layers' rows and its last layer's.
+            assert_eq!(cuts, 4, "{threads} threads");
+            assert!(
+                halves == whole,
+                "{threads} threads: the halves changed the result"
+            );
+        }
+        assert!(run(2, false).0 == whole);
+    }
 }

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `infer` | the inference engine: prompts packed end to end (shared prefixes read once), plain buffers, one `gemm` (`policy/gemm.rs`) per product, LoRA per run of rows |
 //! | `train` | the training path: the same forward keeping its activations, a hand-written backward, tied into candle's autograd |
+//! | `parts` | two halves of a batch side by side, a thread each |
 //! | `pool` | the training path's recycled buffers |
 //! | [`kernels`] | fused operations (RMS norm, softmaxes, rotary embedding, SwiGLU, attention), forward and backward, SIMD |
 //!
@@ -12,6 +13,7 @@
 
 pub(super) mod infer;
 pub mod kernels;
+mod parts;
 mod pool;
 pub(super) mod train;
 

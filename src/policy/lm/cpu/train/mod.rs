@@ -6,7 +6,7 @@
 //! gradient per input.
 //!
 //! The batch runs in two parts of about equal rows, side by side, each on one thread of its
-//! own (see [`each_part`]); the parts' weight gradients are added at the end. On two cores
+//! own (see [`super::parts`]); the parts' weight gradients are added at the end. On two cores
 //! that beat threading each operation (measured on `benches/update.rs`, `tiny`: 13% less
 //! per step): no wake-ups between operations, and one-thread products of half the rows run
 //! faster than two-thread products of all of them. Attention is products per prompt and
@@ -29,6 +29,7 @@ use super::infer::{
     runs,
 };
 use super::kernels::{self, RopeTables};
+use super::parts::each_part;
 use super::pool::{buffer, copy, recycle, zeros};
 use crate::policy::gemm::{Mat, MatMut, Threads, gemm, gemm_long, matmul_wt};
 
@@ -473,45 +474,6 @@ fn parts(prompts: &[&[u32]]) -> Vec<std::ops::Range<usize>> {
     } else {
         vec![0..mid, mid..prompts.len()]
     }
-}
-
-/// Two pools of one thread each, for the two parts of a batch.
-fn part_pools() -> Option<&'static [rayon::ThreadPool; 2]> {
-    static POOLS: std::sync::OnceLock<Option<[rayon::ThreadPool; 2]>> = std::sync::OnceLock::new();
-    POOLS
-        .get_or_init(|| {
-            let one = || rayon::ThreadPoolBuilder::new().num_threads(1).build().ok();
-            Some([one()?, one()?])
-        })
-        .as_ref()
-}
-
-/// `f` over each part's input, side by side on a thread each where rayon has more than one
-/// thread (a pool each, so that neither part's operations interleave with the other's),
-/// else one after the other. Either way each part runs on one thread, so its result does
-/// not depend on which.
-fn each_part<T: Send, R: Send>(inputs: Vec<T>, f: impl Fn(usize, T) -> R + Sync) -> Vec<R> {
-    let pools = part_pools();
-    if inputs.len() == 2
-        && let Some([a, b]) = pools
-        && rayon::current_num_threads() > 1
-    {
-        let mut it = inputs.into_iter();
-        let (x, y) = (it.next(), it.next());
-        let (x, y) = rayon::join(
-            || x.map(|x| a.install(|| f(0, x))),
-            || y.map(|y| b.install(|| f(1, y))),
-        );
-        return x.into_iter().chain(y).collect();
-    }
-    inputs
-        .into_iter()
-        .enumerate()
-        .map(|(i, x)| match pools {
-            Some([a, _]) => a.install(|| f(i, x)),
-            None => f(i, x),
-        })
-        .collect()
 }
 
 /// The final normed hidden states at each prompt's last token, `(prompts, hidden)` (with
