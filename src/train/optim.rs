@@ -107,7 +107,16 @@ impl AdamW {
     /// damaged checkpoint, weights that overflowed), nothing changes, the step is not
     /// counted, and its name is returned (`Ok(Some(name))`).
     pub fn step(&mut self, grads: &GradStore) -> Result<Option<String>> {
+        self.step_clipped(grads, None)
+    }
+
+    /// [`AdamW::step`] on the gradients scaled by a norm clip's factor `clip` as they are
+    /// read (each `x · clip + 0`, the bits [`crate::train::loss::clip_grad_norm`] gives them;
+    /// `None`: as they are), without a scaled copy of every gradient.
+    pub fn step_clipped(&mut self, grads: &GradStore, clip: Option<f32>) -> Result<Option<String>> {
         let p = self.params;
+        // x · 1 + (−0) is x, to the sign of a zero; x · by + 0 is candle's affine map.
+        let affine = clip.map_or((1.0, -0.0), |by| (by, 0.0));
         let t = i32::try_from(self.step + 1).unwrap_or(i32::MAX);
         let scale_m = 1.0 / (1.0 - p.beta1.powi(t));
         let scale_v = 1.0 / (1.0 - p.beta2.powi(t));
@@ -124,7 +133,7 @@ impl AdamW {
             match &s.moments {
                 Moments::Host(m, v) => {
                     let finite = with_host_data(s.var.as_tensor(), g, m.len(), |theta, g| {
-                        stage(&k, (theta, g, 1.0), (m, v), out)
+                        stage(&k, (theta, g, affine), (m, v), out)
                     });
                     match finite {
                         Some(true) => {}
@@ -137,6 +146,14 @@ impl AdamW {
                     device.push(None);
                 }
                 Moments::Device(sm, sv) => {
+                    let clipped;
+                    let g = match clip {
+                        Some(by) => {
+                            clipped = crate::train::loss::clip_by(g, by)?;
+                            &clipped
+                        }
+                        None => g,
+                    };
                     let m = ((sm * p.beta1)? + (g * (1.0 - p.beta1))?)?;
                     let v = ((sv * p.beta2)? + (g.sqr()? * (1.0 - p.beta2))?)?;
                     let denom = ((&v * scale_v)?.sqrt()? + p.eps)?;
@@ -210,7 +227,7 @@ impl AdamW {
                     theta.len()
                 );
             }
-            let finite = stage(&k, (theta, g, scale), (m, v), out);
+            let finite = stage(&k, (theta, g, (scale, -0.0)), (m, v), out);
             if !finite {
                 return Ok(Some(s.name.clone()));
             }
@@ -373,12 +390,12 @@ fn with_host_data<R>(
     (theta.len() == len && g.len() == len).then(|| f(theta, g))
 }
 
-/// One AdamW step of an f32 variable's elements (`g` multiplied by `scale` first) into `out`
-/// (the new θ, m and v), and whether they are all finite. Element by element, in chunks on
-/// rayon's threads (the same result on any number).
+/// One AdamW step of an f32 variable's elements (each of `g` mapped to `g · mul + add`
+/// first) into `out` (the new θ, m and v), and whether they are all finite. Element by
+/// element, in chunks on rayon's threads (the same result on any number).
 fn stage(
     k: &HostAdam,
-    (theta, g, scale): (&[f32], &[f32], f32),
+    (theta, g, (mul, add)): (&[f32], &[f32], (f32, f32)),
     (m, v): (&[f32], &[f32]),
     out: &mut [Vec<f32>; 3],
 ) -> bool {
@@ -400,7 +417,7 @@ fn stage(
                     let outs = theta2.iter_mut().zip(m2.iter_mut()).zip(v2.iter_mut());
                     let ins = theta.iter().zip(g.iter()).zip(m.iter().zip(v.iter()));
                     for (((t2, m2), v2), ((&t, &g), (&m, &v))) in outs.zip(ins) {
-                        let (a, b, c) = k.apply(t, g * scale, m, v);
+                        let (a, b, c) = k.apply(t, g * mul + add, m, v);
                         (*t2, *m2, *v2) = (a, b, c);
                         finite &= a.is_finite() & b.is_finite() & c.is_finite();
                     }

@@ -12,7 +12,7 @@ use super::{Model, Trainer, UpdateStats};
 use crate::policy::lm::{Lora, Pass};
 use crate::policy::mlp::{Encoded, Fused, LossSpec, Row, StepStats, ValueSpec};
 use crate::train::loss::{
-    chosen, clip_grad_norm, entropy, k3_kl, masked_action_logprobs, ppo_clip, reinforce, value_loss,
+    chosen, clip_factor, entropy, k3_kl, masked_action_logprobs, ppo_clip, reinforce, value_loss,
 };
 use crate::train::{Algo, TrainError, UpdateError};
 
@@ -289,13 +289,14 @@ impl Trainer {
         grads: &mut candle_core::backprop::GradStore,
         mut out: UpdateStats,
     ) -> Result<Option<UpdateStats>, TrainError> {
-        let norm = clip_grad_norm(grads, &self.vars, self.hyper.max_grad_norm)?;
+        // The clip's factor goes into the optimizer's step, which reads each gradient once.
+        let (norm, clip) = clip_factor(grads, &self.vars, self.hyper.max_grad_norm)?;
         out.grad_norm = norm;
         if !norm.is_finite() {
             self.skip_reason = Some(format!("the gradient's norm is {norm}"));
             return Ok(None);
         }
-        if let Some(name) = self.opt.step(grads)? {
+        if let Some(name) = self.opt.step_clipped(grads, clip)? {
             self.skip_reason = Some(format!(
                 "the step would leave NaN or an infinity in {name} or its optimizer moments"
             ));
