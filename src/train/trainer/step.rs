@@ -283,7 +283,8 @@ impl Trainer {
         })))
     }
 
-    /// Clips `grads` and takes the optimizer's step (or skips it, saying why).
+    /// The gradients' norm and the optimizer's step with the norm clip's factor applied as it
+    /// reads them (or no step, saying why); `grads` are left as they are.
     fn apply(
         &mut self,
         grads: &mut candle_core::backprop::GradStore,

@@ -505,13 +505,13 @@ pub(in crate::policy::lm) fn packed_hidden_keep(
     let mut g = vec![0f32; total * iw];
     let mut u = vec![0f32; total * iw];
     // Where each layer's rows, and the last layer's, are cut in two halves side by side.
-    let exact = exact_cut(&m.sizes, projections.lora);
+    let least = min_cut_rows(&m.sizes, projections.lora);
     let ends: Vec<usize> = (0..prompts.len())
         .map(|i| firsts[i] as usize + own(i))
         .collect();
-    let cut_all = cut(&ends, &token_runs, exact);
+    let cut_all = cut(&ends, &token_runs, least);
     let ends_last: Vec<usize> = (1..=prompts.len()).collect();
-    let cut_last = cut(&ends_last, &last_runs, exact);
+    let cut_last = cut(&ends_last, &last_runs, least);
     let layers = m.layers.len();
     for (i, l) in m.layers.iter().enumerate() {
         let tr = &token_runs;
@@ -622,7 +622,7 @@ pub(in crate::policy::lm) fn extend_hidden(
     let mut vv = vec![0f32; rows_kv * kvw];
     let mut g = vec![0f32; total * iw];
     let mut u = vec![0f32; total * iw];
-    let exact = exact_cut(&m.sizes, projections.lora);
+    let least = min_cut_rows(&m.sizes, projections.lora);
     let ends: Vec<usize> = ext
         .iter()
         .scan(0, |at, e| {
@@ -630,9 +630,9 @@ pub(in crate::policy::lm) fn extend_hidden(
             Some(*at)
         })
         .collect();
-    let cut_all = cut(&ends, &token_runs, exact);
+    let cut_all = cut(&ends, &token_runs, least);
     let ends_last: Vec<usize> = (1..=b).collect();
-    let cut_last = cut(&ends_last, &last_runs, exact);
+    let cut_last = cut(&ends_last, &last_runs, least);
     let layers = m.layers.len();
     for (i, l) in m.layers.iter().enumerate() {
         let tr = &token_runs;
@@ -676,44 +676,53 @@ pub(in crate::policy::lm) fn extend_hidden(
 /// than the second thread gives).
 const MIN_CUT_ROWS: usize = 8;
 
-/// Whether cutting a layer's rows in two leaves every product's arithmetic as it was. Each
-/// output of `gemm` sums over the same blocks of the inner dimension whatever the rows, as
-/// long as there are at least 2 (one row takes its matrix-vector path), except where both
-/// the rows and the outputs are at most 64, which takes the inner dimension in blocks of
-/// 512: so the cut changes nothing where every inner dimension is at most 512, or (without
-/// adapters, whose `A` has `rank` outputs) every output is wider than 64. The row-wise
-/// kernels (norms, rotary embedding, SwiGLU, attention) compute each row alone.
-fn exact_cut(s: &Sizes, lora: bool) -> bool {
+/// The fewest rows each half of a cut layer must have for the cut to leave every product's
+/// arithmetic as it was, or `None` where no cut can (adapters in use, or the shapes below).
+/// `gemm` (0.19) takes one of three ways to an output, by the product's shape: rows x
+/// outputs at most 256, a kernel that sums each output across vector lanes; one row (or one
+/// output), a matrix-vector kernel; else its blocked kernel, which sums each output along
+/// the inner dimension in blocks that depend on that dimension alone, except where both the
+/// rows and the outputs are at most 64 (blocks of 512 then). So a half computes the rows
+/// the whole batch did, bit for bit, where it takes the blocked kernel as the whole does:
+/// at least `256 / narrowest output + 1` rows (and 2), and every inner dimension at most
+/// 512 or every output wider than 64. Adapters' runs would add their own shapes (`A` has
+/// `rank` outputs): with adapters the rows stay whole. The row-wise kernels (norms, rotary
+/// embedding, SwiGLU, attention, its groups of rows never across a prompt's end) compute
+/// each row alone.
+fn min_cut_rows(s: &Sizes, lora: bool) -> Option<usize> {
     let (h, nh, nkv, hd, iw) = s.dims();
     let (qw, kvw) = (nh * hd, nkv * hd);
-    h.max(qw).max(iw) <= 512 || (!lora && h.min(qw).min(kvw).min(iw) > 64)
+    let narrowest = h.min(qw).min(kvw).min(iw);
+    let blocks_alike = h.max(qw).max(iw) <= 512 || narrowest > 64;
+    (!lora && narrowest > 0 && blocks_alike).then(|| (256 / narrowest + 1).max(2))
 }
 
 /// The row at which a layer's rows are cut into two halves computed side by side, a thread
 /// each ([`each_part`]), prompt `i`'s rows ending at row `ends[i]`: the end of a prompt
-/// nearest half the rows. None where the cut could change a result ([`exact_cut`]), where
-/// either half would have fewer than 2 rows or an adapter's run a piece of 1, or below
+/// nearest half the rows. None where no cut is exact ([`min_cut_rows`] is `None`), where
+/// either half, or a piece of a run, would have fewer rows than it gives, or below
 /// [`MIN_CUT_ROWS`]. It depends on the rows alone, never on the thread count, and the
 /// results do not depend on it.
-fn cut(ends: &[usize], runs: &Runs, exact: bool) -> Option<usize> {
+fn cut(ends: &[usize], runs: &Runs, min_rows: Option<usize>) -> Option<usize> {
     let total = *ends.last()?;
     #[cfg(test)]
     if tests::UNCUT.with(std::cell::Cell::get) {
         return None;
     }
-    if !exact || total < MIN_CUT_ROWS {
+    let least = min_rows?;
+    if total < MIN_CUT_ROWS {
         return None;
     }
     let mid = ends
         .iter()
         .copied()
         .min_by_key(|&e| (2 * e).abs_diff(total))?;
-    if mid < 2 || total - mid < 2 {
+    if mid < least || total - mid < least {
         return None;
     }
     let mut start = 0;
     for &(_, n) in runs {
-        if start < mid && mid < start + n && (mid - start < 2 || start + n - mid < 2) {
+        if start < mid && mid < start + n && (mid - start < least || start + n - mid < least) {
             return None;
         }
         start += n;
@@ -875,21 +884,22 @@ mod tests {
     }
 
     /// A layer's rows are cut at the end of the prompt nearest half of them, never leaving a
-    /// half (or a piece of an adapter's run) one row, never below `MIN_CUT_ROWS` rows, never
-    /// where the products would not be exact; the runs are cut with them.
+    /// half (or a piece of a run) fewer rows than `min_cut_rows` gives, never below
+    /// `MIN_CUT_ROWS` rows, never where no cut is exact; the runs are cut with them.
     #[test]
     fn a_layer_is_cut_at_the_prompt_end_nearest_half_its_rows() {
         let plain: Runs = vec![(None, 20)];
-        assert_eq!(cut(&[5, 12, 20], &plain, true), Some(12));
-        assert_eq!(cut(&[3, 20], &plain, true), Some(3));
-        assert_eq!(cut(&[19, 20], &plain, true), None);
-        assert_eq!(cut(&[1, 20], &plain, true), None);
-        assert_eq!(cut(&[2, 4], &[(None, 4)].to_vec(), true), None);
-        assert_eq!(cut(&[5, 12, 20], &plain, false), None);
+        assert_eq!(cut(&[5, 12, 20], &plain, Some(2)), Some(12));
+        assert_eq!(cut(&[3, 20], &plain, Some(2)), Some(3));
+        assert_eq!(cut(&[3, 20], &plain, Some(4)), None);
+        assert_eq!(cut(&[19, 20], &plain, Some(2)), None);
+        assert_eq!(cut(&[1, 20], &plain, Some(2)), None);
+        assert_eq!(cut(&[2, 4], &[(None, 4)].to_vec(), Some(2)), None);
+        assert_eq!(cut(&[5, 12, 20], &plain, None), None);
         let one_left: Runs = vec![(Some(0), 11), (Some(1), 9)];
-        assert_eq!(cut(&[5, 12, 20], &one_left, true), None);
+        assert_eq!(cut(&[5, 12, 20], &one_left, Some(2)), None);
         let at_a_run_end: Runs = vec![(Some(0), 12), (Some(1), 8)];
-        assert_eq!(cut(&[5, 12, 20], &at_a_run_end, true), Some(12));
+        assert_eq!(cut(&[5, 12, 20], &at_a_run_end, Some(2)), Some(12));
         let runs: Runs = vec![(Some(0), 10), (None, 10)];
         assert_eq!(
             split_runs(&runs, 12),
@@ -899,8 +909,9 @@ mod tests {
             split_runs(&runs, 10),
             [vec![(Some(0), 10)], vec![(None, 10)]]
         );
-        // `tiny` and `small` are exact; wide inner dimensions with narrow outputs are not.
-        let tiny = LmConfig::preset(Preset::Tiny, 64);
+        // `tiny` (narrowest output 128): halves of 3 rows at least; `small` (512 wide, inner
+        // 2048, outputs over 64): 2; never with adapters, nor with a narrow output of a wide
+        // inner dimension (`small` with one key/value head: 64).
         let sizes = |c: &LmConfig, kv: usize| Sizes {
             hidden: c.hidden_size,
             heads: c.num_attention_heads,
@@ -909,11 +920,39 @@ mod tests {
             intermediate: c.intermediate_size,
             eps: 1e-6,
         };
-        assert!(exact_cut(&sizes(&tiny, 4), true));
+        let tiny = LmConfig::preset(Preset::Tiny, 64);
+        assert_eq!(min_cut_rows(&sizes(&tiny, 4), false), Some(3));
+        assert_eq!(min_cut_rows(&sizes(&tiny, 4), true), None);
         let small = LmConfig::preset(Preset::Small, 64);
-        assert!(exact_cut(&sizes(&small, 8), false));
-        assert!(!exact_cut(&sizes(&small, 8), true));
-        assert!(!exact_cut(&sizes(&small, 1), false));
+        assert_eq!(min_cut_rows(&sizes(&small, 8), false), Some(2));
+        assert_eq!(min_cut_rows(&sizes(&small, 1), false), None);
+    }
+
+    /// What `min_cut_rows` rests on: the rows of a product cut as it allows are, bit for
+    /// bit, the whole product's rows, for the shapes the models have (inner 128 to 2048,
+    /// outputs 32 to 512, the whole 300 rows).
+    #[test]
+    fn a_cut_product_gives_the_whole_products_rows() {
+        let value = |i: usize| ((i * 7919 % 1009) as f32 - 504.0) / 97.0;
+        for (inp, out) in [(128, 128), (128, 512), (512, 128), (2048, 512), (512, 32)] {
+            let rows = 300;
+            let x: Vec<f32> = (0..rows * inp).map(value).collect();
+            let w: Vec<f32> = (0..out * inp).map(|i| value(i + 17)).collect();
+            let mut whole = vec![0f32; rows * out];
+            matmul_wt(&mut whole, &x, &w, (rows, inp, out), false, 1.0);
+            let least = (256 / out + 1).max(2);
+            for (start, n) in [(0, least), (5, least + 3), (40, 260)] {
+                let mut part = vec![0f32; n * out];
+                matmul_wt(&mut part, &x[start * inp..], &w, (n, inp, out), false, 1.0);
+                let rows_of_whole = &whole[start * out..(start + n) * out];
+                assert!(
+                    part.iter()
+                        .zip(rows_of_whole)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{n} rows of {inp} -> {out}"
+                );
+            }
+        }
     }
 
     /// The fast path's hidden states, and a kept batch's continuation, are the same bits
