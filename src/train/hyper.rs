@@ -106,8 +106,10 @@ impl Hyper {
     /// 2026-12-04): 4 passes got out every time from iteration 11 (seed 3; 8.2 s an
     /// iteration, about 90 s in); 2 passes (5.5 s an iteration) learned on seed 4 by
     /// iteration 20 and lost it at 27, and not on seed 3; 1 pass (3.2 s) walked one way on
-    /// seeds 3, 4 and 5 for all 50 iterations (160 s), also at learning rate 1e-3. Fewer
-    /// passes cost less a second but bought no success within what 4 passes needed.
+    /// seeds 3, 4 and 5 for all 50 iterations (160 s), also at learning rate 1e-3; 3 passes
+    /// (2026-12-05, 40 iterations, beside 4 on seeds 3, 4 and 5) never got out on seed 3 and
+    /// got out later than 4 on seed 4. Fewer passes cost less a second but bought no success
+    /// within what 4 passes needed.
     pub fn for_learner(algo: Algo, learner: super::LearnerKind) -> Self {
         let base = Self::for_algo(algo);
         match learner {
