@@ -506,9 +506,7 @@ pub(in crate::policy::lm) fn packed_hidden_keep(
     let mut u = vec![0f32; total * iw];
     // Where each layer's rows, and the last layer's, are cut in two halves side by side.
     let least = min_cut_rows(&m.sizes, projections.lora);
-    let ends: Vec<usize> = (0..prompts.len())
-        .map(|i| firsts[i] as usize + own(i))
-        .collect();
+    let ends: Vec<usize> = last_rows.iter().map(|&r| r + 1).collect();
     let cut_all = cut(&ends, &token_runs, least);
     let ends_last: Vec<usize> = (1..=prompts.len()).collect();
     let cut_last = cut(&ends_last, &last_runs, least);
@@ -623,13 +621,7 @@ pub(in crate::policy::lm) fn extend_hidden(
     let mut g = vec![0f32; total * iw];
     let mut u = vec![0f32; total * iw];
     let least = min_cut_rows(&m.sizes, projections.lora);
-    let ends: Vec<usize> = ext
-        .iter()
-        .scan(0, |at, e| {
-            *at += e.len();
-            Some(*at)
-        })
-        .collect();
+    let ends: Vec<usize> = last_rows.iter().map(|&r| r + 1).collect();
     let cut_all = cut(&ends, &token_runs, least);
     let ends_last: Vec<usize> = (1..=b).collect();
     let cut_last = cut(&ends_last, &last_runs, least);
