@@ -4,6 +4,9 @@
 //! and `lm/cpu/train/`) and the `mlp`'s fused update (`mlp/fused.rs`) do all their products
 //! through [`gemm`].
 
+#[cfg(target_arch = "x86_64")]
+pub mod fma;
+
 /// A read-only matrix: element `(i, j)` at `data[i · rs + j · cs]`.
 #[derive(Clone, Copy)]
 pub(crate) struct Mat<'a> {
@@ -107,8 +110,8 @@ pub(crate) enum Threads {
 }
 
 /// `dst = [dst +] scale · a · b`. Panics when the shapes disagree or a view reaches past
-/// its slice (a bug in the caller, not bad input).
-#[allow(unsafe_code)]
+/// its slice (a bug in the caller, not bad input). On AVX2 without AVX-512, the products
+/// `gemm`'s blocked kernel would compute are [`fma`]'s (the same bits, a faster loop).
 pub(crate) fn gemm(
     dst: MatMut<'_>,
     a: Mat<'_>,
@@ -133,6 +136,18 @@ pub(crate) fn gemm(
     if m == 0 || n == 0 {
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if fma::takes(&dst, &a, &b) {
+        fma::gemm(dst, a, b, add, scale, threads);
+        return;
+    }
+    gemm_crate(dst, a, b, add, scale, threads);
+}
+
+/// [`gemm`] by the `gemm` crate, the shapes already checked.
+#[allow(unsafe_code)]
+fn gemm_crate(dst: MatMut<'_>, a: Mat<'_>, b: Mat<'_>, add: bool, scale: f32, threads: Threads) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
     if k == 0 {
         if !add {
             for row in dst.data.chunks_mut(dst.rs.max(1)).take(m) {
