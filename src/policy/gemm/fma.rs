@@ -13,16 +13,19 @@
 //! [`kernel_params`]), so every output is the same bits as `gemm`'s (tested against it on
 //! every shape class, adding or not, scaled or not): the tile is the same 16 × 6 of twelve
 //! accumulators, but the six rows are read in place through one shared index (no packing,
-//! no address arithmetic in the loop) and the weights are packed once per call, with 8 × 8
-//! register transposes, into panels whose loads are constant offsets. It takes only the
-//! products `gemm` computes with that blocked kernel on AVX2 ([`takes`]): its lane-summing
-//! kernel (at most 256 outputs), matrix-vector kernels (one row or one output) and
-//! two-term sums stay `gemm`'s, so which code computes a product never changes its bits.
+//! no address arithmetic in the loop) and the weights are packed once per call (a transpose
+//! with 8 × 8 register transposes, row-major weights by copies) into panels whose loads are
+//! constant offsets. It takes only products `gemm` computes with that blocked kernel on
+//! AVX2 ([`takes`]): its lane-summing kernel (at most 256 outputs), matrix-vector kernels
+//! (one row or one output) and two-term sums stay `gemm`'s, so which code computes a
+//! product never changes its bits. Each thread keeps its largest packed weights (at most
+//! `k · n` values of one product) for the next call.
 //!
 //! Why by hand: `gemm` is the well-kept crate for this and stays the product everywhere
 //! else (AVX-512, other architectures, strided rows); issue 37 asks the AVX2 forward to
 //! reach 85% of numpy's sgemm, and `gemm`'s AVX2 kernel alone was below that
-//! (`emergence model bench` prints the forward with both, side by side).
+//! (`emergence model bench` prints the forward with both, side by side: 1.02-1.06x on one
+//! thread; the target is still not reached, docs/language-models.md).
 
 #![allow(unsafe_code)]
 
@@ -114,11 +117,19 @@ pub(super) fn gemm(
     scale: f32,
     threads: Threads,
 ) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    // The wrapper checked the same; checked again, as every raw access below relies on it.
     assert!(
-        supported() && fits(&dst, &a, &b),
+        supported()
+            && fits(&dst, &a, &b)
+            && dst.rows == m
+            && dst.cols == n
+            && b.rows == k
+            && super::reach(m, n, dst.rs, 1) <= dst.data.len()
+            && super::reach(m, k, a.rs, a.cs) <= a.data.len()
+            && super::reach(k, n, b.rs, b.cs) <= b.data.len(),
         "fma::gemm: not this product"
     );
-    let (m, k, n) = (a.rows, a.cols, b.cols);
     let kc = block(m, n, k);
     let panels = n.div_ceil(NR);
     PACKED.with(|cell| {
@@ -126,7 +137,7 @@ pub(super) fn gemm(
         packed.clear();
         packed.resize(k * panels * NR, 0.0);
         // SAFETY: asserted above: the CPU has AVX2 and FMA; `pack` writes `packed`'s
-        // `k · panels · NR` elements and reads `b` inside the view `gemm` asserted.
+        // `k · panels · NR` elements and reads `b` inside its view (the `reach` checks).
         unsafe { pack(&mut packed, b, kc) };
         let rows_per_block = (ROW_BLOCK_BYTES / (kc * 4)).clamp(MR, 480) / MR * MR;
         let parts = match threads {
@@ -475,11 +486,16 @@ mod tests {
         other: &[f32],
     ) {
         let (m, n) = (a.rows, b.cols);
+        // The pool of three threads cuts the rows in three parts whatever the machine's cores.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .expect("a pool");
         for threads in [Threads::One, Threads::Pool] {
             let mut ours = start.to_vec();
             let dst = MatMut::strided(&mut ours, m, n, rs);
             assert!(fits(&dst, &a, &b));
-            gemm(dst, a, b, add, scale, threads);
+            pool.install(|| gemm(dst, a, b, add, scale, threads));
             let differ = ours
                 .iter()
                 .zip(other)

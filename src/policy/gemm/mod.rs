@@ -110,8 +110,9 @@ pub(crate) enum Threads {
 }
 
 /// `dst = [dst +] scale · a · b`. Panics when the shapes disagree or a view reaches past
-/// its slice (a bug in the caller, not bad input). On AVX2 without AVX-512, the products
-/// `gemm`'s blocked kernel would compute are [`fma`]'s (the same bits, a faster loop).
+/// its slice (a bug in the caller, not bad input). On AVX2 without AVX-512, most products
+/// `gemm`'s blocked kernel would compute (contiguous rows, weights row-major or transposed:
+/// [`fma::takes`]) are [`fma`]'s, the same bits in a faster loop.
 pub(crate) fn gemm(
     dst: MatMut<'_>,
     a: Mat<'_>,
