@@ -117,24 +117,18 @@ pub(super) fn gemm(
     scale: f32,
     threads: Threads,
 ) {
-    let (m, k, n) = (a.rows, a.cols, b.cols);
-    // The wrapper checked the same; checked again, as every raw access below relies on it.
+    super::check(&dst, &a, &b);
     assert!(
-        supported()
-            && fits(&dst, &a, &b)
-            && dst.rows == m
-            && dst.cols == n
-            && b.rows == k
-            && super::reach(m, n, dst.rs, 1) <= dst.data.len()
-            && super::reach(m, k, a.rs, a.cs) <= a.data.len()
-            && super::reach(k, n, b.rs, b.cs) <= b.data.len(),
+        supported() && fits(&dst, &a, &b),
         "fma::gemm: not this product"
     );
+    let (m, k, n) = (a.rows, a.cols, b.cols);
     let kc = block(m, n, k);
     let panels = n.div_ceil(NR);
     PACKED.with(|cell| {
+        // Not cleared: `pack` writes every value a kept output reads (the lanes past `n` of
+        // the last panel are computed from what was there and never written out).
         let mut packed = cell.take();
-        packed.clear();
         packed.resize(k * panels * NR, 0.0);
         // SAFETY: asserted above: the CPU has AVX2 and FMA; `pack` writes `packed`'s
         // `k · panels · NR` elements and reads `b` inside its view (the `reach` checks).
@@ -196,7 +190,7 @@ thread_local! {
 }
 
 /// Packs `b` (k × n) into panels of `NR` outputs: block by block of `kc` terms, panel by
-/// panel, term by term, the panel's `NR` values (zeros past `n`).
+/// panel, term by term, the panel's `NR` values (past `n`, what the buffer held).
 #[target_feature(enable = "avx2,fma")]
 unsafe fn pack(packed: &mut [f32], b: Mat<'_>, kc: usize) {
     // SAFETY: the caller guarantees AVX2 and FMA and that every pointer is in bounds.
@@ -416,23 +410,38 @@ mod tests {
         (130, 128, 2048),
     ];
 
-    /// Runs `check(m, k, n, a, b, dst, add, scale)` over every shape, with the weights as a
-    /// transpose and row-major, padded rows, adding or not, scaled or not; returns the count.
-    fn each_case(mut check: impl FnMut(Mat<'_>, Mat<'_>, &[f32], usize, bool, f32)) -> usize {
+    /// One product of the tests: `dst (starting as start, rows every rs) = [dst +] scale · a · b`.
+    struct Case<'a> {
+        a: Mat<'a>,
+        b: Mat<'a>,
+        start: Vec<f32>,
+        rs: usize,
+        add: bool,
+        scale: f32,
+    }
+
+    /// Runs `check` on every shape, with the weights as a transpose and row-major, padded
+    /// rows, adding or not, scaled or not; returns the count.
+    fn each_case(mut check: impl FnMut(&Case<'_>)) -> usize {
         let mut cases = 0;
         for &(m, k, n) in &SHAPES {
             for transposed in [true, false] {
                 for (add, scale) in [(false, 1.0), (true, 1.0), (false, 0.37), (true, -1.5)] {
                     let pad = 3;
                     let a_data = values(m * (k + pad), 1);
-                    let a = Mat::strided(&a_data, m, k, k + pad);
                     let b_data = values((k + pad) * (n + pad), 2);
-                    let b = if transposed {
-                        Mat::strided(&b_data, n, k, k + pad).t()
-                    } else {
-                        Mat::strided(&b_data, k, n, n + pad)
-                    };
-                    check(a, b, &values(m * (n + pad), 3), n + pad, add, scale);
+                    check(&Case {
+                        a: Mat::strided(&a_data, m, k, k + pad),
+                        b: if transposed {
+                            Mat::strided(&b_data, n, k, k + pad).t()
+                        } else {
+                            Mat::strided(&b_data, k, n, n + pad)
+                        },
+                        start: values(m * (n + pad), 3),
+                        rs: n + pad,
+                        add,
+                        scale,
+                    });
                     cases += 1;
                 }
             }
@@ -443,30 +452,24 @@ mod tests {
     /// `gemm`'s arithmetic written out: per output, per block of `block`'s terms, one fused
     /// multiply-add chain from zero, then `scale · acc` (the first block, not adding) or
     /// `fma(scale, acc, dst)`.
-    fn by_hand(
-        a: Mat<'_>,
-        b: Mat<'_>,
-        start: &[f32],
-        rs: usize,
-        add: bool,
-        scale: f32,
-    ) -> Vec<f32> {
+    fn by_hand(c: &Case<'_>) -> Vec<f32> {
+        let (a, b) = (c.a, c.b);
         let (m, k, n) = (a.rows, a.cols, b.cols);
         let kc = block(m, n, k);
-        let mut out = start.to_vec();
+        let mut out = c.start.clone();
         for i in 0..m {
             for j in 0..n {
-                let d = &mut out[i * rs + j];
+                let d = &mut out[i * c.rs + j];
                 for (blk, pc) in (0..k).step_by(kc).enumerate() {
                     let mut acc = 0f32;
                     for p in pc..(pc + kc).min(k) {
                         let (x, y) = (a.data[i * a.rs + p * a.cs], b.data[p * b.rs + j * b.cs]);
                         acc = x.mul_add(y, acc);
                     }
-                    *d = if blk == 0 && !add {
-                        scale * acc
+                    *d = if blk == 0 && !c.add {
+                        c.scale * acc
                     } else {
-                        scale.mul_add(acc, *d)
+                        c.scale.mul_add(acc, *d)
                     };
                 }
             }
@@ -474,42 +477,40 @@ mod tests {
         out
     }
 
-    /// Runs this module's product and `other` on the same case, on one thread and the pool,
-    /// and asserts the same bits, and that the padding between rows is left alone.
-    fn same_bits(
-        a: Mat<'_>,
-        b: Mat<'_>,
-        start: &[f32],
-        rs: usize,
-        add: bool,
-        scale: f32,
-        other: &[f32],
-    ) {
-        let (m, n) = (a.rows, b.cols);
-        // The pool of three threads cuts the rows in three parts whatever the machine's cores.
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(3)
-            .build()
-            .expect("a pool");
+    /// A pool of three threads, which cuts the rows in three parts whatever the cores.
+    fn three_threads() -> &'static rayon::ThreadPool {
+        static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+        POOL.get_or_init(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(3)
+                .build()
+                .expect("a pool")
+        })
+    }
+
+    /// Runs this module's product of `c` on one thread and on three, and asserts `other`'s
+    /// bits, and that the padding between rows is left alone.
+    fn same_bits(c: &Case<'_>, other: &[f32]) {
+        let (m, n, rs) = (c.a.rows, c.b.cols, c.rs);
         for threads in [Threads::One, Threads::Pool] {
-            let mut ours = start.to_vec();
+            let mut ours = c.start.clone();
             let dst = MatMut::strided(&mut ours, m, n, rs);
-            assert!(fits(&dst, &a, &b));
-            pool.install(|| gemm(dst, a, b, add, scale, threads));
+            assert!(fits(&dst, &c.a, &c.b));
+            three_threads().install(|| gemm(dst, c.a, c.b, c.add, c.scale, threads));
             let differ = ours
                 .iter()
                 .zip(other)
                 .filter(|(x, y)| x.to_bits() != y.to_bits())
                 .count();
             let what = format!(
-                "{m}x{}x{n} rs {rs} b strides {} {} add {add} scale {scale}",
-                a.cols, b.rs, b.cs
+                "{m}x{}x{n} rs {rs} b strides {} {} add {} scale {}",
+                c.a.cols, c.b.rs, c.b.cs, c.add, c.scale
             );
             assert_eq!(differ, 0, "{what}");
             for r in 0..m {
                 assert_eq!(
                     ours[r * rs + n..r * rs + rs],
-                    start[r * rs + n..r * rs + rs],
+                    c.start[r * rs + n..r * rs + rs],
                     "{what}"
                 );
             }
@@ -524,10 +525,7 @@ mod tests {
             eprintln!("no AVX2 and FMA here: nothing to run");
             return;
         }
-        let cases = each_case(|a, b, start, rs, add, scale| {
-            let want = by_hand(a, b, start, rs, add, scale);
-            same_bits(a, b, start, rs, add, scale, &want);
-        });
+        let cases = each_case(|c| same_bits(c, &by_hand(c)));
         assert_eq!(cases, SHAPES.len() * 8);
     }
 
@@ -540,28 +538,15 @@ mod tests {
             eprintln!("gemm runs AVX-512 (or no FMA) here: run with --no-default-features");
             return;
         }
-        let cases = each_case(|a, b, start, rs, add, scale| {
-            let (m, n) = (a.rows, b.cols);
-            let mut want = start.to_vec();
-            gemm_crate(
-                MatMut::strided(&mut want, m, n, rs),
-                a,
-                b,
-                add,
-                scale,
-                Threads::One,
-            );
-            same_bits(a, b, start, rs, add, scale, &want);
-            let mut pooled = start.to_vec();
-            gemm_crate(
-                MatMut::strided(&mut pooled, m, n, rs),
-                a,
-                b,
-                add,
-                scale,
-                Threads::Pool,
-            );
-            assert_eq!(want, pooled);
+        let cases = each_case(|c| {
+            let theirs = [Threads::One, Threads::Pool].map(|threads| {
+                let mut out = c.start.clone();
+                let dst = MatMut::strided(&mut out, c.a.rows, c.b.cols, c.rs);
+                gemm_crate(dst, c.a, c.b, c.add, c.scale, threads);
+                out
+            });
+            assert_eq!(theirs[0], theirs[1]);
+            same_bits(c, &theirs[0]);
         });
         assert_eq!(cases, SHAPES.len() * 8);
     }

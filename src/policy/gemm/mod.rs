@@ -109,18 +109,9 @@ pub(crate) enum Threads {
     One,
 }
 
-/// `dst = [dst +] scale · a · b`. Panics when the shapes disagree or a view reaches past
-/// its slice (a bug in the caller, not bad input). On AVX2 without AVX-512, most products
-/// `gemm`'s blocked kernel would compute (contiguous rows, weights row-major or transposed:
-/// [`fma::takes`]) are [`fma`]'s, the same bits in a faster loop.
-pub(crate) fn gemm(
-    dst: MatMut<'_>,
-    a: Mat<'_>,
-    b: Mat<'_>,
-    add: bool,
-    scale: f32,
-    threads: Threads,
-) {
+/// Panics unless `dst = a · b` agrees in shape and every view stays inside its slice (what
+/// every raw access of [`gemm`] and [`fma::gemm`] relies on).
+fn check(dst: &MatMut<'_>, a: &Mat<'_>, b: &Mat<'_>) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert!(
         dst.rows == m
@@ -134,6 +125,22 @@ pub(crate) fn gemm(
         dst.rows,
         dst.cols
     );
+}
+
+/// `dst = [dst +] scale · a · b`. Panics when the shapes disagree or a view reaches past
+/// its slice (a bug in the caller, not bad input). On AVX2 without AVX-512, most products
+/// `gemm`'s blocked kernel would compute (contiguous rows, weights row-major or transposed:
+/// [`fma::takes`]) are [`fma`]'s, the same bits in a faster loop.
+pub(crate) fn gemm(
+    dst: MatMut<'_>,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    add: bool,
+    scale: f32,
+    threads: Threads,
+) {
+    check(&dst, &a, &b);
+    let (m, n) = (a.rows, b.cols);
     if m == 0 || n == 0 {
         return;
     }
