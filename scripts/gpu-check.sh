@@ -5,11 +5,14 @@
 #   scripts/gpu-check.sh
 #
 # 1. builds the release binary and the benches with `--features cuda`;
-# 2. runs the inference and update benches (language model: forward, Decide, one training
+# 2. runs the language model on grid scenes on the CPU and on the GPU (issue 37): decisions/s
+#    of hide-and-seek's quadrant at 64 arenas, and a corridor-maze IPPO training of 4 arenas
+#    (rollout and update seconds per iteration);
+# 3. runs the inference and update benches (language model: forward, Decide, one training
 #    step) on the GPU and on the CPU;
-# 3. trains the coordination scene (IPPO, the embedded tiny model) with the same seed on each,
+# 4. trains the coordination scene (IPPO, the embedded tiny model) with the same seed on each,
 #    a run with `--device` on `run` (decide) and on `reproduce` (train, then evaluate);
-# 4. prints the speed-ups, and how close the GPU's training is to the CPU's: the returns of
+# 5. prints the speed-ups, and how close the GPU's training is to the CPU's: the returns of
 #    every iteration and the trained weights (GPU kernels are not bit-identical to the CPU's:
 #    sums run in another order, so sampled actions may part after some updates).
 #
@@ -143,6 +146,26 @@ bench() { # DEVICE NAME: the benches on DEVICE, criterion's estimates kept under
         > "$OUT/bench-update-$name.log" 2>&1 || { tail -30 "$OUT/bench-update-$name.log"; exit 1; }
     cp -r target/criterion "$OUT/criterion-$name"
 }
+# Issue 37's figures first (a lease may end before the rest): the language model on grid
+# scenes, CPU and GPU in the same run. Deciding: hide-and-seek's quadrant, 64 arenas, 24
+# steps an episode; training: the corridor maze (`corridor_pair` with `policy: "lm"`, talk
+# on), IPPO, 4 arenas, 3 iterations. A failure here is recorded and the check goes on.
+grid() { # DEVICE NAME
+    local dev=$1 name=$2
+    "$BIN" run scenes/hide_and_seek/quadrant.scene.ron --policy lm --device "$dev" --arenas 64 \
+        --episodes 1 --max-steps 24 --text compact --seed 7 --quiet > "$OUT/grid-run-$name.log" 2>&1 \
+        || { echo "FAILED: run quadrant on $dev" | tee -a "$OUT/grid-failed.txt"; tail -20 "$OUT/grid-run-$name.log"; }
+    "$BIN" train "$OUT/corridor_lm.scene.ron" --algo ippo --arenas 4 --iterations 3 --text compact \
+        --seed 3 --device "$dev" --quiet --out "$OUT/grid-train-$name" > "$OUT/grid-train-$name.log" 2>&1 \
+        || { echo "FAILED: train corridor on $dev" | tee -a "$OUT/grid-failed.txt"; tail -20 "$OUT/grid-train-$name.log"; }
+}
+sed 's/policy: "maze_planner"/policy: "lm"/' scenes/maze/corridor_pair.scene.ron > "$OUT/corridor_lm.scene.ron"
+grep -q 'policy: "lm"' "$OUT/corridor_lm.scene.ron"
+say "grid scenes, language model, on the CPU"
+grid cpu cpu
+say "grid scenes, language model, on $DEVICE"
+grid "$DEVICE" gpu
+
 say "benches on the CPU"
 bench cpu cpu
 say "benches on $DEVICE"
@@ -244,6 +267,52 @@ def run_line(n):
     m = re.search(r"^agent-steps/s\s+([0-9.]+)", text, re.M)
     return m.group(1) if m else "?"
 print(f"\nDecide (`run --policy lm`, prisoner's dilemma, 64 arenas): CPU {run_line('cpu')} agent-steps/s, GPU {run_line('gpu')}.")
+
 print(f"`reproduce ipd_advantage_alignment --quick --iterations 2 --seeds 1 --device {device}`: report written.")
+
+def field(text, name):
+    m = re.search(r"^" + re.escape(name) + r"\s+([0-9.]+)", text, re.M)
+    return float(m.group(1)) if m else None
+
+def read(path):
+    try:
+        return open(path).read()
+    except OSError:
+        return ""
+
+print("\n## Language model on grid scenes (issue 37), same run\n")
+print("Deciding: `run scenes/hide_and_seek/quadrant.scene.ron --policy lm --arenas 64 --episodes 1 --max-steps 24 --text compact`.\n")
+print("| | CPU | GPU | GPU / CPU |")
+print("|---|---|---|---|")
+logs = {n: read(os.path.join(out, f"grid-run-{n}.log")) for n in ("cpu", "gpu")}
+for name, label in [("lm decisions/s", "decisions/s"), ("lm tokens/s", "tokens/s"),
+                    ("lm tokens per decision", "tokens per decision"),
+                    ("lm seconds deciding", "seconds deciding"), ("wall time (s)", "wall time (s)"),
+                    ("peak memory (MiB)", "peak memory (MiB)")]:
+    c, g = field(logs["cpu"], name), field(logs["gpu"], name)
+    f = lambda v: "-" if v is None else f"{v:,.1f}"
+    r = f"{g / c:.2f}x" if c and g else "-"
+    print(f"| {label} | {f(c)} | {f(g)} | {r} |")
+print("\nTraining: `train corridor_lm.scene.ron --algo ippo --arenas 4 --iterations 3 --text compact --seed 3` "
+      "(the shipped `corridor_pair` with `policy: \"lm\"`), seconds per iteration.\n")
+print("| iteration | rollout CPU | rollout GPU | update CPU | update GPU | iteration CPU | iteration GPU | return CPU | return GPU |")
+print("|---|---|---|---|---|---|---|---|---|")
+def grid_rows(n):
+    p = os.path.join(out, f"grid-train-{n}", "metrics.jsonl")
+    try:
+        return [json.loads(l) for l in open(p) if l.strip()]
+    except OSError:
+        return []
+gc, gg = grid_rows("cpu"), grid_rows("gpu")
+for i in range(max(len(gc), len(gg))):
+    a = gc[i] if i < len(gc) else {}
+    b = gg[i] if i < len(gg) else {}
+    v = lambda r, k: f"{r[k]:.2f}" if k in r else "-"
+    ret = lambda r: json.dumps(r.get("team_returns", "-"), sort_keys=True)
+    print(f"| {i + 1} | {v(a, 'rollout_seconds')} | {v(b, 'rollout_seconds')} | {v(a, 'update_seconds')} | "
+          f"{v(b, 'update_seconds')} | {v(a, 'seconds')} | {v(b, 'seconds')} | {ret(a)} | {ret(b)} |")
+failed = read(os.path.join(out, "grid-failed.txt")).strip()
+if failed:
+    print("\n" + failed)
 PY
 say "done"
