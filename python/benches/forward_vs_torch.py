@@ -183,10 +183,7 @@ def emergence(binary, args, threads):
     for line in out.splitlines():
         key, _, value = line.partition("  ")
         fields[key.strip()] = value.strip()
-    # A build whose AVX2 products are emergence's own tile also times the forward with
-    # gemm's kernel alone ("forward seconds, gemm"): the same bits, the reference.
-    gemm_alone = fields.get("forward seconds, gemm")
-    return float(fields["forward seconds"]), fields["vector instructions"], gemm_alone and float(gemm_alone)
+    return float(fields["forward seconds"]), fields["vector instructions"]
 
 
 def main():
@@ -217,9 +214,8 @@ def main():
     tokens = args.batch * args.prompt
     print(f"{args.model}: batch {args.batch} x prompt {args.prompt}, {flops / 1e9:.2f} GFLOP a forward; "
           f"{args.rounds} rounds, medians over {args.seconds} s each")
-    print("| instructions | threads | emergence tokens/s (GFLOP/s) | PyTorch tokens/s (GFLOP/s) | numpy sgemm GFLOP/s "
-          "| emergence / PyTorch | emergence / sgemm | emergence, gemm's kernel alone: GFLOP/s (/ sgemm) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| instructions | threads | emergence tokens/s (GFLOP/s) | PyTorch tokens/s (GFLOP/s) | numpy sgemm GFLOP/s | emergence / PyTorch | emergence / sgemm |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for isa in args.isa:
         binary = args.emergence if isa == "native" else args.emergence_avx2
         env = dict(os.environ)
@@ -229,12 +225,10 @@ def main():
             env["OPENBLAS_NUM_THREADS"] = str(threads)
             env["OMP_NUM_THREADS"] = str(threads)
             env["MKL_NUM_THREADS"] = str(threads)
-            ours, theirs, ceiling, alone, seen = [], [], [], [], None
+            ours, theirs, ceiling, seen = [], [], [], None
             for _ in range(args.rounds):
-                s, instructions, g = emergence(binary, args, threads)
+                s, instructions = emergence(binary, args, threads)
                 ours.append(s)
-                if g is not None:
-                    alone.append(g)
                 out = subprocess.run(
                     [sys.executable, __file__, "--child", "--model", args.model, "--batch", str(args.batch),
                      "--prompt", str(args.prompt), "--seconds", str(args.seconds), "--threads", str(threads)],
@@ -252,14 +246,8 @@ def main():
                 torch_cell, ratio = f"{tokens / t:,.0f} ({flops / t / 1e9:.1f})", f"{t / e:.2f}x"
             else:
                 torch_cell, ratio = "(torch not installed)", "–"
-            if alone:
-                ga = flops / statistics.median(alone) / 1e9
-                alone_cell = f"{ga:.1f} ({100 * ga / c:.0f}%)"
-            else:
-                alone_cell = "–"
             print(f"| {isa} (emergence {seen[0]}, torch {seen[1]}, {seen[2]} {seen[3]}) | {threads} "
-                  f"| {tokens / e:,.0f} ({gf:.1f}) | {torch_cell} | {c:.1f} | {ratio} | {100 * gf / c:.0f}% "
-                  f"| {alone_cell} |",
+                  f"| {tokens / e:,.0f} ({gf:.1f}) | {torch_cell} | {c:.1f} | {ratio} | {100 * gf / c:.0f}% |",
                   flush=True)
 
 

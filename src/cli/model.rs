@@ -108,24 +108,10 @@ fn bench(model: &str, batch: u32, prompt: u32, seconds: f64) -> Result<()> {
         .map(|i| (i * 31 % cfg.vocab_size) as u32)
         .collect();
     let ids = Tensor::from_vec(ids, (b, t), &dev)?;
-    use emergence::policy::lm::cpu::kernels::{products, set_own_products};
-    let forward_with = |own: bool| {
-        set_own_products(own);
-        median_seconds(seconds, || {
-            dec.forward(&ids, None, Pass::Fast)?;
-            Ok(())
-        })
-    };
-    let forward = forward_with(true)?;
-    let own = products();
-    // Where the products are emergence's own tile, the same forward with `gemm`'s kernel
-    // alone, timed next to it (the same bits either way).
-    let reference = if own == "gemm" {
-        None
-    } else {
-        Some(forward_with(false)?)
-    };
-    set_own_products(true);
+    let forward = median_seconds(seconds, || {
+        dec.forward(&ids, None, Pass::Fast)?;
+        Ok(())
+    })?;
     // FLOPs of the forward: every projection, the causal attention's two products (half of
     // each square) and the head, two per multiply-add.
     let (h, i, l, v) = (
@@ -158,18 +144,9 @@ fn bench(model: &str, batch: u32, prompt: u32, seconds: f64) -> Result<()> {
         "vector instructions   {}",
         emergence::policy::lm::cpu::kernels::instructions()
     );
-    println!("matrix products       {own}");
     println!("forward seconds       {forward:.6}");
     println!("forward tokens/s      {:.0}", n / forward);
     println!("forward GFLOP/s       {:.1}", flops / forward / 1e9);
-    if let Some(r) = reference {
-        println!("forward seconds, gemm  {r:.6}");
-        println!(
-            "forward GFLOP/s, gemm {:.1}  (every product by gemm's kernel, timed after: {:.3}x the time)",
-            flops / r / 1e9,
-            r / forward
-        );
-    }
     println!(
         "matmul GFLOP/s        {:.1}  ({} x {} x {}, the MLP's first product)",
         product_flops / product / 1e9,

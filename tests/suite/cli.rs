@@ -1064,16 +1064,6 @@ fn model_bench_times_the_forward_and_names_the_vector_instructions() {
         let v: f64 = field(name).parse().expect("a number");
         assert!(v > 0.0, "{name}: {out}");
     }
-    // Where emergence's AVX2 tile computes the products (AVX2 without AVX-512), the forward
-    // is also timed with gemm's kernel alone, beside it.
-    let products = field("matrix products");
-    if products == "gemm" {
-        assert!(!out.contains("forward seconds, gemm"), "{out}");
-    } else {
-        assert!(products.starts_with("emergence's AVX2+FMA tile"), "{out}");
-        let v: f64 = field("forward seconds, gemm").parse().expect("a number");
-        assert!(v > 0.0, "{out}");
-    }
     let rate = field("matmul GFLOP/s");
     assert!(
         rate.contains("(16 x 128 x 512, the MLP's first product)"),

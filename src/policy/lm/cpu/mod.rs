@@ -2,7 +2,7 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `infer` | the inference engine: prompts packed end to end (shared prefixes read once), plain buffers, one `gemm` (`policy/gemm/`) per product, LoRA per run of rows |
+//! | `infer` | the inference engine: prompts packed end to end (shared prefixes read once), plain buffers, one `gemm` (`policy/gemm.rs`) per product, LoRA per run of rows |
 //! | `train` | the training path: the same forward keeping its activations, a hand-written backward, tied into candle's autograd |
 //! | `parts` | two halves of a batch side by side, a thread each |
 //! | `pool` | the training path's recycled buffers |

@@ -38,7 +38,7 @@ pub use attention::{Segments, attend, attend_into, span_attention};
 pub use rms_norm::{rms_norm, rms_rows, rms_rows_backward};
 pub use rope::{RopeTables, rope, rope_at, rotate};
 pub(crate) use simd::vectorised;
-pub use simd::{exp, instructions, products, set_own_products};
+pub use simd::{exp, instructions};
 pub use softmax::{causal_softmax, prefix_softmax};
 pub(crate) use swiglu::MIN_ELEMS;
 pub use swiglu::{swiglu, swiglu_backward_rows, swiglu_rows};

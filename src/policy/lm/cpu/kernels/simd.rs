@@ -61,23 +61,3 @@ pub fn instructions() -> &'static str {
 pub(crate) fn vectorised<R>(f: impl FnOnce() -> R) -> R {
     pulp::Arch::new().dispatch(f)
 }
-
-/// What computes the language model's matrix products on this CPU: on AVX2 without
-/// AVX-512, emergence's tile for the products `gemm`'s blocked kernel would compute (the
-/// same bits, `policy::gemm::fma`), `gemm` for the rest; elsewhere `gemm`.
-pub fn products() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    if crate::policy::gemm::fma::enabled() {
-        return "emergence's AVX2+FMA tile (gemm's sums), gemm for the rest";
-    }
-    "gemm"
-}
-
-/// Computes every product by `gemm` (`false`) or as [`products`] says (`true`, the
-/// default), for the process: `emergence model bench` times the forward both ways.
-pub fn set_own_products(on: bool) {
-    #[cfg(target_arch = "x86_64")]
-    crate::policy::gemm::fma::set_enabled(on);
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = on;
-}

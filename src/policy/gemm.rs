@@ -4,9 +4,6 @@
 //! and `lm/cpu/train/`) and the `mlp`'s fused update (`mlp/fused.rs`) do all their products
 //! through [`gemm`].
 
-#[cfg(target_arch = "x86_64")]
-pub mod fma;
-
 /// A read-only matrix: element `(i, j)` at `data[i · rs + j · cs]`.
 #[derive(Clone, Copy)]
 pub(crate) struct Mat<'a> {
@@ -109,9 +106,17 @@ pub(crate) enum Threads {
     One,
 }
 
-/// Panics unless `dst = a · b` agrees in shape and every view stays inside its slice (what
-/// every raw access of [`gemm`] and [`fma::gemm`] relies on).
-fn check(dst: &MatMut<'_>, a: &Mat<'_>, b: &Mat<'_>) {
+/// `dst = [dst +] scale · a · b`. Panics when the shapes disagree or a view reaches past
+/// its slice (a bug in the caller, not bad input).
+#[allow(unsafe_code)]
+pub(crate) fn gemm(
+    dst: MatMut<'_>,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    add: bool,
+    scale: f32,
+    threads: Threads,
+) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert!(
         dst.rows == m
@@ -125,37 +130,9 @@ fn check(dst: &MatMut<'_>, a: &Mat<'_>, b: &Mat<'_>) {
         dst.rows,
         dst.cols
     );
-}
-
-/// `dst = [dst +] scale · a · b`. Panics when the shapes disagree or a view reaches past
-/// its slice (a bug in the caller, not bad input). On AVX2 without AVX-512, most products
-/// `gemm`'s blocked kernel would compute (contiguous rows, weights row-major or transposed:
-/// [`fma::takes`]) are [`fma`]'s, the same bits in a faster loop.
-pub(crate) fn gemm(
-    dst: MatMut<'_>,
-    a: Mat<'_>,
-    b: Mat<'_>,
-    add: bool,
-    scale: f32,
-    threads: Threads,
-) {
-    check(&dst, &a, &b);
-    let (m, n) = (a.rows, b.cols);
     if m == 0 || n == 0 {
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    if fma::takes(&dst, &a, &b) {
-        fma::gemm(dst, a, b, add, scale, threads);
-        return;
-    }
-    gemm_crate(dst, a, b, add, scale, threads);
-}
-
-/// [`gemm`] by the `gemm` crate, the shapes already checked.
-#[allow(unsafe_code)]
-fn gemm_crate(dst: MatMut<'_>, a: Mat<'_>, b: Mat<'_>, add: bool, scale: f32, threads: Threads) {
-    let (m, k, n) = (a.rows, a.cols, b.cols);
     if k == 0 {
         if !add {
             for row in dst.data.chunks_mut(dst.rs.max(1)).take(m) {
