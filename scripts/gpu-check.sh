@@ -222,8 +222,20 @@ for group, bench, what in [
     sp = f"{c / g:.1f}x" if c and g else "-"
     print(f"| {what} | {f(c)} | {f(g)} | {sp} |")
 
+def read(path):
+    try:
+        return open(path).read()
+    except OSError:
+        return ""
+
+def field(text, name):
+    """The number after `name` at the start of a line of a run's printed summary."""
+    m = re.search(r"^" + re.escape(name) + r"\s+([0-9.]+)", text, re.M)
+    return float(m.group(1)) if m else None
+
 def rows(run):
-    return [json.loads(l) for l in open(os.path.join(out, run, "metrics.jsonl")) if l.strip()]
+    """A training run's metrics.jsonl (none where the run left none)."""
+    return [json.loads(l) for l in read(os.path.join(out, run, "metrics.jsonl")).splitlines() if l.strip()]
 
 cpu, gpu = rows("train-cpu"), rows("train-gpu")
 print("\n## Training: coordination, IPPO, tiny model, 16 arenas, seed 3, 6 iterations\n")
@@ -263,22 +275,10 @@ print(f"Trained weights after iteration {last}: largest difference {worst:.3g} "
       f"({worst_rel:.3g} of the tensor's largest entry), over {len(tc_)} tensors.")
 
 def run_line(n):
-    text = open(os.path.join(out, f"run-{n}.log")).read()
-    m = re.search(r"^agent-steps/s\s+([0-9.]+)", text, re.M)
-    return m.group(1) if m else "?"
+    v = field(read(os.path.join(out, f"run-{n}.log")), "agent-steps/s")
+    return "?" if v is None else f"{v:.0f}"
 print(f"\nDecide (`run --policy lm`, prisoner's dilemma, 64 arenas): CPU {run_line('cpu')} agent-steps/s, GPU {run_line('gpu')}.")
-
 print(f"`reproduce ipd_advantage_alignment --quick --iterations 2 --seeds 1 --device {device}`: report written.")
-
-def field(text, name):
-    m = re.search(r"^" + re.escape(name) + r"\s+([0-9.]+)", text, re.M)
-    return float(m.group(1)) if m else None
-
-def read(path):
-    try:
-        return open(path).read()
-    except OSError:
-        return ""
 
 print("\n## Language model on grid scenes (issue 37), same run\n")
 print("Deciding: `run scenes/hide_and_seek/quadrant.scene.ron --policy lm --arenas 64 --episodes 1 --max-steps 24 --text compact`.\n")
@@ -297,13 +297,7 @@ print("\nTraining: `train corridor_lm.scene.ron --algo ippo --arenas 4 --iterati
       "(the shipped `corridor_pair` with `policy: \"lm\"`), seconds per iteration.\n")
 print("| iteration | rollout CPU | rollout GPU | update CPU | update GPU | iteration CPU | iteration GPU | return CPU | return GPU |")
 print("|---|---|---|---|---|---|---|---|---|")
-def grid_rows(n):
-    p = os.path.join(out, f"grid-train-{n}", "metrics.jsonl")
-    try:
-        return [json.loads(l) for l in open(p) if l.strip()]
-    except OSError:
-        return []
-gc, gg = grid_rows("cpu"), grid_rows("gpu")
+gc, gg = rows("grid-train-cpu"), rows("grid-train-gpu")
 for i in range(max(len(gc), len(gg))):
     a = gc[i] if i < len(gc) else {}
     b = gg[i] if i < len(gg) else {}
