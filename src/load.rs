@@ -26,19 +26,30 @@ pub fn load_scene(path: &Path) -> Result<Scene, SceneError> {
 
 /// [`load_scene`] for a training run's own scene copy: its `train:` block is ignored (the
 /// run's settings are in its `config.json`; a copy saved before a range was checked still
-/// loads), and the text style the run was given (`settings.text` in the `config.json` beside
-/// it, from `train --text`) replaces the scene's.
+/// loads), and the text style and memory the run was given (`settings.text` and
+/// `settings.memory` in the `config.json` beside it, from `train --text` and `--memory`)
+/// replace the scene's.
 pub fn load_run_scene(path: &Path) -> Result<Scene, SceneError> {
     let mut s = checked(&scene::read_text(path)?, path, scene::parse_run_data)?;
     // The run's text style when it was given apart from the scene (`train --text`): its
     // settings in config.json beside the copy (absent in runs from before the setting).
-    if let Some(text) = path
+    let settings = path
         .parent()
         .and_then(|run| std::fs::read_to_string(run.join("config.json")).ok())
         .and_then(|c| serde_json::from_str::<serde_json::Value>(&c).ok())
-        .and_then(|v| serde_json::from_value(v["settings"]["text"].clone()).ok())
+        .map(|v| v["settings"].clone());
+    if let Some(text) = settings
+        .as_ref()
+        .and_then(|v| serde_json::from_value(v["text"].clone()).ok())
     {
         s.spec.text = text;
+    }
+    // The same for the turns its language models remembered (`train --memory`).
+    if let Some(memory) = settings
+        .as_ref()
+        .and_then(|v| serde_json::from_value(v["memory"].clone()).ok())
+    {
+        s.spec.memory = memory;
     }
     Ok(s)
 }

@@ -120,7 +120,7 @@ pub fn cmd_eval(args: EvalArgs, ranks: emergence::train::dist::Ranks) -> Result<
     } else {
         load_scene(&scene_path)?
     };
-    let scene = super::apply_overrides(scene, None, args.max_steps, None)?;
+    let scene = super::apply_overrides(scene, None, args.max_steps, (None, None))?;
     let spec = EvalSpec {
         scene,
         model: model.clone(),

@@ -52,15 +52,19 @@ pub const NO_GUI: &str = "this binary was built without the window: build it wit
      (`cargo run --release --features gui -- view ...`; see docs/building.md for the system packages)";
 
 /// The scene as the command line asks: every team on `--policy`, episodes cut at
-/// `--max-steps`, observations written for language models in `--text`'s style.
+/// `--max-steps`, observations written for language models in `--text`'s style, with
+/// `--memory` past turns.
 pub fn apply_overrides(
     mut scene: Scene,
     policy: Option<&str>,
     max_steps: Option<u32>,
-    text: Option<emergence::scene::TextStyle>,
+    (text, memory): (Option<emergence::scene::TextStyle>, Option<u32>),
 ) -> Result<Scene> {
     if let Some(t) = text {
         scene.spec.text = t;
+    }
+    if let Some(m) = memory {
+        scene.spec.memory = m;
     }
     if let Some(p) = policy {
         let info = catalogue().iter().find(|i| i.name == p).with_context(|| {

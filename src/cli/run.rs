@@ -66,6 +66,10 @@ pub struct RunArgs {
     /// the agent's own in short form).
     #[arg(long, value_enum, hide_possible_values = true)]
     pub text: Option<emergence::scene::TextStyle>,
+    /// How many past turns of its episode a language-model agent reads besides this step's
+    /// observation, overriding the scene's `memory:` (0 to 64; docs/language-models.md).
+    #[arg(long, value_parser = |s: &str| emergence::train::limits::parse_u32(s, emergence::train::limits::MEMORY))]
+    pub memory: Option<u32>,
 }
 
 pub fn cmd_run(args: RunArgs) -> Result<()> {
@@ -73,7 +77,7 @@ pub fn cmd_run(args: RunArgs) -> Result<()> {
         load_scene(&args.scene)?,
         args.policy.as_deref(),
         args.max_steps,
-        args.text,
+        (args.text, args.memory),
     )?;
     let device = parse_device(&args.device)?;
     let model = model_source(args.model.as_deref())?;

@@ -53,6 +53,10 @@ pub struct ViewArgs {
     /// (`full` or `compact`); the inspector shows that text.
     #[arg(long, value_enum, hide_possible_values = true)]
     pub text: Option<emergence::scene::TextStyle>,
+    /// How many past turns of its episode a language-model agent reads besides this step's
+    /// observation, overriding the scene's `memory:` (0 to 64; docs/language-models.md).
+    #[arg(long, value_parser = |s: &str| emergence::train::limits::parse_u32(s, emergence::train::limits::MEMORY))]
+    pub memory: Option<u32>,
     /// Where language models run: `cpu`, or `cuda:N`.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -132,7 +136,7 @@ pub fn cmd_view(args: ViewArgs) -> Result<()> {
             anyhow::bail!("give a SCENE or --replay FILE");
         };
         let policy = args.policy.clone();
-        let (max_steps, text) = (args.max_steps, args.text);
+        let (max_steps, text) = (args.max_steps, (args.text, args.memory));
         let scene = apply_overrides(load_scene(path)?, policy.as_deref(), max_steps, text)?;
         let model = match &args.checkpoint {
             Some(c) => {

@@ -130,6 +130,33 @@ impl TextFormat {
         }
         s
     }
+
+    /// The scene's constant lines: what [`TextFormat::render`] begins with in the compact
+    /// style, the same for every agent and step (empty in the full style). An agent with
+    /// memory reads them once, at the front of its context.
+    pub fn constant_lines(&self) -> &str {
+        match self.style {
+            TextStyle::Compact => &self.preamble,
+            TextStyle::Full => "",
+        }
+    }
+
+    /// [`TextFormat::render`] without the [constant lines](TextFormat::constant_lines): one
+    /// turn's observation in an agent's context with memory.
+    pub fn render_turn(
+        &self,
+        who: Speaker,
+        obs: &Observation,
+        senses: Senses<'_>,
+        mask: ActionMask,
+        last_reward: f32,
+    ) -> String {
+        let text = self.render(who, obs, senses, mask, last_reward);
+        match text.strip_prefix(self.constant_lines()) {
+            Some(rest) => rest.to_string(),
+            None => text,
+        }
+    }
 }
 
 /// `actions` and the legal action words.

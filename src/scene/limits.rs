@@ -75,6 +75,8 @@ pub const GROUP_SIZE: Int = Int::new("group_size", 1, 100_000);
 pub const SWAP_EVERY: Int = Int::new("swap_every", 1, 1_000_000);
 /// LoRA rank.
 pub const LORA_RANK: Int = Int::new("lora_rank", 1, 1_024);
+/// Past turns a language-model agent reads (`memory`).
+pub const MEMORY: Int = Int::new("memory", 0, 64);
 /// Iterations between checkpoints.
 pub const CHECKPOINT_EVERY: Int = Int::new("checkpoint_every", 1, 1_000_000);
 /// AdamW's learning rate (0: a run that does not learn, a baseline).
@@ -128,6 +130,7 @@ pub fn check_settings(t: &super::settings::TrainSettings) -> Result<(), OutOfRan
         (SWAP_EVERY, t.swap_every.map(u64::from)),
         (LORA_RANK, t.lora_rank.map(|v| v as u64)),
         (CHECKPOINT_EVERY, t.checkpoint_every.map(u64::from)),
+        (MEMORY, t.memory.map(u64::from)),
     ];
     for (limit, v) in ints {
         if let Some(v) = v {

@@ -37,6 +37,13 @@ pub struct SceneSpec {
     /// How language-model agents read their observations ([`TextStyle`]).
     #[serde(default)]
     pub text: TextStyle,
+    /// How many of its episode's past turns a language-model agent reads besides this
+    /// step's observation (`memory: N`; 0, the default: this step's text alone). A turn is a
+    /// step's observation text followed by the tokens the agent chose (its action, and its
+    /// word where it talks); the context is the scene's constant lines once, then the turns.
+    /// See [`crate::policy::lm::memory`] for how turns drop off the front.
+    #[serde(default)]
+    pub memory: u32,
 }
 
 /// How a scene's observations are written for language models (`text: Compact` in a scene,

@@ -118,6 +118,11 @@ pub struct TrainSettings {
     /// and `eval` of the run read the same style [default: the scene's].
     #[arg(long, value_enum, hide_possible_values = true)]
     pub text: Option<super::schema::TextStyle>,
+    /// How many past turns of its episode a language-model agent reads besides this step's
+    /// observation, over the scene's `memory:`: 0 to 64 (docs/language-models.md, Memory).
+    /// Kept with the run's settings, like `--text` [default: the scene's].
+    #[arg(long, value_parser = |s: &str| parse_u32(s, limits::MEMORY))]
+    pub memory: Option<u32>,
 }
 
 /// Each given field of `$a`, else `$b`'s.
@@ -159,7 +164,8 @@ impl TrainSettings {
             lora_rank,
             checkpoint_every,
             overlap,
-            text
+            text,
+            memory
         )
     }
 
@@ -194,6 +200,7 @@ impl TrainSettings {
             "checkpoint_every",
             "overlap",
             "text",
+            "memory",
         ];
         fields
             .iter()

@@ -99,6 +99,15 @@ pub(crate) fn validate(spec: SceneSpec, path: &Path, src: &str) -> Result<Scene,
         ));
     }
     check_train(&cx, &spec.train)?;
+    let memory = super::limits::MEMORY;
+    check_int(
+        &cx,
+        &[Seg::Field("memory")],
+        "memory",
+        spec.memory.into(),
+        memory.lo,
+        memory.hi,
+    )?;
     check_int(
         &cx,
         &[Seg::Field("episode"), Seg::Field("max_steps")],

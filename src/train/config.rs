@@ -175,6 +175,9 @@ impl TrainConfig {
     ) -> Result<Self, String> {
         let model = ModelChoice::parse(settings.model.as_deref().unwrap_or("tiny"))?;
         let (algo, learner, hyper) = settings.resolve();
+        if let Some(memory) = settings.memory {
+            scene.spec.memory = memory;
+        }
         if let Some(text) = settings.text {
             scene.spec.text = text;
         }

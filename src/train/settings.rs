@@ -64,6 +64,7 @@ impl TrainSettings {
             checkpoint_every: Some(cfg.checkpoint_every),
             overlap: Some(cfg.overlap),
             text: Some(cfg.scene.spec.text),
+            memory: Some(cfg.scene.spec.memory),
         }
     }
 }

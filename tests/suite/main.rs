@@ -20,6 +20,7 @@ mod hide_and_seek;
 mod layering;
 mod learning;
 mod lm;
+mod lm_memory;
 mod lm_policy;
 mod maze;
 mod mpi;

@@ -88,7 +88,7 @@ impl Decoder {
                 Some(h) => Ok(h),
                 None => self.last_hidden_packed(&prompts, lora),
             },
-            Pass::Train => match self.tape(&prompts, lora, None)? {
+            Pass::Train => match self.tape(&prompts, lora, tape::Outs::Last)? {
                 Some(h) => Ok(h),
                 None => self.last_hidden_train(&prompts, pad, longest, lora),
             },
@@ -181,6 +181,105 @@ impl Decoder {
         )?))
     }
 
+    /// The final hidden state after each agent's kept tokens continued by `ext[i]` (its
+    /// new tokens, non-empty), `(agents, hidden)`, the new tokens' keys and values appended
+    /// to `rows[i]` (an empty one starts at position 0): what [`Decoder::last_hidden`] gives
+    /// for the whole context, computing only the new tokens. Each agent must read the same
+    /// adapter from step to step. `None` where the fast path cannot run it (another device,
+    /// a context past the rotary tables), where the caller reads the whole contexts and
+    /// clears the rows; the rows are then left as they were.
+    pub fn continue_rows(
+        &self,
+        rows: &mut [engine::RowKv],
+        ext: &[&[u32]],
+        lora: Lora<'_>,
+    ) -> Result<Option<Tensor>, LmError> {
+        let each_fits = !matches!(lora, Lora::Each(each) if each.len() != ext.len());
+        if ext.len() != rows.len()
+            || ext.is_empty()
+            || !each_fits
+            || !self.embed.device().is_cpu()
+            || ext.iter().any(|e| e.is_empty())
+            || ext.iter().zip(rows.iter()).any(|(e, r)| {
+                r.len() + e.len() > self.cfg.max_position_embeddings.min(self.rope.positions())
+            })
+        {
+            return Ok(None);
+        }
+        let Some(packed) = self.packed(ext, lora)? else {
+            return Ok(None);
+        };
+        let per_prompt = packed.per_prompt.clone();
+        let Some(out) = packed.read(|model, adapters, _| {
+            let cached = engine::Cached::Rows(rows, per_prompt);
+            engine::extend_cached(model, &self.rope, cached, ext, adapters)
+        }) else {
+            return Ok(None);
+        };
+        Ok(Some(Tensor::from_vec(
+            out,
+            (ext.len(), self.cfg.hidden_size),
+            self.embed.device(),
+        )?))
+    }
+
+    /// The final hidden states of each prompt at the positions `at[i]` (each below its
+    /// length, at least one), `(Σ positions, hidden)` in order: one causal pass over a
+    /// sequence reads every decision in it (an agent's turns with memory: each decision's
+    /// context is a beginning of the sequence, and causal attention gives each position the
+    /// state that beginning alone gives). On the training path on the CPU the last layer
+    /// computes those rows alone; elsewhere every row is computed (prompts right-padded) and
+    /// those rows taken.
+    pub fn hidden_at(
+        &self,
+        prompts: &[Vec<u32>],
+        at: &[Vec<usize>],
+        pad: u32,
+        path: Pass,
+        lora: Lora<'_>,
+    ) -> Result<Tensor, LmError> {
+        let msg = |m: String| LmError::Candle(candle_core::Error::Msg(m));
+        if at.len() != prompts.len() {
+            return Err(msg(format!(
+                "positions for {} prompts, {} prompts",
+                at.len(),
+                prompts.len()
+            )));
+        }
+        for (i, (p, a)) in prompts.iter().zip(at).enumerate() {
+            if a.is_empty() || a.iter().any(|&k| k >= p.len()) {
+                return Err(msg(format!(
+                    "prompt {i} has {} tokens: positions {a:?} are not within it",
+                    p.len()
+                )));
+            }
+        }
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
+        if path == Pass::Train
+            && self.embed.device().is_cpu()
+            && longest <= self.cfg.max_position_embeddings
+            && !matches!(lora, Lora::Each(e) if e.len() != prompts.len())
+        {
+            let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+            let outs: Vec<&[usize]> = at.iter().map(Vec::as_slice).collect();
+            if let Some(h) = self.tape(&refs, lora, tape::Outs::At(&outs))? {
+                return Ok(h);
+            }
+        }
+        let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+        let (ids, _) = padded(&refs, pad, longest, self.embed.device())?;
+        let h = self.hidden_rows(&ids, None, path, lora)?;
+        let d = self.cfg.hidden_size;
+        let h = h.reshape((prompts.len() * longest, d))?;
+        let rows: Vec<u32> = at
+            .iter()
+            .enumerate()
+            .flat_map(|(i, a)| a.iter().map(move |&k| (i * longest + k) as u32))
+            .collect();
+        let n = rows.len();
+        Ok(h.index_select(&Tensor::from_vec(rows, n, self.embed.device())?, 0)?)
+    }
+
     /// The final hidden states at each prompt's last token and at an earlier position of it
     /// (`inner[i]` of prompt `i`): `(last, inner)`, each `(prompts, hidden)`. On the training
     /// path on the CPU one pass gives both (the last layer computes the two rows of each
@@ -220,7 +319,7 @@ impl Decoder {
             && !matches!(lora, Lora::Each(e) if e.len() != prompts.len())
         {
             let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
-            if let Some(h) = self.tape(&refs, lora, Some(inner))? {
+            if let Some(h) = self.tape(&refs, lora, tape::Outs::Inner(inner))? {
                 let (n, d) = (prompts.len(), self.cfg.hidden_size);
                 let h = h.reshape((n, 2, d))?;
                 let row = |k: usize| h.narrow(1, k, 1).and_then(|t| t.squeeze(1));
@@ -275,14 +374,14 @@ impl Decoder {
         &self,
         prompts: &[&[u32]],
         lora: Lora<'_>,
-        inner: Option<&[usize]>,
+        outs: tape::Outs<'_>,
     ) -> Result<Option<Tensor>, LmError> {
         let Some(packed) = self.packed(prompts, lora)? else {
             return Ok(None);
         };
         let Some((out, saved)) = packed.read(|model, adapters, _| {
             let lora = (adapters, &packed.per_prompt[..]);
-            tape::forward(model, &self.rope, prompts, lora, inner)
+            tape::forward(model, &self.rope, prompts, lora, outs)
         }) else {
             return Ok(None);
         };

@@ -10,7 +10,7 @@ mod forward;
 pub mod lora;
 pub mod model;
 pub mod policy;
-pub use cpu::{KvCache, backward_passes, release_buffers, tape_shared_tokens};
+pub use cpu::{KvCache, RowKv, backward_passes, release_buffers, tape_shared_tokens};
 pub mod tokenizer;
 
 use std::path::PathBuf;

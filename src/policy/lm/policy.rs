@@ -41,6 +41,8 @@ use crate::policy::sampling::sample;
 use crate::policy::{Decision, Policy, PolicyStats};
 use crate::scene::Scene;
 
+mod memory;
+
 /// Where the model comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelSource {
@@ -92,6 +94,9 @@ pub struct Trainable {
     pub adapters: Vec<NamedAdapter>,
     /// What the adapters belong to.
     pub owner: AdapterOwner,
+    /// Past turns each agent reads (`memory:`): with memory, the decisions of an agent's
+    /// episode whose contexts continue one another are scored in one pass.
+    pub memory: usize,
 }
 
 /// A LoRA adapter opened for training: `A` and `B` of every adapted module as variables that
@@ -156,6 +161,9 @@ struct Talk {
     say: Vec<u32>,
     /// Whether the first choice is silence.
     silence: bool,
+    /// Each choice as text (`<eos>` for silence): what an agent with memory's context says
+    /// it chose.
+    words: Vec<String>,
 }
 
 struct Ready {
@@ -172,6 +180,11 @@ struct Ready {
     adapters: Vec<Option<Adapter>>,
     /// What the adapters belong to.
     owner: AdapterOwner,
+    /// Past turns each agent reads (`memory:`; 0: this step's text alone).
+    memory: usize,
+    /// With memory: the scene's constant lines, read once at the front of each context, and
+    /// their tokens.
+    header: (String, Vec<u32>),
 }
 
 /// A language-model policy.
@@ -184,6 +197,8 @@ pub struct LmPolicy {
     failure: Option<String>,
     train: Option<TrainHandle>,
     lora: Option<(super::LoraConfig, AdapterOwner)>,
+    /// With memory: each agent's episode so far ([`memory`]).
+    conversations: std::collections::BTreeMap<crate::core::Agent, memory::Conversation>,
 }
 
 impl LmPolicy {
@@ -197,6 +212,7 @@ impl LmPolicy {
             failure: None,
             train: None,
             lora: None,
+            conversations: Default::default(),
         }
     }
 
@@ -290,10 +306,16 @@ impl LmPolicy {
                     .into_iter()
                     .chain(words_of(&vocabulary, "vocabulary word")?)
                     .collect();
+                let words = silence
+                    .map(|_| "<eos>".to_string())
+                    .into_iter()
+                    .chain(vocabulary.iter().cloned())
+                    .collect();
                 Some(Talk {
                     choices,
                     say,
                     silence: silence.is_some(),
+                    words,
                 })
             }
             None => None,
@@ -380,16 +402,30 @@ impl LmPolicy {
                     pad,
                     adapters: trained,
                     owner,
+                    memory: scene.spec.memory as usize,
                 });
                 decoder
             }
         };
+        let format = TextFormat::new(scene, actions);
+        let memory = scene.spec.memory as usize;
+        let header_text = if memory > 0 {
+            format.constant_lines().to_string()
+        } else {
+            String::new()
+        };
+        let header_ids = encode(&folder.tokenizer, &header_text).map_err(|msg| LmError::Tokenizer {
+            path: tpath.clone(),
+            msg: format!("cannot encode the scene's constant lines: {msg}"),
+        })?;
         Ok(Ready {
             adapters,
             owner,
             decoder,
             tokenizer: folder.tokenizer,
-            format: TextFormat::new(scene, actions),
+            memory,
+            header: (header_text, header_ids),
+            format,
             actions: action_ids,
             words,
             pad,
@@ -656,6 +692,10 @@ impl LmPolicy {
         if batch.is_empty() {
             return;
         }
+        if r.memory > 0 {
+            self.decide_with_memory(batch, suffix);
+            return;
+        }
         let start = Instant::now();
         // Counted from here: the thread may have run other forwards (a trainer's reference).
         super::cpu::infer::take_shared_tokens();
@@ -717,38 +757,16 @@ impl LmPolicy {
                 return;
             }
         };
-        if let Some((d, (i, v))) = batch.iter().zip(&scores).find_map(|(d, s)| {
-            let mask = d.mask;
-            crate::policy::sampling::first_non_finite(s, |i| mask.allows(i as u8))
-                .map(|bad| (d, bad))
-        }) {
+        if let Err(f) = take_actions(batch, &scores, &values, &prompts, &mut texts) {
             self.stats.errors += 1;
-            self.failure.get_or_insert(format!(
-                "{model}: its action distribution is not a distribution (score {v} for action \
-                 {i} of agent {} in arena {}): its weights hold NaN or infinities; stopped",
-                d.agent.slot, d.agent.arena
-            ));
+            self.failure.get_or_insert(format!("{model}: {f}"));
             return;
-        }
-        for (i, ((d, s), p)) in batch.iter_mut().zip(&scores).zip(&prompts).enumerate() {
-            let mask = d.mask;
-            let (a, probs, logprob, entropy) = sample(s, |i| mask.allows(i as u8), d.rng);
-            d.action.0 = a as u8;
-            d.trace.tokens.clone_from(p);
-            d.trace.text = std::mem::take(&mut texts[i]);
-            d.trace.logprob = logprob;
-            d.trace.entropy = entropy;
-            d.trace.probs = probs;
-            d.trace.value = values[i];
-        }
-        for d in batch.iter_mut() {
-            d.trace.said = None;
-            d.trace.said_logprob = 0.0;
         }
         if let Some(Talk {
             choices: words,
             say,
             silence,
+            ..
         }) = &r.words
         {
             // The word after the prompt, the chosen action and `say`: the prompt's keys and
@@ -784,18 +802,7 @@ impl LmPolicy {
             }
             if let Ok((scores, _, f)) = talked {
                 forwards += f;
-                for (d, s) in batch.iter_mut().zip(&scores) {
-                    let (w, _, logprob, _) = sample(s, |_| true, d.rng);
-                    if let Some(say) = d.say.as_deref_mut() {
-                        if *silence {
-                            say.0 = w.checked_sub(1).map(|k| k as u8);
-                            d.trace.said = Some(w as u8);
-                            d.trace.said_logprob = logprob;
-                        } else {
-                            say.0 = Some(w as u8);
-                        }
-                    }
-                }
+                take_words(batch, &scores, *silence);
             }
         }
         self.stats.decisions += batch.len() as u64;
@@ -804,4 +811,84 @@ impl LmPolicy {
         self.stats.forwards += forwards;
         self.stats.seconds += start.elapsed().as_secs_f64();
     }
+
+    /// Samples each decision's action from its scores (masked to the legal ones) with the
+    /// agent's stream and writes its trace (`prompts[i]` and `texts[i]`, what it read);
+    /// false, with the failure noted, where the scores are not a distribution (NaN weights).
+    fn take_actions(
+        &mut self,
+        batch: &mut [Decision<'_>],
+        scores: &[Vec<f32>],
+        values: &[Option<f32>],
+        prompts: &[Vec<u32>],
+        texts: &mut [String],
+    ) -> bool {
+        match take_actions(batch, scores, values, prompts, texts) {
+            Ok(()) => true,
+            Err(f) => {
+                self.stats.errors += 1;
+                let model = self.source.describe();
+                self.failure.get_or_insert(format!("{model}: {f}"));
+                false
+            }
+        }
+    }
+}
+
+/// [`LmPolicy::take_actions`]: the failure's words where the scores are not a distribution.
+fn take_actions(
+    batch: &mut [Decision<'_>],
+    scores: &[Vec<f32>],
+    values: &[Option<f32>],
+    prompts: &[Vec<u32>],
+    texts: &mut [String],
+) -> Result<(), String> {
+    {
+        if let Some((d, (i, v))) = batch.iter().zip(scores).find_map(|(d, s)| {
+            let mask = d.mask;
+            crate::policy::sampling::first_non_finite(s, |i| mask.allows(i as u8))
+                .map(|bad| (d, bad))
+        }) {
+            return Err(format!(
+                "its action distribution is not a distribution (score {v} for action \
+                 {i} of agent {} in arena {}): its weights hold NaN or infinities; stopped",
+                d.agent.slot, d.agent.arena
+            ));
+        }
+        for (i, ((d, s), p)) in batch.iter_mut().zip(scores).zip(prompts).enumerate() {
+            let mask = d.mask;
+            let (a, probs, logprob, entropy) = sample(s, |i| mask.allows(i as u8), d.rng);
+            d.action.0 = a as u8;
+            d.trace.tokens.clone_from(p);
+            d.trace.text = std::mem::take(&mut texts[i]);
+            d.trace.logprob = logprob;
+            d.trace.entropy = entropy;
+            d.trace.probs = probs;
+            d.trace.value = values[i];
+            d.trace.said = None;
+            d.trace.said_logprob = 0.0;
+        }
+        Ok(())
+    }
+}
+
+/// Samples each decision's word from its scores (silence first where `silence`) with the
+/// agent's stream: what it says, and, with silence among the choices, the choice and its
+/// log-probability in its trace.
+fn take_words(batch: &mut [Decision<'_>], scores: &[Vec<f32>], silence: bool) -> Vec<usize> {
+    let mut chosen = Vec::with_capacity(batch.len());
+    for (d, s) in batch.iter_mut().zip(scores) {
+        let (w, _, logprob, _) = sample(s, |_| true, d.rng);
+        chosen.push(w);
+        if let Some(say) = d.say.as_deref_mut() {
+            if silence {
+                say.0 = w.checked_sub(1).map(|k| k as u8);
+                d.trace.said = Some(w as u8);
+                d.trace.said_logprob = logprob;
+            } else {
+                say.0 = Some(w as u8);
+            }
+        }
+    }
+    chosen
 }

@@ -144,6 +144,32 @@ struct LmModel {
     adapters: Vec<crate::policy::lm::Adapter>,
     /// What the adapters belong to.
     owner: crate::policy::lm::AdapterOwner,
+    /// Agents with memory: an agent's decisions whose contexts continue one another (a
+    /// window) are shuffled as one unit and scored in one pass ([`LmModel::continues`]).
+    memory: bool,
+}
+
+impl LmModel {
+    /// Whether `next`'s context continues `prev`'s (an agent with memory, the next step of
+    /// the same window): it begins with `prev`'s context and the tokens chosen after it (the
+    /// action, and where the word is trained `say` and the word), with more after them.
+    fn continues(&self, prev: &crate::train::rollout::Step, next: &crate::train::rollout::Step) -> bool {
+        let n = prev.tokens.len();
+        let Some(&action) = self.action_ids.get(usize::from(prev.action)) else {
+            return false;
+        };
+        let mut chosen = vec![action];
+        if let (Some((choices, say)), Some(w)) = (&self.talk, prev.said) {
+            let Ok(word) = choices.get(usize::from(w)).and_then(|t| t.to_scalar::<u32>()) else {
+                return false;
+            };
+            chosen.extend(say);
+            chosen.push(word);
+        }
+        next.tokens.len() > n + chosen.len()
+            && next.tokens[..n] == prev.tokens[..]
+            && next.tokens[n..n + chosen.len()] == chosen[..]
+    }
 }
 
 /// An `mlp` being trained: its network appears in the handle when the policy meets its
@@ -279,6 +305,7 @@ impl Trainer {
                     reference,
                     adapters,
                     owner,
+                    memory: t.memory > 0,
                 })),
                 vars,
                 opt,
@@ -371,7 +398,10 @@ impl Trainer {
 
     /// Whether the model is a network with memory (the `gru`), trained on sequences.
     fn has_memory(&self) -> bool {
-        matches!(&self.model, Model::Mlp(m) if m.net.as_ref().is_some_and(|n| n.memory))
+        match &self.model {
+            Model::Mlp(m) => m.net.as_ref().is_some_and(|n| n.memory),
+            Model::Lm(m) => m.memory,
+        }
     }
 
     /// The trained variables.
@@ -487,7 +517,7 @@ impl Trainer {
     }
 
     /// The units shuffled into minibatches: single decisions, or whole sequences for a
-    /// network with memory.
+    /// network with memory (a language model's: its windows).
     fn units(&self, samples: &[Sample]) -> Vec<Range<usize>> {
         if self.has_memory() {
             let starts: Vec<usize> = (0..samples.len())

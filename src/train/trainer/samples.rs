@@ -34,7 +34,8 @@ pub(super) struct Sample<'b> {
     pub(super) target: f32,
     /// A network with memory: the state the decision was made from.
     pub(super) memory: &'b [f32],
-    /// Whether a training sequence starts here (every [`SEQUENCE`]-th step of an episode).
+    /// Whether a training sequence starts here (every [`SEQUENCE`]-th step of an episode; a
+    /// language model with memory: where a window of its turns begins).
     pub(super) start: bool,
 }
 
@@ -165,6 +166,14 @@ impl Trainer {
         let mut out = Vec::with_capacity(batch.trajectories.iter().map(|t| t.steps.len()).sum());
         for (i, (traj, (adv, targets))) in batch.trajectories.iter().zip(advantages).enumerate() {
             for (t, ((s, a), target)) in traj.steps.iter().zip(adv).zip(targets).enumerate() {
+                let start = match &self.model {
+                    // A language model with memory: where a window begins (its context does
+                    // not continue the previous decision's).
+                    Model::Lm(m) if m.memory => {
+                        t == 0 || !m.continues(&traj.steps[t - 1], s)
+                    }
+                    _ => t % SEQUENCE == 0,
+                };
                 out.push(Sample {
                     arena: traj.arena,
                     global: globals
@@ -185,7 +194,7 @@ impl Trainer {
                     adv: a,
                     target,
                     memory: &s.memory,
-                    start: t % SEQUENCE == 0,
+                    start,
                 });
             }
         }

@@ -51,6 +51,11 @@ impl Trainer {
                 // action's state too (at each prompt's last token: an inner position), where
                 // the decoder can (the training path on the CPU), else a pass each.
                 let (h, said) = match &m.talk {
+                    Some((choices, _)) if m.memory => {
+                        let (h, said) = windows_hidden(m, decoder, mb, path, lora)?;
+                        (h, said.map(|h| (h, choices)))
+                    }
+                    None if m.memory => (windows_hidden(m, decoder, mb, path, lora)?.0, None),
                     Some((choices, say)) if mb.iter().any(|s| s.said.is_some()) => {
                         // An empty prompt reads one padding token, as `last_hidden` reads it.
                         let pad = [m.pad];
@@ -482,4 +487,73 @@ impl Trainer {
         }
         Ok((loss, out))
     }
+}
+
+/// A language model with memory: the final hidden states of a minibatch's decisions, and
+/// where the word is trained its word's, from one causal pass over each window of an
+/// agent's turns (consecutive decisions from one whose `start` is set; each decision's
+/// context a beginning of the next one's, [`super::LmModel::continues`]). A window's sequence
+/// is its last decision's context, continued by that action and `say` where words are
+/// scored; each decision reads its context's last position, and its word the position of
+/// `say`'s last token after its action. Exact: causal attention gives a position the state
+/// its beginning alone gives (tested against scoring each context alone).
+fn windows_hidden(
+    m: &super::LmModel,
+    decoder: &crate::policy::lm::Decoder,
+    mb: &[&Sample],
+    path: Pass,
+    lora: Lora<'_>,
+) -> Result<(Tensor, Option<Tensor>), TrainError> {
+    let say = m
+        .talk
+        .as_ref()
+        .filter(|_| mb.iter().any(|s| s.said.is_some()))
+        .map(|(_, say)| say);
+    let pad = [m.pad];
+    let context = |s: &Sample| if s.tokens.is_empty() { &pad[..] } else { s.tokens }.to_vec();
+    // Each window's first and last decision.
+    let mut windows: Vec<(usize, usize)> = Vec::new();
+    for (i, s) in mb.iter().enumerate() {
+        match windows.last_mut() {
+            Some((_, last)) if !s.start => *last = i,
+            _ => windows.push((i, i)),
+        }
+    }
+    let mut seqs = Vec::with_capacity(windows.len());
+    let mut at = Vec::with_capacity(windows.len());
+    for &(first, last) in &windows {
+        let mut seq = context(mb[last]);
+        let mut pos = Vec::new();
+        for s in &mb[first..=last] {
+            let n = s.tokens.len().max(1);
+            pos.push(n - 1);
+            if let Some(say) = say {
+                pos.push(n + say.len());
+            }
+        }
+        if let Some(say) = say {
+            seq.extend(m.action_ids.get(usize::from(mb[last].action)));
+            seq.extend(say);
+        }
+        seqs.push(seq);
+        at.push(pos);
+    }
+    // A window reads its agent's adapter (the first decision's).
+    let each: Vec<Option<&crate::policy::lm::Adapter>> = match lora {
+        Lora::Each(e) => windows.iter().map(|&(first, _)| e[first]).collect(),
+        _ => Vec::new(),
+    };
+    let lora = match lora {
+        Lora::Each(_) => Lora::Each(&each),
+        other => other,
+    };
+    let h = decoder.hidden_at(&seqs, &at, m.pad, path, lora)?;
+    if say.is_none() {
+        return Ok((h, None));
+    }
+    // Rows alternate: each decision's action state, then its word's.
+    let n = mb.len() as u32;
+    let actions = Tensor::from_vec((0..n).map(|i| 2 * i).collect(), mb.len(), h.device())?;
+    let words = Tensor::from_vec((0..n).map(|i| 2 * i + 1).collect(), mb.len(), h.device())?;
+    Ok((h.index_select(&actions, 0)?, Some(h.index_select(&words, 0)?)))
 }

@@ -565,22 +565,95 @@ pub(in crate::policy::lm) fn extend_hidden(
     ext: &[&[u32]],
     adapters: &[LoraData<'_>],
 ) -> Vec<f32> {
-    let per_prompt = &cache.per_prompt[..];
+    extend_cached(m, rope, Cached::Batch(cache), ext, adapters)
+}
+
+/// One agent's keys and values kept from step to step (an agent with memory: its context
+/// so far), every layer's rotated keys and values `(tokens, kv width)`; empty at the start.
+#[derive(Debug, Clone, Default)]
+pub struct RowKv {
+    layers: Vec<(Vec<f32>, Vec<f32>)>,
+    len: usize,
+}
+
+impl RowKv {
+    /// The tokens its keys and values cover.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it covers no token.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Forgets every token (the next continuation starts at position 0).
+    pub fn clear(&mut self) {
+        self.layers.clear();
+        self.len = 0;
+    }
+}
+
+/// What [`extend_cached`] continues: a pass's kept batch, read only, or each agent's own
+/// keys and values, to which the new tokens' are appended.
+pub(in crate::policy::lm) enum Cached<'c> {
+    Batch(&'c KvCache),
+    Rows(&'c mut [RowKv], Vec<Option<usize>>),
+}
+
+impl Cached<'_> {
+    fn per_prompt(&self) -> &[Option<usize>] {
+        match self {
+            Cached::Batch(c) => &c.per_prompt,
+            Cached::Rows(_, per_prompt) => per_prompt,
+        }
+    }
+    fn own(&self, i: usize) -> usize {
+        match self {
+            Cached::Batch(c) => c.own[i],
+            Cached::Rows(rows, _) => rows[i].len,
+        }
+    }
+    fn len(&self, i: usize) -> usize {
+        match self {
+            Cached::Batch(c) => c.lens[i],
+            Cached::Rows(rows, _) => rows[i].len,
+        }
+    }
+    fn shared(&self, i: usize) -> (usize, usize) {
+        match self {
+            Cached::Batch(c) => c.shared[i],
+            Cached::Rows(..) => (0, 0),
+        }
+    }
+}
+
+/// [`extend_hidden`] over a kept batch or over agents' own keys and values ([`RowKv`]:
+/// each continued in place, so that the next step continues from there).
+pub(in crate::policy::lm) fn extend_cached(
+    m: &ModelData<'_>,
+    rope: &RopeTables,
+    mut cache: Cached<'_>,
+    ext: &[&[u32]],
+    adapters: &[LoraData<'_>],
+) -> Vec<f32> {
+    let per_prompt = cache.per_prompt().to_vec();
+    let per_prompt = &per_prompt[..];
     let projections = Project::new(adapters, per_prompt);
     let (h, nh, nkv, hd, iw) = m.sizes.dims();
     let (qw, kvw) = (nh * hd, nkv * hd);
     let b = ext.len();
     let total: usize = ext.iter().map(|e| e.len()).sum();
     // Where each prompt's rows go in the new layout: its own cached rows, then its new ones.
+    let own: Vec<usize> = (0..b).map(|i| cache.own(i)).collect();
+    let lens: Vec<usize> = (0..b).map(|i| cache.len(i)).collect();
     let starts: Vec<usize> = (0..b)
         .scan(0, |at, i| {
-            *at += cache.own[i] + ext[i].len();
-            Some(*at - cache.own[i] - ext[i].len())
+            *at += own[i] + ext[i].len();
+            Some(*at - own[i] - ext[i].len())
         })
         .collect();
-    let rows_kv = starts
-        .last()
-        .map_or(0, |&s| s + cache.own[b - 1] + ext[b - 1].len());
+    let rows_kv = starts.last().map_or(0, |&s| s + own[b - 1] + ext[b - 1].len());
     let mut pos = Vec::with_capacity(total);
     let mut spans_all: Vec<Segments> = Vec::with_capacity(total);
     let mut spans_last: Vec<Segments> = Vec::with_capacity(b);
@@ -588,15 +661,15 @@ pub(in crate::policy::lm) fn extend_hidden(
     let mut new_rows = Vec::with_capacity(total);
     let mut at = 0;
     for (i, e) in ext.iter().enumerate() {
-        let (leader, n_shared) = cache.shared[i];
+        let (leader, n_shared) = cache.shared(i);
         let pre = if n_shared > 0 {
             (starts[leader] as u32, n_shared as u32)
         } else {
             (0, 0)
         };
-        let own = cache.own[i];
+        let own = own[i];
         for k in 0..e.len() {
-            pos.push((cache.lens[i] + k) as u32);
+            pos.push((lens[i] + k) as u32);
             spans_all.push([pre, (starts[i] as u32, (own + k + 1) as u32)]);
             new_rows.push(starts[i] + own + k);
         }
@@ -605,7 +678,7 @@ pub(in crate::policy::lm) fn extend_hidden(
         last_rows.push(at - 1);
     }
     let last_pos: Vec<u32> = (0..b)
-        .map(|i| (cache.lens[i] + ext[i].len() - 1) as u32)
+        .map(|i| (lens[i] + ext[i].len() - 1) as u32)
         .collect();
     let token_runs = runs(per_prompt, |i| ext[i].len());
     let last_runs = runs(per_prompt, |_| 1);
@@ -637,16 +710,40 @@ pub(in crate::policy::lm) fn extend_hidden(
             cut_all,
         );
         // The cached rows and the new ones, prompt by prompt.
-        let (ck, cv) = &cache.layers[i];
-        for ((&first, &own), &start) in cache.firsts.iter().zip(&cache.own).zip(&starts) {
-            let (from, len) = (first * kvw, own * kvw);
-            let to = start * kvw;
-            kk[to..to + len].copy_from_slice(&ck[from..from + len]);
-            vv[to..to + len].copy_from_slice(&cv[from..from + len]);
+        match &mut cache {
+            Cached::Batch(cache) => {
+                let (ck, cv) = &cache.layers[i];
+                for ((&first, &own), &start) in cache.firsts.iter().zip(&cache.own).zip(&starts)
+                {
+                    let (from, len) = (first * kvw, own * kvw);
+                    let to = start * kvw;
+                    kk[to..to + len].copy_from_slice(&ck[from..from + len]);
+                    vv[to..to + len].copy_from_slice(&cv[from..from + len]);
+                }
+            }
+            Cached::Rows(rows, _) => {
+                // Each agent's rows, then its new ones appended to them for the next step.
+                let mut r0 = 0;
+                for ((row, &start), e) in rows.iter_mut().zip(&starts).zip(ext) {
+                    if row.layers.len() < layers {
+                        row.layers.resize_with(layers, Default::default);
+                    }
+                    let (ck, cv) = &mut row.layers[i];
+                    let new = r0 * kvw..(r0 + e.len()) * kvw;
+                    ck.extend_from_slice(&k[new.clone()]);
+                    cv.extend_from_slice(&v[new]);
+                    let to = start * kvw;
+                    kk[to..to + ck.len()].copy_from_slice(ck);
+                    vv[to..to + cv.len()].copy_from_slice(cv);
+                    r0 += e.len();
+                }
+            }
         }
-        for (r, &row) in new_rows.iter().enumerate() {
-            kk[row * kvw..(row + 1) * kvw].copy_from_slice(&k[r * kvw..(r + 1) * kvw]);
-            vv[row * kvw..(row + 1) * kvw].copy_from_slice(&v[r * kvw..(r + 1) * kvw]);
+        if matches!(cache, Cached::Batch(_)) {
+            for (r, &row) in new_rows.iter().enumerate() {
+                kk[row * kvw..(row + 1) * kvw].copy_from_slice(&k[r * kvw..(r + 1) * kvw]);
+                vv[row * kvw..(row + 1) * kvw].copy_from_slice(&v[r * kvw..(r + 1) * kvw]);
+            }
         }
         let (spans, q_pos, runs, at_cut): (&[Segments], &[u32], &Runs, _) = if i + 1 == layers {
             x = gather(&x, &last_rows, h);
@@ -658,6 +755,11 @@ pub(in crate::policy::lm) fn extend_hidden(
         let bufs = (&mut x[..], &mut n[..], &mut q[..], &mut g[..], &mut u[..]);
         let at = (&projections, i, l, rope);
         attend_and_mlp_cut(m, at, bufs, (&kk, &vv), (spans, q_pos, runs), at_cut);
+    }
+    if let Cached::Rows(rows, _) = &mut cache {
+        for (row, e) in rows.iter_mut().zip(ext) {
+            row.len += e.len();
+        }
     }
     let mut out = vec![0f32; x.len()];
     kernels::rms_rows(&mut out, &x, m.norm, m.sizes.eps);

@@ -17,6 +17,6 @@ mod parts;
 mod pool;
 pub(super) mod train;
 
-pub use infer::KvCache;
+pub use infer::{KvCache, RowKv};
 pub use pool::release_buffers;
 pub use train::{backward_passes, tape_shared_tokens};

@@ -47,14 +47,46 @@ struct Rows {
     /// Each row's position in its prompt.
     pos: Vec<u32>,
     /// The rows the last layer computes and the hidden states come from, and their
-    /// positions, [`Rows::outputs`] per prompt: its row at the inner position asked for
+    /// positions, prompt `p`'s from `out_first[p]` to `out_first[p + 1]`: its row at the
+    /// inner position asked for
     /// (if any), then its last.
     last: Vec<usize>,
     last_pos: Vec<u32>,
-    outputs: usize,
+    out_first: Vec<usize>,
     /// The adapter runs over every row and over the last rows.
     token_runs: Runs,
     last_runs: Runs,
+}
+
+/// The rows whose final hidden states a training pass gives, per prompt.
+#[derive(Clone, Copy)]
+pub(in crate::policy::lm) enum Outs<'a> {
+    /// Its last.
+    Last,
+    /// An earlier position of each prompt, then its last.
+    Inner(&'a [usize]),
+    /// These positions of each prompt (at least one, each below its length), in order.
+    At(&'a [&'a [usize]]),
+}
+
+impl<'a> Outs<'a> {
+    /// Prompts `r` of these.
+    fn part(self, r: std::ops::Range<usize>) -> Outs<'a> {
+        match self {
+            Outs::Last => Outs::Last,
+            Outs::Inner(a) => Outs::Inner(&a[r]),
+            Outs::At(a) => Outs::At(&a[r]),
+        }
+    }
+
+    /// How many rows prompt `i` gives.
+    fn count(self, i: usize) -> usize {
+        match self {
+            Outs::Last => 1,
+            Outs::Inner(_) => 2,
+            Outs::At(a) => a[i].len(),
+        }
+    }
 }
 
 /// Prompt tokens whose forward pass the training path computed once for a whole part (the
@@ -95,8 +127,8 @@ fn shared_beginning(prompts: &[&[u32]], per_prompt: &[Option<usize>]) -> usize {
 }
 
 impl Rows {
-    /// `inner`: an earlier position of each prompt whose hidden state is wanted too.
-    fn new(prompts: &[&[u32]], per_prompt: &[Option<usize>], inner: Option<&[usize]>) -> Self {
+    /// `outs`: the positions of each prompt whose hidden states are wanted.
+    fn new(prompts: &[&[u32]], per_prompt: &[Option<usize>], outs: Outs<'_>) -> Self {
         let pre = shared_beginning(prompts, per_prompt);
         SHARED_ROWS.fetch_add(
             (pre * prompts.len().saturating_sub(1)) as u64,
@@ -110,16 +142,27 @@ impl Rows {
             let n = p.len() - pre;
             spans.push((first, n));
             pos.extend(pre as u32..p.len() as u32);
-            // An inner position inside the shared beginning reads its row there.
-            if let Some(at) = inner.map(|a| a[i]) {
+            // A position inside the shared beginning reads its row there.
+            let mut read = |at: usize| {
                 last.push(if at < pre { at } else { first + at - pre });
                 last_pos.push(at as u32);
+            };
+            match outs {
+                Outs::Last => read(p.len() - 1),
+                Outs::Inner(a) => {
+                    read(a[i]);
+                    read(p.len() - 1);
+                }
+                Outs::At(a) => a[i].iter().for_each(|&at| read(at)),
             }
-            last.push(first + n - 1);
-            last_pos.push(p.len() as u32 - 1);
             first += n;
         }
-        let outputs = if inner.is_some() { 2 } else { 1 };
+        let out_first: Vec<usize> = std::iter::once(0)
+            .chain((0..prompts.len()).scan(0, |acc, i| {
+                *acc += outs.count(i);
+                Some(*acc)
+            }))
+            .collect();
         let token_runs = if pre > 0 {
             // The shared rows read the adapter every prompt of the part reads.
             let mut r = runs(per_prompt, |i| prompts[i].len() - pre);
@@ -131,12 +174,12 @@ impl Rows {
         Self {
             pre,
             token_runs,
-            last_runs: runs(per_prompt, |_| outputs),
+            last_runs: runs(per_prompt, |i| outs.count(i)),
             spans,
             pos,
             last,
             last_pos,
-            outputs,
+            out_first,
         }
     }
 
@@ -199,9 +242,9 @@ fn forward_part(
     rope: &RopeTables,
     prompts: &[&[u32]],
     (adapters, per_prompt): (&[LoraData<'_>], &[Option<usize>]),
-    inner: Option<&[usize]>,
+    outs: Outs<'_>,
 ) -> (Vec<f32>, Part) {
-    let rows = Rows::new(prompts, per_prompt, inner);
+    let rows = Rows::new(prompts, per_prompt, outs);
     let projections = Project::new(adapters, per_prompt);
     let project = |y: &mut [f32], x: &[f32], w, dims, add, at| {
         projections.run(y, x, w, dims, add, at);
@@ -352,8 +395,12 @@ fn attention_tasks(rows: &Rows, last: bool) -> Vec<Task> {
         .iter()
         .enumerate()
         .map(|(p, &(first, len))| Task {
-            q0: if last { p * rows.outputs } else { first },
-            nq: if last { rows.outputs } else { len },
+            q0: if last { rows.out_first[p] } else { first },
+            nq: if last {
+                rows.out_first[p + 1] - rows.out_first[p]
+            } else {
+                len
+            },
             pre,
             k0: first,
             len,
@@ -477,8 +524,9 @@ fn parts(prompts: &[&[u32]]) -> Vec<std::ops::Range<usize>> {
 }
 
 /// The final normed hidden states at each prompt's last token, `(prompts, hidden)` (with
-/// `inner`, an earlier position of each prompt, the states there too: `(2 · prompts,
-/// hidden)`, each prompt's inner row before its last), and what [`backward`] needs. Prompts
+/// [`Outs::Inner`], an earlier position of each prompt, the states there too: `(2 · prompts,
+/// hidden)`, each prompt's inner row before its last; with [`Outs::At`], the rows at those
+/// positions, prompt by prompt), and what [`backward`] needs. Prompts
 /// must be non-empty, their ids below the vocabulary size and their lengths within the
 /// rotary tables, inner positions below their lengths, and the model must have a layer
 /// (the caller checks). The batch runs in two parts (see [`parts`]), one thread each.
@@ -487,26 +535,32 @@ pub(in crate::policy::lm) fn forward(
     rope: &RopeTables,
     prompts: &[&[u32]],
     (adapters, per_prompt): (&[LoraData<'_>], &[Option<usize>]),
-    inner: Option<&[usize]>,
+    outs: Outs<'_>,
 ) -> (Vec<f32>, Saved) {
     let ranges = parts(prompts);
     let done = each_part(ranges.clone(), |_, r| {
-        let inner = inner.map(|a| &a[r.clone()]);
+        let outs = outs.part(r.clone());
         forward_part(
             m,
             rope,
             &prompts[r.clone()],
             (adapters, &per_prompt[r]),
-            inner,
+            outs,
         )
     });
-    let k = if inner.is_some() { 2 } else { 1 };
-    let mut out = Vec::with_capacity(k * prompts.len() * m.sizes.hidden);
+    // Each prompt's first output row.
+    let first: Vec<usize> = std::iter::once(0)
+        .chain((0..prompts.len()).scan(0, |acc, i| {
+            *acc += outs.count(i);
+            Some(*acc)
+        }))
+        .collect();
+    let mut out = Vec::with_capacity(first[prompts.len()] * m.sizes.hidden);
     let mut parts = Vec::with_capacity(done.len());
     for (r, (o, part)) in ranges.into_iter().zip(done) {
         out.extend_from_slice(&o);
         // The part's output rows.
-        parts.push((k * r.start..k * r.end, part));
+        parts.push((first[r.start]..first[r.end], part));
     }
     (out, Saved { parts })
 }

@@ -1,0 +1,243 @@
+//! Language-model agents with memory (an episode is one conversation): the passes it rests
+//! on against scoring each context alone (one causal pass over a window gives every
+//! decision's state and gradients; each agent's keys and values continued from step to step
+//! give the state of its whole context), the context a policy reads (golden text, the turns
+//! in order, dropped half a memory at a time), and the trainer scoring what the policy
+//! sampled.
+
+use candle_core::{Device, IndexOp, Tensor, Var};
+use emergence::policy::lm::model::{Pass as Fwd, Weights, init_weights};
+use emergence::policy::lm::{Adapter, Decoder, LmConfig, Lora, LoraConfig, RowKv};
+use std::path::Path;
+
+fn small_config() -> LmConfig {
+    LmConfig {
+        vocab_size: 61,
+        hidden_size: 32,
+        intermediate_size: 48,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: Some(2),
+        max_position_embeddings: 128,
+        rope_theta: 10_000.0,
+        rms_norm_eps: 1e-6,
+        tie_word_embeddings: false,
+        hidden_act: "silu".into(),
+        value_head: true,
+        architectures: vec![],
+        model_type: "qwen2".into(),
+    }
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .and_then(|d| d.abs())
+        .and_then(|d| d.flatten_all())
+        .and_then(|d| d.max(0))
+        .and_then(|d| d.to_scalar::<f32>())
+        .expect("diff")
+}
+
+/// The final hidden state at the last token of each prompt, each run alone on the composed
+/// path (candle's operations) with its adapter.
+fn each_alone(dec: &Decoder, prompts: &[Vec<u32>], adapters: &[Option<&Adapter>]) -> Tensor {
+    let alone: Vec<Tensor> = prompts
+        .iter()
+        .zip(adapters)
+        .map(|(p, &a)| {
+            let ids = Tensor::from_vec(p.clone(), (1, p.len()), &Device::Cpu).expect("ids");
+            let h = dec
+                .hidden_with(&ids, None, Fwd::Composed, a.into())
+                .expect("hidden");
+            h.i((0, p.len() - 1)).expect("last")
+        })
+        .collect();
+    Tensor::stack(&alone, 0).expect("stack")
+}
+
+/// Every weight as a variable, and the weights the decoder reads from those variables.
+fn trainable(init: &Weights) -> (Vec<(String, Var)>, Weights) {
+    let vars: Vec<(String, Var)> = init
+        .iter()
+        .map(|(k, t)| (k.clone(), Var::from_tensor(t).expect("var")))
+        .collect();
+    let weights = vars
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+        .collect();
+    (vars, weights)
+}
+
+/// An adapter whose `B` is not zero (a fresh one changes nothing), over variables.
+fn adapter(cfg: &LmConfig, seed: u64) -> (Vec<(String, Var, Var)>, Adapter) {
+    let fresh = Adapter::init(cfg, LoraConfig::all(2), seed, &Device::Cpu).expect("adapter");
+    let vars: Vec<(String, Var, Var)> = fresh
+        .weights
+        .iter()
+        .map(|(k, (a, b))| {
+            let b = (b + 0.05).expect("nudge");
+            (
+                k.clone(),
+                Var::from_tensor(a).expect("a"),
+                Var::from_tensor(&b).expect("b"),
+            )
+        })
+        .collect();
+    let read = Adapter {
+        config: fresh.config.clone(),
+        weights: vars
+            .iter()
+            .map(|(k, a, b)| (k.clone(), (a.as_tensor().clone(), b.as_tensor().clone())))
+            .collect(),
+    };
+    (vars, read)
+}
+
+/// Three agents' windows: a header every one begins with, then turns (an observation and a
+/// chosen token); each decision's context is a beginning of its window.
+fn windows() -> (Vec<Vec<u32>>, Vec<Vec<usize>>) {
+    let header: Vec<u32> = (0..6).map(|j| (j * 7 + 3) as u32 % 61).collect();
+    let mut seqs = Vec::new();
+    let mut at = Vec::new();
+    for (agent, turns) in [3usize, 1, 4].into_iter().enumerate() {
+        let mut seq = header.clone();
+        let mut pos = Vec::new();
+        for t in 0..turns {
+            let obs = 3 + (agent + t) % 3;
+            seq.extend((0..obs).map(|j| ((agent * 13 + t * 5 + j * 3 + 1) % 61) as u32));
+            pos.push(seq.len() - 1);
+            seq.push(((agent + t) % 4 + 50) as u32);
+        }
+        // The last decision's context ends the window (its choice not yet read).
+        seq.pop();
+        seqs.push(seq);
+        at.push(pos);
+    }
+    (seqs, at)
+}
+
+/// One causal pass over each window gives every decision's state as its context alone gives
+/// it, on the training path (the hand-written tape) and on the composed one, with the
+/// header shared by the windows of a part and with an adapter per window; and the
+/// gradients of a loss on those states are those of the same loss on each context alone,
+/// reaching every trainable tensor (adapters included).
+#[test]
+fn one_pass_over_a_window_gives_each_decision_as_its_context_alone() {
+    let cfg = small_config();
+    let init = init_weights(&cfg, 21, &Device::Cpu).expect("init");
+    let (vars, weights) = trainable(&init);
+    let dec = Decoder::new(&cfg, &weights, Path::new("mem")).expect("decoder");
+    let (avars, a) = adapter(&cfg, 5);
+    let (seqs, at) = windows();
+    let contexts: Vec<Vec<u32>> = seqs
+        .iter()
+        .zip(&at)
+        .flat_map(|(s, pos)| pos.iter().map(|&p| s[..=p].to_vec()))
+        .collect();
+    for per_window in [vec![None, None, None], vec![Some(&a), None, Some(&a)]] {
+        let per_context: Vec<Option<&Adapter>> = at
+            .iter()
+            .zip(&per_window)
+            .flat_map(|(pos, &w)| std::iter::repeat_n(w, pos.len()))
+            .collect();
+        let alone = each_alone(&dec, &contexts, &per_context);
+        // What a training step reads from the states: the head's log-probabilities and the
+        // value (weighted so that no gradient cancels).
+        let loss_of = |h: &Tensor| {
+            let weighted = |x: &Tensor| {
+                let w = Tensor::arange(0f32, x.elem_count() as f32, &Device::Cpu)
+                    .and_then(|w| w.reshape(x.shape()))
+                    .and_then(|w| (w * 0.01)?.sin())
+                    .expect("weights");
+                (x * w).and_then(|x| x.sum_all()).expect("sum")
+            };
+            let lp = candle_nn::ops::log_softmax(&dec.head(h).expect("head"), 1).expect("lp");
+            let v = dec.value(h).expect("value").expect("a value head");
+            ((weighted(&lp) + weighted(&v)).expect("sum") + weighted(h)).expect("loss")
+        };
+        let want = loss_of(&alone).backward().expect("backward");
+        for path in [Fwd::Train, Fwd::Composed] {
+            let h = dec
+                .hidden_at(&seqs, &at, 0, path, Lora::Each(&per_window))
+                .expect("one pass");
+            assert_eq!(h.dims(), &[contexts.len(), cfg.hidden_size]);
+            let d = max_abs_diff(&h, &alone);
+            assert!(d < 1e-5, "{path:?}: the window's states differ by {d}");
+            let got = loss_of(&h).backward().expect("backward");
+            let named = vars.iter().map(|(n, v)| (n.clone(), v.clone()));
+            let adapters = avars.iter().flat_map(|(n, va, vb)| {
+                [(format!("{n}.A"), va.clone()), (format!("{n}.B"), vb.clone())]
+            });
+            let with_adapter = per_window.iter().any(Option::is_some);
+            for (name, v) in named.chain(adapters.filter(|_| with_adapter)) {
+                let (g, w) = (got.get(&v), want.get(&v));
+                let (Some(g), Some(w)) = (g, w) else {
+                    panic!("{path:?}: {name} has no gradient ({} / {})", g.is_some(), w.is_some());
+                };
+                let scale = w.abs().and_then(|x| x.max_all()).and_then(|x| x.to_scalar::<f32>());
+                let scale = scale.expect("scale");
+                assert!(scale > 0.0, "{name}: a zero gradient");
+                let d = max_abs_diff(g, w);
+                assert!(
+                    d <= 1e-4 * scale.max(1.0),
+                    "{path:?}: {name}'s gradient differs by {d} (largest {scale})"
+                );
+            }
+        }
+    }
+    // Positions outside a sequence are refused.
+    let bad = dec.hidden_at(&seqs, &[vec![0], vec![999], vec![1]], 0, Fwd::Train, Lora::Base);
+    assert!(bad.is_err());
+}
+
+/// Each agent's keys and values continued from step to step give the state of its whole
+/// context, as that context alone gives it: three steps of three agents (each step adds the
+/// previous choice's and the new observation's tokens), one agent's context re-read from
+/// position 0 at the third (its oldest turns dropped), with and without an adapter per
+/// agent; where the cached pass declines (an empty continuation) the caches are left alone.
+#[test]
+fn keys_and_values_kept_from_step_to_step_give_each_whole_context() {
+    let cfg = small_config();
+    let w = init_weights(&cfg, 4, &Device::Cpu).expect("init");
+    let dec = Decoder::new(&cfg, &w, Path::new("mem")).expect("decoder");
+    let (_, a) = adapter(&cfg, 8);
+    let header: Vec<u32> = (0..7).map(|j| (j * 5 + 2) as u32 % 61).collect();
+    let turn = |agent: usize, t: usize| -> Vec<u32> {
+        (0..3 + (agent + t) % 2)
+            .map(|j| ((agent * 17 + t * 7 + j * 5 + 9) % 61) as u32)
+            .collect()
+    };
+    for each in [vec![None; 3], vec![Some(&a), None, Some(&a)]] {
+        let mut rows = vec![RowKv::default(); 3];
+        let mut contexts: Vec<Vec<u32>> = vec![header.clone(); 3];
+        for step in 0..3 {
+            let mut ext = Vec::new();
+            for (agent, c) in contexts.iter_mut().enumerate() {
+                if step == 2 && agent == 1 {
+                    // Its oldest turns dropped: the context from the header again.
+                    *c = header.clone();
+                    rows[agent].clear();
+                }
+                if step > 0 {
+                    c.push(50 + agent as u32);
+                }
+                c.extend(turn(agent, step));
+                ext.push(c[rows[agent].len()..].to_vec());
+            }
+            let refs: Vec<&[u32]> = ext.iter().map(Vec::as_slice).collect();
+            let h = dec
+                .continue_rows(&mut rows, &refs, Lora::Each(&each))
+                .expect("continued")
+                .expect("the cached pass runs on the CPU");
+            let d = max_abs_diff(&h, &each_alone(&dec, &contexts, &each));
+            assert!(d < 1e-5, "step {step}: {d}");
+            for (r, c) in rows.iter().zip(&contexts) {
+                assert_eq!(r.len(), c.len());
+            }
+        }
+        let before: Vec<usize> = rows.iter().map(RowKv::len).collect();
+        let declined = dec.continue_rows(&mut rows, &[&[1], &[], &[2]], Lora::Each(&each));
+        assert!(matches!(declined, Ok(None)), "{declined:?}");
+        assert_eq!(rows.iter().map(RowKv::len).collect::<Vec<_>>(), before);
+    }
+}
