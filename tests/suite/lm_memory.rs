@@ -241,3 +241,94 @@ fn keys_and_values_kept_from_step_to_step_give_each_whole_context() {
         assert_eq!(rows.iter().map(RowKv::len).collect::<Vec<_>>(), before);
     }
 }
+
+/// The contexts agent 0 of arena 0 read, decision by decision, in a run of `scene` (every
+/// team on the embedded language model, compact text) with `memory`: each with the action
+/// it chose and its word (`<eos>` for silence, where it talks).
+fn contexts(scene: &str, memory: u32, steps: u32) -> (Vec<(String, String)>, String) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(scene);
+    let mut s = emergence::load::load_scene(&path).expect("scene");
+    for a in &mut s.agents {
+        a.policy = "lm".into();
+    }
+    s.spec.text = emergence::scene::TextStyle::Compact;
+    s.spec.episode.max_steps = steps;
+    s.spec.memory = memory;
+    let header = emergence::observe::text::TextFormat::new(&s, &emergence::envs::action_names(&s))
+        .constant_lines()
+        .to_string();
+    let talks = emergence::envs::family::of(&s).vocabulary(&s).is_some();
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = emergence::headless::RunConfig::new(s);
+    cfg.seed = 11;
+    cfg.record = Some(dir.path().join("replay.jsonl"));
+    cfg.record_arenas = vec![0];
+    emergence::headless::run(&cfg, |_| {}).expect("run");
+    let replay =
+        emergence::frames::replay::Replay::load(&dir.path().join("replay.jsonl")).expect("replay");
+    let read = replay
+        .arena_frames(0)
+        .into_iter()
+        .filter(|f| f.step > 0)
+        .map(|f| {
+            let a = &f.agents[0];
+            let mut chosen = a.action.clone();
+            if talks {
+                chosen.push_str(" say ");
+                chosen.push_str(a.say.as_deref().unwrap_or("<eos>"));
+            }
+            (a.text.clone(), chosen)
+        })
+        .collect();
+    (read, header)
+}
+
+/// The context is the turns in order, for every family: the scene's constant lines once,
+/// then each turn (its observation, then what the agent chose), the oldest turns dropped
+/// half a memory at a time. Memory 2: decisions 0-2 read 0-2 past turns; decision 3 would
+/// read 3, so it reads the last one (⌈2/2⌉) and starts the context over; decision 4 reads 2.
+/// The first decision reads what an agent without memory reads.
+#[test]
+fn the_context_is_the_constant_lines_then_the_turns_in_order() {
+    for scene in [
+        "scenes/dilemma/prisoners_dilemma.scene.ron",
+        "scenes/dilemma/commons_harvest_open.scene.ron",
+        "scenes/hide_and_seek/quadrant.scene.ron",
+        "scenes/maze/split_view.scene.ron",
+    ] {
+        let (with, header) = contexts(scene, 2, 6);
+        let (without, _) = contexts(scene, 0, 6);
+        assert_eq!(with.len(), 6, "{scene}");
+        assert_eq!(with[0].0, without[0].0, "{scene}: the first decision");
+        assert!(with[0].0.starts_with(&header), "{scene}");
+        // The turns: what each decision read after the constant lines (and the earlier turns).
+        let mut turns: Vec<String> = Vec::new();
+        for t in 0..6 {
+            let (ctx, _) = &with[t];
+            let kept: Vec<usize> = match t {
+                0 => vec![],
+                1 => vec![0],
+                2 => vec![0, 1],
+                3 => vec![2],
+                4 => vec![2, 3],
+                _ => vec![4],
+            };
+            let mut before = header.clone();
+            for &k in &kept {
+                before.push_str(&turns[k]);
+                before.push_str(&with[k].1);
+                before.push('\n');
+            }
+            let Some(obs) = ctx.strip_prefix(&before) else {
+                panic!("{scene}, decision {t}: expected the context to begin with\n{before}\n---- it is\n{ctx}");
+            };
+            assert!(!obs.is_empty() && obs.ends_with('\n'), "{scene}, decision {t}: {obs:?}");
+            assert!(!obs.contains(&header) || header.is_empty(), "{scene}: the constant lines twice");
+            turns.push(obs.to_string());
+        }
+        // Without memory each decision reads its observation alone: the same turns.
+        for (t, turn) in turns.iter().enumerate().skip(1) {
+            assert_ne!(turn, &turns[t - 1], "{scene}: decision {t} read the same turn again");
+        }
+    }
+}
