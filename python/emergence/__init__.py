@@ -56,7 +56,9 @@ def parallel_env(scene, seed=0, **kwargs):
     Keyword arguments: ``render_mode`` (``"rgb_array"`` or ``"ansi"``), ``python_teams``
     (the teams Python drives; default every team not in ``partners``), ``partners``
     (``{team: policy}``: a bot, ``random``, ``mlp`` or ``lm`` deciding for that team),
-    ``illegal_action`` (``"raise"``, the default, or ``"first_legal"``), ``threads``.
+    ``illegal_action`` (``"raise"``, the default, or ``"first_legal"``), ``threads``,
+    ``memory`` (past turns in ``obs[agent]["text"]``, over the scene's ``memory:``: the whole
+    context a language-model agent with memory reads).
     """
     return EmergenceParallelEnv(scene, seed=seed, **kwargs)
 

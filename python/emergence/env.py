@@ -54,7 +54,7 @@ def features(cells, dense, codes=16):
 
 
 def _build(scene, num_arenas, seed, python_teams, partners, threads, central_state, illegal_action,
-           first_arena=0, hash_steps=False):
+           first_arena=0, hash_steps=False, memory=None):
     if illegal_action not in ("raise", "first_legal"):
         raise ValueError(
             f"illegal_action must be 'raise' or 'first_legal', not {illegal_action!r}"
@@ -71,6 +71,7 @@ def _build(scene, num_arenas, seed, python_teams, partners, threads, central_sta
         illegal_action == "first_legal",
         int(first_arena),
         bool(hash_steps),
+        None if memory is None else int(memory),
     )
 
 
@@ -107,6 +108,7 @@ class EmergenceParallelEnv(ParallelEnv):
         arena=0,
         text=True,
         hash_steps=False,
+        memory=None,
     ):
         self._text = bool(text)
         if int(arena) < 0:
@@ -120,7 +122,8 @@ class EmergenceParallelEnv(ParallelEnv):
         self._resets = 0
         # The global state is written when state() asks for it, not every step.
         self._sim = _build(
-            scene, 1, seed, python_teams, partners, threads, False, illegal_action, arena, hash_steps
+            scene, 1, seed, python_teams, partners, threads, False, illegal_action, arena, hash_steps,
+            memory,
         )
         self.possible_agents = list(self._sim.agent_ids)
         self.agents = []
@@ -255,12 +258,13 @@ class VectorEnv:
         threads=None,
         central_state=False,
         hash_steps=False,
+        memory=None,
     ):
         if int(num_arenas) < 1:
             raise ValueError(f"num_arenas must be at least 1, not {num_arenas}")
         self._sim = _build(
             scene, int(num_arenas), seed, python_teams, partners, threads, central_state,
-            illegal_action, hash_steps=hash_steps,
+            illegal_action, hash_steps=hash_steps, memory=memory,
         )
         self.num_arenas = int(num_arenas)
         self.agent_ids = list(self._sim.agent_ids)

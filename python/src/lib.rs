@@ -39,6 +39,7 @@ use emergence::core::{
 use emergence::envs::senses::SensesQuery;
 use emergence::frames::{Frame, FrameContext};
 use emergence::headless::{RunConfig, build_app, error_chain};
+use emergence::observe::transcript::{Transcript, chosen_text};
 use emergence::observe::text::{Speaker, TextFormat};
 use emergence::policy::{Decision, Policy, PolicyFactory};
 use emergence::scene::Scene;
@@ -89,6 +90,10 @@ pub struct Sim {
     actions: Vec<String>,
     vocabulary: Vec<String>,
     format: TextFormat,
+    /// The scene's `memory:` (past turns a language-model agent reads), and each seat's
+    /// episode so far by arena and seat, for its text.
+    memory: usize,
+    transcripts: Vec<Vec<Transcript>>,
     frames: FrameContext,
     /// Arenas that finished last step and reset in this one.
     resetting: Vec<bool>,
@@ -192,6 +197,7 @@ impl Sim {
         world.insert_resource(StepPart::Observe);
         let n = arenas.len() * slots.len();
         let view = QueryState::new(&mut world);
+        let memory = scene.spec.memory as usize;
         let mut sim = Self {
             world,
             scene,
@@ -201,6 +207,8 @@ impl Sim {
             actions,
             vocabulary,
             format,
+            memory,
+            transcripts: vec![vec![Transcript::default(); slots.len()]; num_arenas as usize],
             frames,
             view,
             resetting: vec![false; num_arenas as usize],
@@ -244,6 +252,27 @@ impl Sim {
         self.agents[arena][self.seats[seat]]
     }
 
+    /// Agent `e`'s step and this step's turn as a language model with memory reads it
+    /// (its observation without the scene's constant lines).
+    fn turn(&self, e: Entity) -> Option<(u32, String)> {
+        match self.view.get_manual(&self.world, e) {
+            Ok((obs, senses, Some(&mask), team, role, reward)) => Some((
+                obs.step,
+                self.format.render_turn(
+                    Speaker {
+                        team: team.map_or(0, |t| t.0),
+                        role: role.map_or(0, |r| r.0),
+                    },
+                    obs,
+                    senses.get(),
+                    mask,
+                    reward.map_or(0.0, |r| r.0),
+                ),
+            )),
+            _ => None,
+        }
+    }
+
     /// Writes `actions` (arena-major, one per seat) after checking them; arenas that reset
     /// this step ignore theirs.
     fn write_actions(&mut self, actions: &[i64], words: Option<&[i64]>) -> Result<(), String> {
@@ -272,6 +301,7 @@ impl Sim {
         // Every action is resolved (checked, or replaced by the first legal one) before
         // any is written, so a refused step changes nothing.
         let mut resolved = Vec::with_capacity(actions.len());
+        let mut turns = Vec::new();
         for (a, chunk) in actions.chunks(seats.max(1)).enumerate() {
             if self.resetting[a] {
                 continue;
@@ -297,8 +327,22 @@ impl Sim {
                     mask.nth(0).unwrap_or(0)
                 };
                 let word = words.map(|w| w[a * seats + s]);
+                if self.memory > 0
+                    && let Some((step, obs)) = self.turn(e)
+                {
+                    // The turn's words: the action, and where agents talk what was said.
+                    let said = (!self.vocabulary.is_empty()).then(|| match word.unwrap_or(0) {
+                        0 => "<eos>".to_string(),
+                        w => self.vocabulary[(w - 1) as usize].clone(),
+                    });
+                    let chosen = chosen_text(&self.actions[usize::from(act)], said.as_deref());
+                    turns.push((a, s, step, obs, chosen));
+                }
                 resolved.push((e, act, word));
             }
+        }
+        for (a, s, step, obs, chosen) in turns {
+            self.transcripts[a][s].push(self.memory, step, &obs, &chosen);
         }
         for (e, act, word) in resolved {
             if let Some(mut slot) = self.world.get_mut::<Action>(e) {
@@ -537,9 +581,10 @@ impl Sim {
     /// asked). `partners`: `(team, policy)` pairs.
     /// `first_legal`: an illegal action becomes the first legal one. `first_arena`: this
     /// world's arenas are arenas `first_arena..` of a run with the same seed. `hash_steps`:
-    /// keep every step's state hash (`step_hashes`).
+    /// keep every step's state hash (`step_hashes`). `memory`: past turns in the text
+    /// (over the scene's `memory:`).
     #[new]
-    #[pyo3(signature = (scene, num_arenas=1, seed=0, python_teams=None, threads=None, central_state=false, partners=None, first_legal=false, first_arena=0, hash_steps=false))]
+    #[pyo3(signature = (scene, num_arenas=1, seed=0, python_teams=None, threads=None, central_state=false, partners=None, first_legal=false, first_arena=0, hash_steps=false, memory=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -553,8 +598,19 @@ impl Sim {
         first_legal: bool,
         first_arena: u32,
         hash_steps: bool,
+        memory: Option<u32>,
     ) -> PyResult<Self> {
         let mut scene = read_scene(scene)?;
+        if let Some(m) = memory {
+            let limit = emergence::train::limits::MEMORY;
+            if !(limit.lo..=limit.hi).contains(&u64::from(m)) {
+                return Err(PyValueError::new_err(format!(
+                    "memory must be {} to {}, not {m}",
+                    limit.lo, limit.hi
+                )));
+            }
+            scene.spec.memory = m;
+        }
         let partners = partners.unwrap_or_default();
         for (team, policy) in &partners {
             set_partner(&mut scene, team, policy)?;
@@ -1031,9 +1087,21 @@ impl Sim {
             .collect()
     }
 
-    /// The observation texts of `arena`'s seats, exactly as a language-model agent reads them.
+    /// The observation texts of `arena`'s seats, exactly as a language-model agent reads them
+    /// (with the scene's `memory:`, the whole context: the constant lines, the kept turns
+    /// with what each seat chose, then this step's observation).
     fn texts(&self, arena: usize) -> PyResult<Vec<String>> {
         self.check_arena(arena)?;
+        if self.memory > 0 {
+            return Ok((0..self.seats.len())
+                .map(|s| match self.turn(self.agent(arena, s)) {
+                    Some((step, obs)) => {
+                        self.transcripts[arena][s].context(&self.format, self.memory, step, &obs)
+                    }
+                    None => String::new(),
+                })
+                .collect());
+        }
         Ok((0..self.seats.len())
             .map(
                 |s| match self.view.get_manual(&self.world, self.agent(arena, s)) {

@@ -152,3 +152,21 @@ def test_the_vector_env_equals_n_single_envs_stepped_with_the_same_actions(scene
                 assert [u[x] for x in env.possible_agents] == list(trunc[i]), i
             else:
                 single_obs[i], _ = env.reset()
+
+
+@pytest.mark.parametrize("scene", ["prisoners_dilemma", "split_view"])
+def test_the_text_with_memory_is_the_language_models_whole_context(cli, tmp_path, scene):
+    """With memory, ``texts`` is the context the language model read: the scene's constant
+    lines, its kept turns (each observation and what it chose, words included), then this
+    step's observation; the oldest dropped half a memory at a time, as the model's are."""
+    _, frames = cli_run(cli, tmp_path, scene, 3, "--policy", "lm", "--memory", "3")
+    env = emergence.vector_env(scene, num_arenas=1, seed=3, memory=3)
+    env.reset()
+    vocabulary = env.vocabulary
+    for frame in frames:
+        assert env.texts(0) == [a["text"] for a in frame["agents"]]
+        acts = [a["action_index"] for a in frame["agents"]]
+        words = [vocabulary.index(a["say"]) + 1 if a.get("say") else 0 for a in frame["agents"]]
+        env.step(np.array([acts], np.int64), np.array([words], np.int64) if vocabulary else None)
+    with pytest.raises(ValueError, match="memory"):
+        emergence.vector_env(scene, num_arenas=1, memory=65)

@@ -561,10 +561,19 @@ fn run_one(
     let (k, ckpt) = newest_checkpoint(&dir)?
         .ok_or_else(|| anyhow::anyhow!("{}: no checkpoint after training", dir.display()))?;
     let t = Instant::now();
+    // The arm's scene as its runs played it: its text style and memory (the model reads the
+    // text it was trained on).
+    let mut played = exp.scenes[arm].scene.clone();
+    if let Some(text) = r.settings.text {
+        played.spec.text = text;
+    }
+    if let Some(memory) = r.settings.memory {
+        played.spec.memory = memory;
+    }
     let mut partners = BTreeMap::new();
     if r.evaluated {
         let spec = eval::EvalSpec {
-            scene: exp.scenes[arm].scene.clone(),
+            scene: played.clone(),
             model: ckpt,
             arenas: exp.spec.eval.arenas,
             episodes: 1,
@@ -601,7 +610,7 @@ fn run_one(
                 continue;
             };
             let spec = eval::EvalSpec {
-                scene: exp.scenes[arm].scene.clone(),
+                scene: played.clone(),
                 model,
                 arenas: m.arenas,
                 episodes: 1,

@@ -196,10 +196,12 @@ fn inspector(ui: &mut egui::Ui, v: &mut Viewer) {
     ));
     distribution(ui, &a, &v.info.actions);
     control(ui, v, &a);
-    ui.label("observation text, as the policy read it:");
+    // With memory the text is the whole context, the newest turn last: kept in view.
+    ui.label("observation text, as the policy read it (with memory: its whole context):");
     egui::ScrollArea::vertical()
         .id_salt("obs")
         .max_height(220.0)
+        .stick_to_bottom(true)
         .show(ui, |ui| {
             let text = if a.text.is_empty() {
                 "(none at step 0)"

@@ -4,3 +4,4 @@
 //! `core::features` (the families write them in `SimSystems::Encode`).
 
 pub mod text;
+pub mod transcript;

@@ -41,7 +41,7 @@ pub struct SceneSpec {
     /// step's observation (`memory: N`; 0, the default: this step's text alone). A turn is a
     /// step's observation text followed by the tokens the agent chose (its action, and its
     /// word where it talks); the context is the scene's constant lines once, then the turns.
-    /// See [`crate::policy::lm::memory`] for how turns drop off the front.
+    /// See [`crate::policy::lm::policy::memory`] for how turns drop off the front.
     #[serde(default)]
     pub memory: u32,
 }

@@ -332,3 +332,67 @@ fn the_context_is_the_constant_lines_then_the_turns_in_order() {
         }
     }
 }
+
+/// The trainer scores each decision as the policy sampled it: one iteration at learning
+/// rate 0 (one pass, the whole batch in minibatches of windows) moves no log-probability,
+/// so PPO's ratio is 1 everywhere (approx KL under 1e-6, nothing clipped): for a talking
+/// pair in the maze (the word after the action and `say`, in the same window), the
+/// Prisoner's Dilemma with an adapter per agent, and hide-and-seek's seekers, who wait
+/// through the preparation; with turns dropped along the way.
+#[test]
+fn the_trainer_scores_each_window_as_the_policy_sampled_it() {
+    use emergence::train::{Algo, Hyper, LearnerKind, ModelChoice, Sharing, TrainConfig, train};
+    for (scene, sharing, memory) in [
+        ("scenes/maze/split_view.scene.ron", Sharing::Shared, 2),
+        ("scenes/dilemma/prisoners_dilemma.scene.ron", Sharing::AgentLora, 3),
+        ("scenes/hide_and_seek/quadrant.scene.ron", Sharing::Shared, 4),
+    ] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(scene);
+        let mut s = emergence::load::load_scene(&path).expect("scene");
+        for a in &mut s.agents {
+            a.policy = "lm".into();
+        }
+        s.spec.text = emergence::scene::TextStyle::Compact;
+        s.spec.episode.max_steps = s.spec.episode.max_steps.min(12);
+        s.spec.memory = memory;
+        let dir = tempfile::tempdir().expect("tmp");
+        let cfg = TrainConfig {
+            scene: s,
+            scene_path: path,
+            algo: Algo::Ippo,
+            iterations: 1,
+            arenas: 4,
+            seed: 5,
+            out: dir.path().join("run"),
+            model: ModelChoice::Preset(emergence::policy::lm::Preset::Tiny),
+            hyper: Hyper {
+                lr: 0.0,
+                weight_decay: 0.0,
+                epochs: 1,
+                minibatch: 16,
+                ..Hyper::for_algo(Algo::Ippo)
+            },
+            sharing,
+            learner: LearnerKind::Lm,
+            overlap: false,
+            threads: Some(2),
+            checkpoint_every: 1000,
+            resume: None,
+            stop_after: None,
+            tap: None,
+            eval_against: Vec::new(),
+            eval_every: 10,
+            ranks: Default::default(),
+            device: Device::Cpu,
+        };
+        let summary = train(&cfg, |_| {}).expect("train");
+        let u = &summary.iterations[0].update;
+        assert!(u.samples > 0 && u.steps > 0, "{scene}: nothing trained");
+        assert!(
+            u.approx_kl.abs() < 1e-6 && u.clip_frac == 0.0,
+            "{scene}: the trainer's log-probabilities are not the policy's (approx KL {}, clipped {})",
+            u.approx_kl,
+            u.clip_frac
+        );
+    }
+}

@@ -175,22 +175,27 @@ fn losses(run: &Path) -> Vec<String> {
 /// 4 iterations in one go and 2 + resume + 2 give the same bytes: with MAPPO (its critic
 /// and both optimizers in the checkpoint), with CORY (two models, roles swapping every
 /// update, so the resumed run must pick up the right pioneer), with a separate model per
-/// team, and with a LoRA adapter per role and per agent over a frozen base.
+/// team, with a LoRA adapter per role and per agent over a frozen base, and with language
+/// models that remember (the resumed run reads its memory from its config.json).
 #[test]
 fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
-    for (algo, sharing, learner) in [
-        (Algo::Mappo, Sharing::Shared, LearnerKind::Lm),
-        (Algo::Cory, Sharing::Shared, LearnerKind::Lm),
-        (Algo::Ippo, Sharing::Separate, LearnerKind::Lm),
-        (Algo::Reinforce, Sharing::RoleLora, LearnerKind::Lm),
-        (Algo::Reinforce, Sharing::AgentLora, LearnerKind::Lm),
-        (Algo::Mappo, Sharing::Shared, LearnerKind::Mlp),
-        (Algo::Ippo, Sharing::Separate, LearnerKind::Mlp),
-        (Algo::Mappo, Sharing::Shared, LearnerKind::Gru),
+    for (algo, sharing, learner, memory) in [
+        (Algo::Mappo, Sharing::Shared, LearnerKind::Lm, 0),
+        (Algo::Cory, Sharing::Shared, LearnerKind::Lm, 0),
+        (Algo::Ippo, Sharing::Separate, LearnerKind::Lm, 0),
+        (Algo::Reinforce, Sharing::RoleLora, LearnerKind::Lm, 0),
+        (Algo::Reinforce, Sharing::AgentLora, LearnerKind::Lm, 0),
+        // Language models with memory: windows of turns, re-read every other step.
+        (Algo::Ippo, Sharing::Shared, LearnerKind::Lm, 3),
+        (Algo::Reinforce, Sharing::AgentLora, LearnerKind::Lm, 2),
+        (Algo::Mappo, Sharing::Shared, LearnerKind::Mlp, 0),
+        (Algo::Ippo, Sharing::Separate, LearnerKind::Mlp, 0),
+        (Algo::Mappo, Sharing::Shared, LearnerKind::Gru, 0),
     ] {
         let dir = tempfile::tempdir().expect("tmp");
         let base = |name: &str, threads: usize| {
             let mut cfg = config("coordination.scene.ron", algo, 4, 4, &dir.path().join(name));
+            cfg.scene.spec.memory = memory;
             cfg.sharing = sharing;
             cfg.learner = learner;
             cfg.hyper.epochs = 1;
@@ -261,6 +266,7 @@ fn four_iterations_equal_two_then_resume_then_two_to_the_bit() {
                 "adapters/agent_1/adapter_model.safetensors",
                 "model.safetensors",
             ],
+            (Algo::Ippo, Sharing::Shared) => &["model.safetensors", "optimizer.safetensors"],
             (_, Sharing::Separate) => &[
                 "team_player_a/model.safetensors",
                 "team_player_a/optimizer.safetensors",

@@ -41,7 +41,7 @@ use crate::policy::sampling::sample;
 use crate::policy::{Decision, Policy, PolicyStats};
 use crate::scene::Scene;
 
-mod memory;
+pub mod memory;
 
 /// Where the model comes from.
 #[derive(Debug, Clone, PartialEq)]

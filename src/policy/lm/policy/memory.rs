@@ -31,6 +31,7 @@ use std::time::Instant;
 
 use super::{LmPolicy, Ready, Talk, score_owned, take_words};
 use crate::observe::text::Speaker;
+use crate::observe::transcript::chosen_text;
 use crate::policy::Decision;
 use crate::policy::lm::cpu::infer::RowKv;
 use crate::policy::lm::tokenizer::encode;
@@ -83,15 +84,7 @@ impl Conversation {
     }
 }
 
-/// How many of `past` turns an agent with `memory` keeps before its next observation: all
-/// of them up to `memory`, else the last `⌈memory / 2⌉`.
-pub fn turns_kept(past: usize, memory: usize) -> usize {
-    if past <= memory {
-        past
-    } else {
-        memory.div_ceil(2)
-    }
-}
+pub use crate::observe::transcript::turns_kept;
 
 impl LmPolicy {
     /// [`LmPolicy::decide_with_suffix`] for agents with memory: each reads its context (see
@@ -269,8 +262,7 @@ impl LmPolicy {
                     for ((tokens, text), w) in chosen.iter_mut().zip(said) {
                         tokens.extend(say);
                         tokens.extend(&choices[w]);
-                        text.push_str(" say ");
-                        text.push_str(&words[w]);
+                        *text = chosen_text(text, Some(&words[w]));
                     }
                 }
                 Err(e) => {
@@ -346,18 +338,3 @@ fn continued(
     Ok(Some((scores, values)))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::turns_kept;
-
-    #[test]
-    fn turns_drop_half_a_memory_at_a_time() {
-        // Up to the memory, every turn stays; one more drops the oldest to ⌈N/2⌉.
-        assert_eq!(turns_kept(0, 8), 0);
-        assert_eq!(turns_kept(8, 8), 8);
-        assert_eq!(turns_kept(9, 8), 4);
-        assert_eq!(turns_kept(2, 1), 1);
-        assert_eq!(turns_kept(1, 1), 1);
-        assert_eq!(turns_kept(4, 3), 2);
-    }
-}
