@@ -39,8 +39,8 @@ use emergence::core::{
 use emergence::envs::senses::SensesQuery;
 use emergence::frames::{Frame, FrameContext};
 use emergence::headless::{RunConfig, build_app, error_chain};
-use emergence::observe::transcript::{Transcript, chosen_text};
 use emergence::observe::text::{Speaker, TextFormat};
+use emergence::observe::transcript::{Transcript, chosen_text};
 use emergence::policy::{Decision, Policy, PolicyFactory};
 use emergence::scene::Scene;
 
@@ -1092,32 +1092,14 @@ impl Sim {
     /// with what each seat chose, then this step's observation).
     fn texts(&self, arena: usize) -> PyResult<Vec<String>> {
         self.check_arena(arena)?;
-        if self.memory > 0 {
-            return Ok((0..self.seats.len())
-                .map(|s| match self.turn(self.agent(arena, s)) {
-                    Some((step, obs)) => {
-                        self.transcripts[arena][s].context(&self.format, self.memory, step, &obs)
-                    }
-                    None => String::new(),
-                })
-                .collect());
-        }
+        // Without memory: the constant lines and this step's observation, the whole prompt.
         Ok((0..self.seats.len())
-            .map(
-                |s| match self.view.get_manual(&self.world, self.agent(arena, s)) {
-                    Ok((obs, senses, Some(&mask), team, role, reward)) => self.format.render(
-                        Speaker {
-                            team: team.map_or(0, |t| t.0),
-                            role: role.map_or(0, |r| r.0),
-                        },
-                        obs,
-                        senses.get(),
-                        mask,
-                        reward.map_or(0.0, |r| r.0),
-                    ),
-                    _ => String::new(),
-                },
-            )
+            .map(|s| match self.turn(self.agent(arena, s)) {
+                Some((step, obs)) => {
+                    self.transcripts[arena][s].context(&self.format, self.memory, step, &obs)
+                }
+                None => String::new(),
+            })
             .collect())
     }
 

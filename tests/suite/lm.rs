@@ -67,7 +67,7 @@ fn reference_logits(cfg: &LmConfig, weights: &Weights, ids: &Tensor) -> Tensor {
     Linear::new(w, None).forward(&hidden).expect("logits")
 }
 
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+pub(crate) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     (a - b)
         .expect("same shape")
         .abs()
@@ -274,7 +274,7 @@ fn all_gradients_agree(vars: &[(String, Var)], a: &GradStore, b: &GradStore) {
 }
 
 /// Every weight as a variable, and the weights the decoder reads from those variables.
-fn trainable(init: &Weights) -> (Vec<(String, Var)>, Weights) {
+pub(crate) fn trainable(init: &Weights) -> (Vec<(String, Var)>, Weights) {
     let vars: Vec<(String, Var)> = init
         .iter()
         .map(|(k, t)| (k.clone(), Var::from_tensor(t).expect("var")))
@@ -987,7 +987,7 @@ fn continuing_kept_prompts_matches_the_continued_prompts_alone() {
 
 /// The final hidden state at each prompt's last token, each prompt run alone on the composed
 /// path with its adapter.
-fn each_alone(
+pub(crate) fn each_alone(
     dec: &Decoder,
     prompts: &[Vec<u32>],
     adapters: &[Option<&emergence::policy::lm::Adapter>],

@@ -1,12 +1,13 @@
 //! Language-model agents with memory (an episode is one conversation): the passes it rests
 //! on against scoring each context alone (one causal pass over a window gives every
 //! decision's state and gradients; each agent's keys and values continued from step to step
-//! give the state of its whole context), the context a policy reads (golden text, the turns
+//! give the state of its whole context), the context a policy reads (the constant lines, the turns
 //! in order, dropped half a memory at a time), and the trainer scoring what the policy
 //! sampled.
 
-use candle_core::{Device, IndexOp, Tensor, Var};
-use emergence::policy::lm::model::{Pass as Fwd, Weights, init_weights};
+use crate::lm::{each_alone, max_abs_diff, trainable};
+use candle_core::{Device, Tensor, Var};
+use emergence::policy::lm::model::{Pass as Fwd, init_weights};
 use emergence::policy::lm::{Adapter, Decoder, LmConfig, Lora, LoraConfig, RowKv};
 use std::path::Path;
 
@@ -27,45 +28,6 @@ fn small_config() -> LmConfig {
         architectures: vec![],
         model_type: "qwen2".into(),
     }
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .and_then(|d| d.abs())
-        .and_then(|d| d.flatten_all())
-        .and_then(|d| d.max(0))
-        .and_then(|d| d.to_scalar::<f32>())
-        .expect("diff")
-}
-
-/// The final hidden state at the last token of each prompt, each run alone on the composed
-/// path (candle's operations) with its adapter.
-fn each_alone(dec: &Decoder, prompts: &[Vec<u32>], adapters: &[Option<&Adapter>]) -> Tensor {
-    let alone: Vec<Tensor> = prompts
-        .iter()
-        .zip(adapters)
-        .map(|(p, &a)| {
-            let ids = Tensor::from_vec(p.clone(), (1, p.len()), &Device::Cpu).expect("ids");
-            let h = dec
-                .hidden_with(&ids, None, Fwd::Composed, a.into())
-                .expect("hidden");
-            h.i((0, p.len() - 1)).expect("last")
-        })
-        .collect();
-    Tensor::stack(&alone, 0).expect("stack")
-}
-
-/// Every weight as a variable, and the weights the decoder reads from those variables.
-fn trainable(init: &Weights) -> (Vec<(String, Var)>, Weights) {
-    let vars: Vec<(String, Var)> = init
-        .iter()
-        .map(|(k, t)| (k.clone(), Var::from_tensor(t).expect("var")))
-        .collect();
-    let weights = vars
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
-        .collect();
-    (vars, weights)
 }
 
 /// An adapter whose `B` is not zero (a fresh one changes nothing), over variables.
@@ -166,15 +128,25 @@ fn one_pass_over_a_window_gives_each_decision_as_its_context_alone() {
             let got = loss_of(&h).backward().expect("backward");
             let named = vars.iter().map(|(n, v)| (n.clone(), v.clone()));
             let adapters = avars.iter().flat_map(|(n, va, vb)| {
-                [(format!("{n}.A"), va.clone()), (format!("{n}.B"), vb.clone())]
+                [
+                    (format!("{n}.A"), va.clone()),
+                    (format!("{n}.B"), vb.clone()),
+                ]
             });
             let with_adapter = per_window.iter().any(Option::is_some);
             for (name, v) in named.chain(adapters.filter(|_| with_adapter)) {
                 let (g, w) = (got.get(&v), want.get(&v));
                 let (Some(g), Some(w)) = (g, w) else {
-                    panic!("{path:?}: {name} has no gradient ({} / {})", g.is_some(), w.is_some());
+                    panic!(
+                        "{path:?}: {name} has no gradient ({} / {})",
+                        g.is_some(),
+                        w.is_some()
+                    );
                 };
-                let scale = w.abs().and_then(|x| x.max_all()).and_then(|x| x.to_scalar::<f32>());
+                let scale = w
+                    .abs()
+                    .and_then(|x| x.max_all())
+                    .and_then(|x| x.to_scalar::<f32>());
                 let scale = scale.expect("scale");
                 assert!(scale > 0.0, "{name}: a zero gradient");
                 let d = max_abs_diff(g, w);
@@ -186,7 +158,13 @@ fn one_pass_over_a_window_gives_each_decision_as_its_context_alone() {
         }
     }
     // Positions outside a sequence are refused.
-    let bad = dec.hidden_at(&seqs, &[vec![0], vec![999], vec![1]], 0, Fwd::Train, Lora::Base);
+    let bad = dec.hidden_at(
+        &seqs,
+        &[vec![0], vec![999], vec![1]],
+        0,
+        Fwd::Train,
+        Lora::Base,
+    );
     assert!(bad.is_err());
 }
 
@@ -320,15 +298,27 @@ fn the_context_is_the_constant_lines_then_the_turns_in_order() {
                 before.push('\n');
             }
             let Some(obs) = ctx.strip_prefix(&before) else {
-                panic!("{scene}, decision {t}: expected the context to begin with\n{before}\n---- it is\n{ctx}");
+                panic!(
+                    "{scene}, decision {t}: expected the context to begin with\n{before}\n---- it is\n{ctx}"
+                );
             };
-            assert!(!obs.is_empty() && obs.ends_with('\n'), "{scene}, decision {t}: {obs:?}");
-            assert!(!obs.contains(&header) || header.is_empty(), "{scene}: the constant lines twice");
+            assert!(
+                !obs.is_empty() && obs.ends_with('\n'),
+                "{scene}, decision {t}: {obs:?}"
+            );
+            assert!(
+                !obs.contains(&header) || header.is_empty(),
+                "{scene}: the constant lines twice"
+            );
             turns.push(obs.to_string());
         }
         // Without memory each decision reads its observation alone: the same turns.
         for (t, turn) in turns.iter().enumerate().skip(1) {
-            assert_ne!(turn, &turns[t - 1], "{scene}: decision {t} read the same turn again");
+            assert_ne!(
+                turn,
+                &turns[t - 1],
+                "{scene}: decision {t} read the same turn again"
+            );
         }
     }
 }
@@ -344,8 +334,16 @@ fn the_trainer_scores_each_window_as_the_policy_sampled_it() {
     use emergence::train::{Algo, Hyper, LearnerKind, ModelChoice, Sharing, TrainConfig, train};
     for (scene, sharing, memory) in [
         ("scenes/maze/split_view.scene.ron", Sharing::Shared, 2),
-        ("scenes/dilemma/prisoners_dilemma.scene.ron", Sharing::AgentLora, 3),
-        ("scenes/hide_and_seek/quadrant.scene.ron", Sharing::Shared, 4),
+        (
+            "scenes/dilemma/prisoners_dilemma.scene.ron",
+            Sharing::AgentLora,
+            3,
+        ),
+        (
+            "scenes/hide_and_seek/quadrant.scene.ron",
+            Sharing::Shared,
+            4,
+        ),
     ] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(scene);
         let mut s = emergence::load::load_scene(&path).expect("scene");

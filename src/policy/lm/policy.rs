@@ -414,10 +414,11 @@ impl LmPolicy {
         } else {
             String::new()
         };
-        let header_ids = encode(&folder.tokenizer, &header_text).map_err(|msg| LmError::Tokenizer {
-            path: tpath.clone(),
-            msg: format!("cannot encode the scene's constant lines: {msg}"),
-        })?;
+        let header_ids =
+            encode(&folder.tokenizer, &header_text).map_err(|msg| LmError::Tokenizer {
+                path: tpath.clone(),
+                msg: format!("cannot encode the scene's constant lines: {msg}"),
+            })?;
         Ok(Ready {
             adapters,
             owner,

@@ -153,14 +153,21 @@ impl LmModel {
     /// Whether `next`'s context continues `prev`'s (an agent with memory, the next step of
     /// the same window): it begins with `prev`'s context and the tokens chosen after it (the
     /// action, and where the word is trained `say` and the word), with more after them.
-    fn continues(&self, prev: &crate::train::rollout::Step, next: &crate::train::rollout::Step) -> bool {
+    fn continues(
+        &self,
+        prev: &crate::train::rollout::Step,
+        next: &crate::train::rollout::Step,
+    ) -> bool {
         let n = prev.tokens.len();
         let Some(&action) = self.action_ids.get(usize::from(prev.action)) else {
             return false;
         };
         let mut chosen = vec![action];
         if let (Some((choices, say)), Some(w)) = (&self.talk, prev.said) {
-            let Ok(word) = choices.get(usize::from(w)).and_then(|t| t.to_scalar::<u32>()) else {
+            let Ok(word) = choices
+                .get(usize::from(w))
+                .and_then(|t| t.to_scalar::<u32>())
+            else {
                 return false;
             };
             chosen.extend(say);

@@ -169,9 +169,7 @@ impl Trainer {
                 let start = match &self.model {
                     // A language model with memory: where a window begins (its context does
                     // not continue the previous decision's).
-                    Model::Lm(m) if m.memory => {
-                        t == 0 || !m.continues(&traj.steps[t - 1], s)
-                    }
+                    Model::Lm(m) if m.memory => t == 0 || !m.continues(&traj.steps[t - 1], s),
                     _ => t % SEQUENCE == 0,
                 };
                 out.push(Sample {

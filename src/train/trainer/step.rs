@@ -510,7 +510,14 @@ fn windows_hidden(
         .filter(|_| mb.iter().any(|s| s.said.is_some()))
         .map(|(_, say)| say);
     let pad = [m.pad];
-    let context = |s: &Sample| if s.tokens.is_empty() { &pad[..] } else { s.tokens }.to_vec();
+    let context = |s: &Sample| {
+        if s.tokens.is_empty() {
+            &pad[..]
+        } else {
+            s.tokens
+        }
+        .to_vec()
+    };
     // Each window's first and last decision.
     let mut windows: Vec<(usize, usize)> = Vec::new();
     for (i, s) in mb.iter().enumerate() {
@@ -555,5 +562,8 @@ fn windows_hidden(
     let n = mb.len() as u32;
     let actions = Tensor::from_vec((0..n).map(|i| 2 * i).collect(), mb.len(), h.device())?;
     let words = Tensor::from_vec((0..n).map(|i| 2 * i + 1).collect(), mb.len(), h.device())?;
-    Ok((h.index_select(&actions, 0)?, Some(h.index_select(&words, 0)?)))
+    Ok((
+        h.index_select(&actions, 0)?,
+        Some(h.index_select(&words, 0)?),
+    ))
 }

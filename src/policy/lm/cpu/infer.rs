@@ -653,7 +653,9 @@ pub(in crate::policy::lm) fn extend_cached(
             Some(*at - own[i] - ext[i].len())
         })
         .collect();
-    let rows_kv = starts.last().map_or(0, |&s| s + own[b - 1] + ext[b - 1].len());
+    let rows_kv = starts
+        .last()
+        .map_or(0, |&s| s + own[b - 1] + ext[b - 1].len());
     let mut pos = Vec::with_capacity(total);
     let mut spans_all: Vec<Segments> = Vec::with_capacity(total);
     let mut spans_last: Vec<Segments> = Vec::with_capacity(b);
@@ -713,8 +715,7 @@ pub(in crate::policy::lm) fn extend_cached(
         match &mut cache {
             Cached::Batch(cache) => {
                 let (ck, cv) = &cache.layers[i];
-                for ((&first, &own), &start) in cache.firsts.iter().zip(&cache.own).zip(&starts)
-                {
+                for ((&first, &own), &start) in cache.firsts.iter().zip(&cache.own).zip(&starts) {
                     let (from, len) = (first * kvw, own * kvw);
                     let to = start * kvw;
                     kk[to..to + len].copy_from_slice(&ck[from..from + len]);

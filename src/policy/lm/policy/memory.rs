@@ -281,8 +281,7 @@ impl LmPolicy {
         self.put_back(batch, rows);
         self.stats.decisions += batch.len() as u64;
         self.stats.tokens += tokens;
-        self.stats.shared_tokens +=
-            shared + crate::policy::lm::cpu::infer::take_shared_tokens();
+        self.stats.shared_tokens += shared + crate::policy::lm::cpu::infer::take_shared_tokens();
         self.stats.forwards += forwards;
         self.stats.seconds += start.elapsed().as_secs_f64();
     }
@@ -328,7 +327,12 @@ fn continued(
     let lp = candle_nn::ops::log_softmax(&r.decoder.head(&h)?, candle_core::D::Minus1)?
         .to_vec2::<f32>()?;
     let values = match r.decoder.value(&h)? {
-        Some(v) => v.flatten_all()?.to_vec1::<f32>()?.into_iter().map(Some).collect(),
+        Some(v) => v
+            .flatten_all()?
+            .to_vec1::<f32>()?
+            .into_iter()
+            .map(Some)
+            .collect(),
         None => vec![None; ext.len()],
     };
     let scores = lp
@@ -337,4 +341,3 @@ fn continued(
         .collect();
     Ok(Some((scores, values)))
 }
-
