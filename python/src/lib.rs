@@ -198,6 +198,7 @@ impl Sim {
         let n = arenas.len() * slots.len();
         let view = QueryState::new(&mut world);
         let memory = scene.spec.memory as usize;
+        let transcripts = vec![vec![Transcript::default(); slots.len()]; num_arenas as usize];
         let mut sim = Self {
             world,
             scene,
@@ -208,7 +209,7 @@ impl Sim {
             vocabulary,
             format,
             memory,
-            transcripts: vec![vec![Transcript::default(); slots.len()]; num_arenas as usize],
+            transcripts,
             frames,
             view,
             resetting: vec![false; num_arenas as usize],
