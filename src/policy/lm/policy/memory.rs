@@ -1,7 +1,7 @@
 //! Memory: an episode is one conversation (`memory: N`, `--memory N`). An agent's context is
-//! the scene's constant lines once ([`TextFormat::constant_lines`]), then its episode's turns,
+//! the scene's constant lines once ([`crate::observe::text::TextFormat::constant_lines`]), then its episode's turns,
 //! oldest first, then this step's observation; a turn is a step's observation text
-//! ([`TextFormat::render_turn`]) followed by the tokens the agent chose after it (its action
+//! ([`crate::observe::text::TextFormat::render_turn`]) followed by the tokens the agent chose after it (its action
 //! word, and where it talks `say` and its word, `<eos>` for silence). Its text is what the
 //! trace, the window's inspector and the training batch hold.
 //!
