@@ -152,15 +152,7 @@ impl Decoder {
         ext: &[&[u32]],
         lora: Lora<'_>,
     ) -> Result<Option<Tensor>, LmError> {
-        let lens = cache.lens();
-        let each_fits = !matches!(lora, Lora::Each(each) if each.len() != ext.len());
-        if ext.len() != lens.len()
-            || !each_fits
-            || ext.iter().any(|e| e.is_empty())
-            || ext.iter().zip(lens).any(|(e, &n)| {
-                n + e.len() > self.cfg.max_position_embeddings.min(self.rope.positions())
-            })
-        {
+        if !self.continues(cache.lens().iter().copied(), ext, lora) {
             return Ok(None);
         }
         let Some(packed) = self.packed(ext, lora)? else {
@@ -181,6 +173,22 @@ impl Decoder {
         )?))
     }
 
+    /// Whether prompts of lengths `lens` can be continued by `ext` on the fast path: one
+    /// continuation per prompt, none empty, an adapter per prompt where `lora` gives each
+    /// its own, and every continued prompt within the model's positions and rotary tables.
+    fn continues(
+        &self,
+        lens: impl ExactSizeIterator<Item = usize>,
+        ext: &[&[u32]],
+        lora: Lora<'_>,
+    ) -> bool {
+        let max = self.cfg.max_position_embeddings.min(self.rope.positions());
+        lens.len() == ext.len()
+            && !matches!(lora, Lora::Each(each) if each.len() != ext.len())
+            && ext.iter().all(|e| !e.is_empty())
+            && lens.zip(ext).all(|(n, e)| n + e.len() <= max)
+    }
+
     /// The final hidden state after each agent's kept tokens continued by `ext[i]` (its
     /// new tokens, non-empty), `(agents, hidden)`, the new tokens' keys and values appended
     /// to `rows[i]` (an empty one starts at position 0): what [`Decoder::last_hidden`] gives
@@ -194,15 +202,9 @@ impl Decoder {
         ext: &[&[u32]],
         lora: Lora<'_>,
     ) -> Result<Option<Tensor>, LmError> {
-        let each_fits = !matches!(lora, Lora::Each(each) if each.len() != ext.len());
-        if ext.len() != rows.len()
-            || ext.is_empty()
-            || !each_fits
+        if ext.is_empty()
             || !self.embed.device().is_cpu()
-            || ext.iter().any(|e| e.is_empty())
-            || ext.iter().zip(rows.iter()).any(|(e, r)| {
-                r.len() + e.len() > self.cfg.max_position_embeddings.min(self.rope.positions())
-            })
+            || !self.continues(rows.iter().map(engine::RowKv::len), ext, lora)
         {
             return Ok(None);
         }

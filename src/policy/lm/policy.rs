@@ -812,31 +812,11 @@ impl LmPolicy {
         self.stats.forwards += forwards;
         self.stats.seconds += start.elapsed().as_secs_f64();
     }
-
-    /// Samples each decision's action from its scores (masked to the legal ones) with the
-    /// agent's stream and writes its trace (`prompts[i]` and `texts[i]`, what it read);
-    /// false, with the failure noted, where the scores are not a distribution (NaN weights).
-    fn take_actions(
-        &mut self,
-        batch: &mut [Decision<'_>],
-        scores: &[Vec<f32>],
-        values: &[Option<f32>],
-        prompts: &[Vec<u32>],
-        texts: &mut [String],
-    ) -> bool {
-        match take_actions(batch, scores, values, prompts, texts) {
-            Ok(()) => true,
-            Err(f) => {
-                self.stats.errors += 1;
-                let model = self.source.describe();
-                self.failure.get_or_insert(format!("{model}: {f}"));
-                false
-            }
-        }
-    }
 }
 
-/// [`LmPolicy::take_actions`]: the failure's words where the scores are not a distribution.
+/// Samples each decision's action from its scores (masked to the legal ones) with the
+/// agent's stream and writes its trace (`prompts[i]` and `texts[i]`, what it read); the
+/// failure's words where the scores are not a distribution (NaN weights).
 fn take_actions(
     batch: &mut [Decision<'_>],
     scores: &[Vec<f32>],

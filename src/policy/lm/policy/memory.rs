@@ -29,7 +29,7 @@
 
 use std::time::Instant;
 
-use super::{LmPolicy, Ready, Talk, score_owned, take_words};
+use super::{LmPolicy, Ready, Talk, score_owned, take_actions, take_words};
 use crate::observe::text::Speaker;
 use crate::observe::transcript::chosen_text;
 use crate::policy::Decision;
@@ -84,7 +84,7 @@ impl Conversation {
     }
 }
 
-pub use crate::observe::transcript::turns_kept;
+use crate::observe::transcript::turns_kept;
 
 impl LmPolicy {
     /// [`LmPolicy::decide_with_suffix`] for agents with memory: each reads its context (see
@@ -180,19 +180,19 @@ impl LmPolicy {
         } else {
             Ok(None)
         };
+        // Tokens read from kept keys and values, not computed again (none on the fallback).
+        let mut shared = 0;
         let scored = match cached {
-            Ok(Some(s)) => Ok(s),
+            Ok(Some(s)) => {
+                shared = kept;
+                Ok(s)
+            }
             Err(e) => Err(e),
             Ok(None) => {
                 rows.iter_mut().for_each(RowKv::clear);
                 score_owned(r, &self.device, &prompts, &owners, &r.actions, &mut 0, None)
                     .map(|(s, v, _)| (s, v))
             }
-        };
-        let shared = if rows.iter().any(|k| !k.is_empty()) {
-            kept
-        } else {
-            0
         };
         let (scores, values) = match scored {
             Ok(s) => s,
@@ -203,14 +203,13 @@ impl LmPolicy {
                 return;
             }
         };
-        let mut texts_taken = texts;
-        if !self.take_actions(batch, &scores, &values, &prompts, &mut texts_taken) {
+        let mut texts = texts;
+        if let Err(f) = take_actions(batch, &scores, &values, &prompts, &mut texts) {
+            self.stats.errors += 1;
+            self.failure.get_or_insert(format!("{model}: {f}"));
             self.put_back(batch, rows);
             return;
         }
-        let Some(r) = &self.ready else {
-            return;
-        };
         // What each agent chose, as tokens and as text, to end its turn.
         let mut chosen: Vec<(Vec<u32>, String)> = batch
             .iter()
