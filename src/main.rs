@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use cli::{check, eval, list, model, plot, reproduce, run, train, view};
+use cli::{check, eval, imitate, list, model, plot, reproduce, run, train, view};
 
 #[derive(Parser)]
 #[command(
@@ -26,6 +26,9 @@ enum Command {
     Run(run::RunArgs),
     /// Train the scene's `lm` agents with a multi-agent RL algorithm between episodes.
     Train(train::TrainArgs),
+    /// Clone a scripted teacher into a language model, an `mlp` or a `gru` (behaviour
+    /// cloning): a model folder that `train --model` and scenes start from.
+    Imitate(imitate::ImitateArgs),
     /// Play a trained model (a run, a checkpoint or a model folder) against fixed partners
     /// without learning, and print its returns and, in matrix games, its strategy.
     Eval(eval::EvalArgs),
@@ -139,6 +142,7 @@ fn main() -> ExitCode {
     let threads = match &cli.command {
         Command::Run(a) => a.threads,
         Command::Train(a) => a.threads,
+        Command::Imitate(a) => a.threads,
         Command::Eval(a) => a.threads,
         Command::View(a) => a.threads,
         Command::Reproduce(a) => a.threads,
@@ -192,6 +196,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::cmd_run(args),
         Command::Train(args) => train::cmd_train(args, ranks.clone()),
+        Command::Imitate(args) => imitate::cmd_imitate(args),
         Command::Eval(args) => eval::cmd_eval(args, ranks.clone()),
         Command::Plot(args) => plot::cmd_plot(args),
         Command::View(args) => view::cmd_view(args),

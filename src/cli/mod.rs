@@ -4,6 +4,7 @@
 pub mod allocator;
 pub mod check;
 pub mod eval;
+pub mod imitate;
 pub mod list;
 pub mod model;
 pub mod plot;

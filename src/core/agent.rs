@@ -131,6 +131,27 @@ pub struct Observation {
     /// Other agents the agent perceives this step (hide-and-seek: those in its vision
     /// cone; maze: its teammates), in slot order.
     pub others: Vec<Perceived>,
+    /// A seat whose teacher is an oracle bot while a learner imitates it ([`OracleTeacher`],
+    /// `emergence imitate`): the whole map as the oracle reads it (cells, width, height), for
+    /// the teacher alone; `map` stays what the learner reads. Empty otherwise.
+    pub oracle_map: (Vec<u8>, u16, u16),
+}
+
+impl Observation {
+    /// The observation as an oracle teacher reads it: `map` replaced by
+    /// [`Observation::oracle_map`] (`None` when there is none).
+    pub fn as_oracle(&self) -> Option<Observation> {
+        let (cells, w, h) = &self.oracle_map;
+        if cells.is_empty() {
+            return None;
+        }
+        let mut o = self.clone();
+        o.map.clone_from(cells);
+        o.map_width = *w;
+        o.map_height = *h;
+        o.oracle_map = Default::default();
+        Some(o)
+    }
 }
 
 /// Another agent as perceived by the observer.
@@ -156,6 +177,12 @@ pub struct Utterance(pub Option<u8>);
 /// of the map show it the whole map.
 #[derive(Component, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Oracle;
+
+/// Marks an agent whose teacher is an oracle while a learner imitates it (`emergence
+/// imitate`): families that hide parts of the map write the whole map into
+/// [`Observation::oracle_map`] for the teacher, and the learner's own view into `map`.
+#[derive(Component, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OracleTeacher;
 
 /// What a learned policy recorded about its last decision (the training plugin reads it;
 /// scripted bots leave it empty).

@@ -68,6 +68,9 @@ pub struct Deciders<'a> {
     pub handles: &'a [PolicyHandle],
     /// Slots whose policy reads the whole map (they get [`Oracle`]).
     pub oracle: &'a [bool],
+    /// Slots whose policy imitates an oracle teacher (they get [`OracleTeacher`]; empty:
+    /// none).
+    pub oracle_teacher: &'a [bool],
 }
 
 /// Spawns the arenas of `scene` whose indices are `indices` (`0..n` in one process; a rank's
@@ -129,6 +132,9 @@ pub fn spawn_agents(
             family.agent(&mut agent);
             if oracle[slot] {
                 agent.insert(Oracle);
+            }
+            if deciders.oracle_teacher.get(slot).copied().unwrap_or(false) {
+                agent.insert(OracleTeacher);
             }
         }
     }

@@ -78,6 +78,12 @@ struct Panel {
 
 /// Reads `path` (a `metrics.jsonl`): one JSON object per non-blank line, in file order.
 pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, PlotError> {
+    read_rows_by(path, "iteration", "`emergence train`'s metrics")
+}
+
+/// [`read_rows`] of a file whose rows are counted by the whole number `x` (`iteration`,
+/// `epoch`), `what` naming the file's kind in errors.
+fn read_rows_by(path: &Path, x: &str, what: &str) -> Result<Vec<Map<String, Value>>, PlotError> {
     let text = std::fs::read_to_string(path).map_err(|io| PlotError::Read {
         path: path.to_path_buf(),
         io,
@@ -95,20 +101,16 @@ pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, PlotError> {
         match serde_json::from_str::<Value>(line) {
             Ok(Value::Object(row)) => {
                 // Every series is drawn against the iteration, and reads numbers.
-                match row.get("iteration") {
+                match row.get(x) {
                     Some(Value::Number(n)) if n.as_u64().is_some() => {}
                     Some(v) => {
                         return Err(bad(format!(
-                            "field `iteration` is {}; expected a whole number",
+                            "field `{x}` is {}; expected a whole number",
                             kind(v)
                         )));
                     }
                     None => {
-                        return Err(bad(
-                            "no field `iteration`; expected a row of `emergence train`'s \
-                             metrics"
-                                .into(),
-                        ));
+                        return Err(bad(format!("no field `{x}`; expected a row of {what}")));
                     }
                 }
                 // The fields drawn hold numbers (null: none that iteration); others are
@@ -273,10 +275,85 @@ pub fn plot_run(dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
             continue;
         }
         let png = plots.join(name);
-        draw_file(&png, title, &panels, x_range)?;
+        draw_file(&png, title, &panels, (x_range, "iteration"))?;
         written.push(png);
     }
     Ok(written)
+}
+
+/// Reads `dir/imitation.jsonl` (`emergence imitate`'s epochs) and draws
+/// `dir/plots/imitation.png`: the agreement with the teacher (held out, and on the training
+/// decisions) and the cross-entropies, by epoch. Returns the file written.
+pub fn plot_imitation(dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    let path = dir.join("imitation.jsonl");
+    let mut rows = read_rows_by(&path, "epoch", "`emergence imitate`'s epochs")?;
+    if rows.is_empty() {
+        return Err(PlotError::NoRows { path });
+    }
+    // The epoch is the x axis.
+    for r in &mut rows {
+        if let Some(e) = r.get("epoch").cloned() {
+            r.insert("iteration".into(), e);
+        }
+    }
+    let plots = dir.join("plots");
+    std::fs::create_dir_all(&plots).map_err(|e| draw_err(&plots, e))?;
+    register_font().map_err(|message| PlotError::Draw {
+        path: plots.clone(),
+        message,
+    })?;
+    let Some(x_range) = span(rows.iter().enumerate().map(|(i, r)| x_of(i, r)), false) else {
+        return Ok(Vec::new());
+    };
+    // The training pass's agreement exists from epoch 1.
+    let trained: Vec<Map<String, Value>> = rows
+        .iter()
+        .filter(|r| num(r.get("epoch")).is_some_and(|e| e >= 1.0))
+        .cloned()
+        .collect();
+    let panels: Vec<Panel> = [
+        panel(
+            "agreement with the teacher",
+            Some("share of decisions"),
+            vec![
+                ("held out".into(), flat(&rows, "held_out_agreement")),
+                (
+                    "held-out words".into(),
+                    flat(&rows, "held_out_word_agreement"),
+                ),
+                ("training decisions".into(), flat(&trained, "agreement")),
+            ],
+        ),
+        panel(
+            "cross-entropy of the teacher's choices",
+            Some("nats per decision"),
+            vec![
+                ("actions".into(), flat(&trained, "action_loss")),
+                ("words".into(), flat(&trained, "word_loss")),
+            ],
+        ),
+        panel(
+            "value loss",
+            None,
+            vec![("value_loss".into(), flat(&trained, "value_loss"))],
+        ),
+        panel(
+            "grad_norm",
+            None,
+            vec![("grad_norm".into(), flat(&trained, "grad_norm"))],
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let png = plots.join("imitation.png");
+    draw_file(
+        &png,
+        Some("Behaviour cloning: the clone against its teacher"),
+        &panels,
+        (x_range, "epoch"),
+    )?;
+    Ok(vec![png])
 }
 
 /// `--eval-against`: the learners' return per step against every partner in one panel, and
@@ -329,7 +406,7 @@ fn draw_file(
     png: &Path,
     title: Option<&str>,
     panels: &[Panel],
-    x: (f64, f64),
+    x: ((f64, f64), &str),
 ) -> Result<(), PlotError> {
     let n = panels.len();
     let cols = match n {
@@ -364,7 +441,7 @@ fn draw_file(
 fn draw_panel(
     area: &DrawingArea<BitMapBackend<'_>, Shift>,
     panel: &Panel,
-    (x0, x1): (f64, f64),
+    ((x0, x1), x_desc): ((f64, f64), &str),
     caption: u32,
     png: &Path,
 ) -> Result<(), PlotError> {
@@ -386,7 +463,7 @@ fn draw_panel(
         .map_err(|e| draw_err(png, e))?;
     chart
         .configure_mesh()
-        .x_desc("iteration")
+        .x_desc(x_desc)
         .y_desc(panel.y_desc.unwrap_or(""))
         .x_labels(6)
         .y_labels(6)

@@ -85,6 +85,21 @@ pub trait Policy: Send + Sync + 'static {
     fn reads_features(&self) -> bool {
         false
     }
+    /// Imitation (`emergence imitate`, [`crate::train::imitate`]): the actions (and words)
+    /// already in `batch` are a teacher's. Reads each observation as [`Policy::decide`] would
+    /// and records those choices as its own, leaving them in place: its trace (what it read,
+    /// their log-probabilities under its distribution), and with memory its context goes on
+    /// with them. Draws nothing from the agents' streams. A policy that cannot learn from a
+    /// teacher (the scripted bots) says so.
+    fn follow(&mut self, _batch: &mut [Decision<'_>]) -> Result<(), String> {
+        Err("it does not learn from demonstrations (only `lm`, `mlp` and `gru` do)".into())
+    }
+    /// Whether an oracle teacher decides for this policy's agents (imitation): their seats
+    /// get [`OracleTeacher`], and the teacher reads the whole map
+    /// ([`Observation::oracle_map`]) while the learner reads its own view.
+    fn teacher_is_oracle(&self) -> bool {
+        false
+    }
 }
 
 /// Makes a policy for a run (a training run puts its own policies in the registry this
@@ -407,6 +422,12 @@ impl PolicyRegistry {
     pub fn adapter(&self, h: PolicyHandle, role: u8, slot: u16) -> Option<String> {
         self.entries.get(h.0 as usize)?.1.adapter(role, slot)
     }
+    /// Whether the policy behind `h` has an oracle teacher ([`Policy::teacher_is_oracle`]).
+    pub fn teacher_is_oracle(&self, h: PolicyHandle) -> bool {
+        self.entries
+            .get(h.0 as usize)
+            .is_some_and(|(_, p)| p.teacher_is_oracle())
+    }
     /// The name behind a handle.
     pub fn name(&self, h: PolicyHandle) -> Option<&str> {
         self.entries.get(h.0 as usize).map(|(n, _)| n.as_str())
@@ -551,12 +572,20 @@ pub fn spawn_arenas(
         .iter()
         .map(|a| catalogue().iter().any(|p| p.name == a.policy && p.oracle))
         .collect();
+    let oracle_teacher: Vec<bool> = {
+        let registry = world.resource::<PolicyRegistry>();
+        handles
+            .iter()
+            .map(|&h| registry.teacher_is_oracle(h))
+            .collect()
+    };
     spawn_agents(
         world,
         scene,
         Deciders {
             handles: &handles,
             oracle: &oracle,
+            oracle_teacher: &oracle_teacher,
         },
         indices,
         seed,

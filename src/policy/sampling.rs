@@ -49,6 +49,18 @@ pub fn sample(
     allowed: impl Fn(usize) -> bool,
     rng: &mut impl Rng,
 ) -> (usize, Vec<f32>, f32, f32) {
+    choose(scores, allowed, rng, None)
+}
+
+/// [`sample`], or where `given` names a choice (a teacher's, which imitation records as the
+/// policy's own: [`crate::policy::Policy::follow`]) that choice, with its log-probability
+/// under the same distribution and no draw from `rng`.
+pub fn choose(
+    scores: &[f32],
+    allowed: impl Fn(usize) -> bool,
+    rng: &mut impl Rng,
+    given: Option<usize>,
+) -> (usize, Vec<f32>, f32, f32) {
     let max = scores
         .iter()
         .enumerate()
@@ -69,16 +81,22 @@ pub fn sample(
         .filter(|&&p| p > 0.0)
         .map(|&p| p * p.ln())
         .sum::<f32>();
-    let u: f32 = rng.random();
-    let mut acc = 0.0;
-    let mut pick = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
-    for (i, &p) in probs.iter().enumerate() {
-        acc += p;
-        if p > 0.0 && u < acc {
-            pick = i;
-            break;
+    let pick = match given {
+        Some(g) if g < probs.len() => g,
+        _ => {
+            let u: f32 = rng.random();
+            let mut acc = 0.0;
+            let mut pick = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
+            for (i, &p) in probs.iter().enumerate() {
+                acc += p;
+                if p > 0.0 && u < acc {
+                    pick = i;
+                    break;
+                }
+            }
+            pick
         }
-    }
+    };
     let logprob = probs[pick].max(f32::MIN_POSITIVE).ln();
     (pick, probs, logprob, entropy)
 }

@@ -308,47 +308,12 @@ fn write_checkpoint(
 ) -> Result<(), TrainError> {
     for l in learners {
         let ldir = l.dir(tmp);
-        let handle = match &l.model {
-            LearnerModel::Lm(h) => h,
-            LearnerModel::Mlp(h) => {
-                h.net()
-                    .ok_or_else(|| TrainError::Config("no trained mlp".into()))?
-                    .save(&ldir)
-                    .map_err(TrainError::Config)?;
-                if let Some(b) = &l.behaviour {
-                    b.net()
-                        .ok_or_else(|| TrainError::Config("no behaviour mlp".into()))?
-                        .save(&ldir.join(super::models::BEHAVIOUR))
-                        .map_err(TrainError::Config)?;
-                }
-                write_moments(l, &ldir)?;
-                continue;
-            }
-        };
-        let folder = handle
-            .with(|t| ModelFolder {
-                dir: ldir.clone(),
-                config: t.config.clone(),
-                // Views of the variables: saving reads them now, no copy needed.
-                weights: t
-                    .vars
-                    .iter()
-                    .map(|(n, v)| (n.clone(), v.as_tensor().detach()))
-                    .collect(),
-                tokenizer: t.tokenizer.clone(),
-            })
-            .ok_or_else(|| TrainError::Config("no trained model".into()))?;
-        folder.save(&ldir)?;
-        let adapters = handle
-            .with(|t| {
-                t.adapters
-                    .iter()
-                    .map(|ra| (ra.name.clone(), ra.detached()))
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
-        for (role, adapter) in adapters {
-            adapter.save(&ldir.join("adapters").join(role))?;
+        write_model(l, &ldir)?;
+        if let (LearnerModel::Mlp(_), Some(b)) = (&l.model, &l.behaviour) {
+            b.net()
+                .ok_or_else(|| TrainError::Config("no behaviour mlp".into()))?
+                .save(&ldir.join(super::models::BEHAVIOUR))
+                .map_err(TrainError::Config)?;
         }
         write_moments(l, &ldir)?;
     }
@@ -383,6 +348,48 @@ fn write_checkpoint(
         io: std::io::Error::other(e),
     })?;
     std::fs::write(&spath, json).map_err(io_err(&spath))
+}
+
+/// A learner's model into `ldir`, as a model folder others read: a language model in the
+/// Hugging Face layout with its adapters (`train --model`, `lm(model: ...)`), an `mlp` or
+/// `gru` as `mlp.json` and `mlp.safetensors` (`mlp:DIR`).
+pub(super) fn write_model(l: &Learner, ldir: &Path) -> Result<(), TrainError> {
+    let handle = match &l.model {
+        LearnerModel::Lm(h) => h,
+        LearnerModel::Mlp(h) => {
+            return h
+                .net()
+                .ok_or_else(|| TrainError::Config("no trained mlp".into()))?
+                .save(ldir)
+                .map_err(TrainError::Config);
+        }
+    };
+    let folder = handle
+        .with(|t| ModelFolder {
+            dir: ldir.to_path_buf(),
+            config: t.config.clone(),
+            // Views of the variables: saving reads them now, no copy needed.
+            weights: t
+                .vars
+                .iter()
+                .map(|(n, v)| (n.clone(), v.as_tensor().detach()))
+                .collect(),
+            tokenizer: t.tokenizer.clone(),
+        })
+        .ok_or_else(|| TrainError::Config("no trained model".into()))?;
+    folder.save(ldir)?;
+    let adapters = handle
+        .with(|t| {
+            t.adapters
+                .iter()
+                .map(|ra| (ra.name.clone(), ra.detached()))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    for (role, adapter) in adapters {
+        adapter.save(&ldir.join("adapters").join(role))?;
+    }
+    Ok(())
 }
 
 /// A learner's optimizer moments, `optimizer.safetensors` in its folder `ldir`.

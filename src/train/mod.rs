@@ -32,6 +32,7 @@ pub mod eval;
 #[cfg(test)]
 mod fused_tests;
 mod hyper;
+pub mod imitate;
 pub mod loss;
 mod metrics_files;
 mod models;

@@ -21,7 +21,7 @@ pub fn observe_hide_and_seek(
             &GridPos,
             &Facing,
             &Grip,
-            Has<Oracle>,
+            (Has<Oracle>, Has<OracleTeacher>),
             &mut Observation,
             &mut HnsSenses,
             &mut ActionMask,
@@ -32,7 +32,7 @@ pub fn observe_hide_and_seek(
     agents.par_iter_mut().for_each_init(
         || (Vec::new(), Vec::new()),
         |(clear, seen),
-         (in_arena, agent, pos, facing, grip, oracle, mut obs, mut senses, mut mask)| {
+         (in_arena, agent, pos, facing, grip, (oracle, teacher), mut obs, mut senses, mut mask)| {
             let Ok((clock, arena)) = arenas.get(in_arena.0) else {
                 return;
             };
@@ -117,6 +117,14 @@ pub fn observe_hide_and_seek(
                 obs.map_width = mw as u16;
                 obs.map_height = mh as u16;
                 draw_codes(arena, slot, &mut obs.map);
+            }
+            // An oracle teacher's seat: the whole map for the teacher, beside the learner's
+            // view.
+            if teacher && !oracle {
+                let (mw, mh) = (arena.tiles.width(), arena.tiles.height());
+                obs.oracle_map.1 = mw as u16;
+                obs.oracle_map.2 = mh as u16;
+                draw_codes(arena, slot, &mut obs.oracle_map.0);
             }
             let prep = clock.step < arena.prep_steps;
             *mask = legal_actions(arena, slot, p, f, holding, prep);

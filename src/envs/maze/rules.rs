@@ -65,13 +65,13 @@ pub fn observe_mazes(
             &mut MazeSenses,
             &mut ActionMask,
             &mut Utterance,
-            Has<Oracle>,
+            (Has<Oracle>, Has<OracleTeacher>),
         ),
         Without<Idle>,
     >,
 ) {
     agents.par_iter_mut().for_each(
-        |(in_arena, agent, mut obs, mut senses, mut mask, mut say, oracle)| {
+        |(in_arena, agent, mut obs, mut senses, mut mask, mut say, (oracle, teacher))| {
             let Ok((clock, maze)) = arenas.get(in_arena.0) else {
                 return;
             };
@@ -90,6 +90,12 @@ pub fn observe_mazes(
             obs.map_width = w as u16;
             obs.map_height = h as u16;
             obs.map.clear();
+            // An oracle teacher's seat: the whole map for the teacher beside the learner's.
+            obs.oracle_map.0.clear();
+            if teacher && !oracle {
+                obs.oracle_map = (std::mem::take(&mut obs.oracle_map.0), w as u16, h as u16);
+                obs.oracle_map.0.extend_from_slice(&maze.tiles);
+            }
             if oracle || maze.rules.knowledge == super::params::Knowledge::Full {
                 obs.map.extend_from_slice(&maze.tiles);
             } else {

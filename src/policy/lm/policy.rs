@@ -37,7 +37,7 @@ use super::model::{Decoder, Lora, Pass};
 use super::tokenizer::encode;
 use super::{LmConfig, LmError, Preset};
 use crate::observe::text::{Speaker, TextFormat};
-use crate::policy::sampling::sample;
+use crate::policy::sampling::choose;
 use crate::policy::{Decision, Policy, PolicyStats};
 use crate::scene::Scene;
 
@@ -199,6 +199,8 @@ pub struct LmPolicy {
     lora: Option<(super::LoraConfig, AdapterOwner)>,
     /// With memory: each agent's episode so far ([`memory`]).
     conversations: std::collections::BTreeMap<crate::core::Agent, memory::Conversation>,
+    /// While [`Policy::follow`] runs: keep the choices in the batch (a teacher's).
+    follow: bool,
 }
 
 impl LmPolicy {
@@ -213,6 +215,7 @@ impl LmPolicy {
             train: None,
             lora: None,
             conversations: Default::default(),
+            follow: false,
         }
     }
 
@@ -662,6 +665,13 @@ impl Policy for LmPolicy {
         self.decide_with_suffix(batch, &[]);
     }
 
+    fn follow(&mut self, batch: &mut [Decision<'_>]) -> Result<(), String> {
+        self.follow = true;
+        self.decide_with_suffix(batch, &[]);
+        self.follow = false;
+        Ok(())
+    }
+
     fn stats(&self) -> Option<PolicyStats> {
         Some(self.stats)
     }
@@ -758,7 +768,7 @@ impl LmPolicy {
                 return;
             }
         };
-        if let Err(f) = take_actions(batch, &scores, &values, &prompts, &mut texts) {
+        if let Err(f) = take_actions(batch, &scores, &values, &prompts, &mut texts, self.follow) {
             self.stats.errors += 1;
             self.failure.get_or_insert(format!("{model}: {f}"));
             return;
@@ -803,7 +813,7 @@ impl LmPolicy {
             }
             if let Ok((scores, _, f)) = talked {
                 forwards += f;
-                take_words(batch, &scores, *silence);
+                take_words(batch, &scores, *silence, self.follow);
             }
         }
         self.stats.decisions += batch.len() as u64;
@@ -815,14 +825,16 @@ impl LmPolicy {
 }
 
 /// Samples each decision's action from its scores (masked to the legal ones) with the
-/// agent's stream and writes its trace (`prompts[i]` and `texts[i]`, what it read); the
-/// failure's words where the scores are not a distribution (NaN weights).
+/// agent's stream, or with `follow` keeps the action in the decision (a teacher's), and
+/// writes its trace (`prompts[i]` and `texts[i]`, what it read); the failure's words where
+/// the scores are not a distribution (NaN weights).
 fn take_actions(
     batch: &mut [Decision<'_>],
     scores: &[Vec<f32>],
     values: &[Option<f32>],
     prompts: &[Vec<u32>],
     texts: &mut [String],
+    follow: bool,
 ) -> Result<(), String> {
     {
         if let Some((d, (i, v))) = batch.iter().zip(scores).find_map(|(d, s)| {
@@ -838,7 +850,8 @@ fn take_actions(
         }
         for (i, ((d, s), p)) in batch.iter_mut().zip(scores).zip(prompts).enumerate() {
             let mask = d.mask;
-            let (a, probs, logprob, entropy) = sample(s, |i| mask.allows(i as u8), d.rng);
+            let given = follow.then_some(usize::from(d.action.0));
+            let (a, probs, logprob, entropy) = choose(s, |i| mask.allows(i as u8), d.rng, given);
             d.action.0 = a as u8;
             d.trace.tokens.clone_from(p);
             d.trace.text = std::mem::take(&mut texts[i]);
@@ -854,12 +867,23 @@ fn take_actions(
 }
 
 /// Samples each decision's word from its scores (silence first where `silence`) with the
-/// agent's stream: what it says, and, with silence among the choices, the choice and its
-/// log-probability in its trace.
-fn take_words(batch: &mut [Decision<'_>], scores: &[Vec<f32>], silence: bool) -> Vec<usize> {
+/// agent's stream, or with `follow` keeps the word it says (a teacher's): what it says, and,
+/// with silence among the choices, the choice and its log-probability in its trace.
+fn take_words(
+    batch: &mut [Decision<'_>],
+    scores: &[Vec<f32>],
+    silence: bool,
+    follow: bool,
+) -> Vec<usize> {
     let mut chosen = Vec::with_capacity(batch.len());
     for (d, s) in batch.iter_mut().zip(scores) {
-        let (w, _, logprob, _) = sample(s, |_| true, d.rng);
+        let said = d.say.as_deref().and_then(|u| u.0).map(usize::from);
+        let given = follow.then(|| match said {
+            Some(k) if silence => k + 1,
+            Some(k) => k,
+            None => 0,
+        });
+        let (w, _, logprob, _) = choose(s, |_| true, d.rng, given);
         chosen.push(w);
         if let Some(say) = d.say.as_deref_mut() {
             if silence {

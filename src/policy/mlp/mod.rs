@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::sampling::sample;
+use super::sampling::choose;
 use super::{Decision, Policy, PolicyStats};
 pub use crate::core::{CODES, Encoded};
 pub use crate::envs::senses::encode;
@@ -79,6 +79,8 @@ pub struct MlpPolicy {
     memory: Option<bool>,
     /// A network with memory: each agent's state after its last decision.
     states: BTreeMap<crate::core::Agent, Vec<f32>>,
+    /// While [`Policy::follow`] runs: keep the choices in the batch (a teacher's).
+    follow: bool,
 }
 
 impl MlpPolicy {
@@ -102,6 +104,7 @@ impl MlpPolicy {
             fused: None,
             memory: Some(false),
             states: BTreeMap::new(),
+            follow: false,
         }
     }
 
@@ -285,7 +288,8 @@ impl Policy for MlpPolicy {
         for (k, d) in batch.iter_mut().enumerate() {
             let (l, v) = (fused.logits(k), fused.value(k));
             let mask = d.mask;
-            let (pick, probs, logprob, entropy) = sample(l, |i| mask.allows(i as u8), d.rng);
+            let given = self.follow.then_some(usize::from(d.action.0));
+            let (pick, probs, logprob, entropy) = choose(l, |i| mask.allows(i as u8), d.rng, given);
             d.action.0 = pick as u8;
             d.trace.tokens.clear();
             d.trace.logprob = logprob;
@@ -306,7 +310,8 @@ impl Policy for MlpPolicy {
                 let (Some(w), Some(say)) = (fused.words(k), d.say.as_deref_mut()) else {
                     continue;
                 };
-                let (pick, _, logprob, _) = sample(w, |_| true, d.rng);
+                let given = self.follow.then(|| say.0.map_or(0, |k| usize::from(k) + 1));
+                let (pick, _, logprob, _) = choose(w, |_| true, d.rng, given);
                 say.0 = pick.checked_sub(1).map(|k| k as u8);
                 d.trace.said = Some(pick as u8);
                 d.trace.said_logprob = logprob;
@@ -326,6 +331,13 @@ impl Policy for MlpPolicy {
 
     fn stats(&self) -> Option<PolicyStats> {
         Some(self.stats)
+    }
+
+    fn follow(&mut self, batch: &mut [Decision<'_>]) -> Result<(), String> {
+        self.follow = true;
+        self.decide(batch);
+        self.follow = false;
+        Ok(())
     }
 }
 

@@ -12,6 +12,7 @@
 //! decisions with their advantages and targets), `step.rs` (a minibatch's loss and step, on
 //! each path). The maths is in `loss.rs`, `advantage.rs`, `algo/` and `optim.rs`.
 
+mod imitate;
 mod samples;
 mod step;
 
@@ -29,6 +30,7 @@ use super::rollout::Batch;
 use super::{Algo, Hyper, TrainError, UpdateError};
 use crate::policy::lm::{Decoder, TrainHandle, Weights};
 use crate::policy::mlp::{Fused, MlpHandle, MlpNet};
+pub use imitate::{Agreement, ImitationStats};
 pub use samples::SEQUENCE;
 use samples::Sample;
 

@@ -20,7 +20,7 @@ impl Trainer {
     /// Action log-probabilities `(m, actions)` and values `(m,)` of a minibatch, on the
     /// trained model or (`reference`) on the frozen starting one; `None` when there is no
     /// reference.
-    fn heads(
+    pub(super) fn heads(
         &self,
         reference: bool,
         mb: &[&Sample],
@@ -290,7 +290,7 @@ impl Trainer {
 
     /// The gradients' norm and the optimizer's step with the norm clip's factor applied as it
     /// reads them (or no step, saying why); `grads` are left as they are.
-    fn apply(
+    pub(super) fn apply(
         &mut self,
         grads: &mut candle_core::backprop::GradStore,
         mut out: UpdateStats,

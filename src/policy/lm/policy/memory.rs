@@ -204,7 +204,7 @@ impl LmPolicy {
             }
         };
         let mut texts = texts;
-        if let Err(f) = take_actions(batch, &scores, &values, &prompts, &mut texts) {
+        if let Err(f) = take_actions(batch, &scores, &values, &prompts, &mut texts, self.follow) {
             self.stats.errors += 1;
             self.failure.get_or_insert(format!("{model}: {f}"));
             self.put_back(batch, rows);
@@ -257,7 +257,7 @@ impl LmPolicy {
             };
             match talked {
                 Ok(scores) => {
-                    let said = take_words(batch, &scores, *silence);
+                    let said = take_words(batch, &scores, *silence, self.follow);
                     for ((tokens, text), w) in chosen.iter_mut().zip(said) {
                         tokens.extend(say);
                         tokens.extend(&choices[w]);
