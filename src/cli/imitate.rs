@@ -8,7 +8,7 @@ use super::progress_bar;
 use emergence::load::load_scene;
 use emergence::train::imitate::{ImitateConfig, ImitateProgress, imitate};
 use emergence::train::limits;
-use emergence::train::{Algo, LearnerKind, TrainConfig, TrainSettings};
+use emergence::train::{LearnerKind, TrainSettings};
 
 #[derive(clap::Args)]
 pub struct ImitateArgs {
@@ -33,9 +33,16 @@ pub struct ImitateArgs {
     /// Share of the episodes held out (never trained on) to measure the agreement on.
     #[arg(long, default_value_t = 0.1)]
     pub held_out: f64,
-    /// Learn the words the teacher says too (families with talk).
+    /// Learn the words the teacher says too (families with talk; a silent teacher's
+    /// silence). Without it the clone's words stay as they were, which its teammates hear.
     #[arg(long)]
     pub words: bool,
+    /// DAgger's rounds after the first cloning: each plays --episodes more with the clone
+    /// acting and the teacher labelling the states it reaches, adds them to the training
+    /// decisions and trains --epochs more (Ross et al. 2011; the remedy for a clone that
+    /// drifts from its teacher's states).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub dagger: u32,
     /// Learning rate (AdamW), decayed linearly to --lr-final-frac of it over the epochs
     /// [default: 1e-3 for lm, 3e-3 for mlp and gru].
     #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::LR))]
@@ -88,34 +95,45 @@ pub fn cmd_imitate(args: ImitateArgs) -> Result<()> {
     }
     let device = super::parse_device(&args.device)?;
     let scene = load_scene(&args.scene)?;
-    let classic = args.learner != LearnerKind::Lm;
-    let settings = TrainSettings {
-        algo: Some(Algo::Reinforce),
-        learner: Some(args.learner),
+    let given = TrainSettings {
         arenas: Some(args.arenas),
         seed: Some(args.seed),
-        model: args.model.clone().or(scene.spec.train.model.clone()),
-        lr: Some(args.lr.unwrap_or(if classic { 3e-3 } else { 1e-3 })),
-        lr_final_frac: Some(args.lr_final_frac.unwrap_or(0.1)),
-        minibatch: Some(args.minibatch.unwrap_or(64)),
-        text: args.text.or(scene.spec.train.text),
-        memory: args.memory.or(scene.spec.train.memory),
+        model: args.model.clone(),
+        lr: args.lr,
+        lr_final_frac: args.lr_final_frac,
+        minibatch: args.minibatch,
+        text: args.text,
+        memory: args.memory,
         ..Default::default()
     };
-    let mut train =
-        TrainConfig::from_settings(scene, args.scene.clone(), &settings, args.out.clone())
-            .map_err(|e| anyhow::anyhow!("--model {e}"))?;
-    train.threads = args.threads.map(usize::from);
-    train.device = device;
-    let cfg = ImitateConfig {
-        train,
-        teacher: args.from.clone(),
-        episodes: args.episodes,
-        epochs: args.epochs,
-        held_out: args.held_out,
-        words: args.words,
-        play_episodes: args.play_episodes,
-    };
+    let mut cfg = ImitateConfig::new(
+        scene,
+        args.scene.clone(),
+        &args.from,
+        args.learner,
+        args.out.clone(),
+        &given,
+    )
+    .map_err(|e| anyhow::anyhow!("--model {e}"))?;
+    cfg.train.threads = args.threads.map(usize::from);
+    cfg.train.device = device;
+    cfg.episodes = args.episodes;
+    cfg.epochs = args.epochs;
+    cfg.held_out = args.held_out;
+    cfg.words = args.words;
+    cfg.play_episodes = args.play_episodes;
+    cfg.dagger = args.dagger;
+    if !args.words
+        && emergence::envs::family::of(&cfg.train.scene)
+            .vocabulary(&cfg.train.scene)
+            .is_some_and(|w| !w.is_empty())
+    {
+        eprintln!(
+            "note: {}'s agents talk and --words is not given: the clone's words are not \
+             trained (its teammates will hear what the untrained learner says)",
+            args.scene.display()
+        );
+    }
     let bar = progress_bar(
         args.quiet,
         u64::from(args.episodes.div_ceil(args.arenas.max(1)) * args.arenas.max(1)),
@@ -129,7 +147,7 @@ pub fn cmd_imitate(args: ImitateArgs) -> Result<()> {
         }
         ImitateProgress::Epoch(r) => {
             if r.epoch == 0 {
-                bar.set_length(u64::from(cfg.epochs));
+                bar.set_length(u64::from(cfg.epochs * (1 + cfg.dagger)));
                 bar.set_position(0);
             } else {
                 bar.set_position(u64::from(r.epoch));

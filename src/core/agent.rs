@@ -213,4 +213,8 @@ pub struct DecisionTrace {
     /// A policy with memory (the `gru`): the state it decided from (zeros at an episode's
     /// first step); the trainer starts its sequences from it. Empty for the others.
     pub memory: Vec<f32>,
+    /// Imitation's DAgger rounds (`emergence imitate --dagger`): the teacher's choice at a
+    /// state where the learner acted, which the rollout records as the decision's action in
+    /// place of the one played (the learner is trained on it). `None` elsewhere.
+    pub label: Option<u8>,
 }

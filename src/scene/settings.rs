@@ -30,8 +30,9 @@ pub struct TrainSettings {
     /// Run seed: the same seed gives the same run [default: 0].
     #[arg(long)]
     pub seed: Option<u64>,
-    /// The starting language model: `tiny`, `small` (fresh, seeded by --seed) or a model
-    /// folder [default: tiny].
+    /// The starting model: `tiny`, `small` (a fresh language model, seeded by --seed) or a
+    /// model folder (a language model's; with --learner mlp or gru, a network's: `mlp.json`,
+    /// as `emergence imitate` writes) [default: tiny; a fresh network for mlp and gru].
     #[arg(long)]
     pub model: Option<String>,
     /// The policy that learns: the language model, `mlp`, the classic-MARL baseline (a

@@ -10,7 +10,7 @@
 //! 2. **Split.** Whole episodes are held out (`--held-out`, spread evenly over the recording);
 //!    the model never trains on them.
 //! 3. **Clone.** Epochs of shuffled minibatches of the cross-entropy of the teacher's choices
-//!    ([`Trainer::imitate`]); after each, the agreement on the held-out episodes. The epochs'
+//!    ([`super::Trainer::imitate`]); after each, the agreement on the held-out episodes. The epochs'
 //!    rows go to `imitation.jsonl`, drawn in `plots/imitation.png`.
 //! 4. **Play.** Fresh episodes (seeds the recording never used) with the teacher, the clone
 //!    and the untrained learner in the cloned seats: their returns, side by side.
@@ -36,6 +36,8 @@ use super::{Algo, Batch, Rollouts, TrainConfig, TrainError, TrainPlugin, Traject
 use crate::core::Arenas;
 use crate::headless::{RunConfig, build_app_with};
 use crate::policy::{Decision, Policy, PolicyFactory, PolicyStats, catalogue};
+
+mod replays;
 use crate::scene::Scene;
 
 /// An imitation run.
@@ -58,6 +60,53 @@ pub struct ImitateConfig {
     /// Fresh episodes played by each of teacher, clone and untrained learner at the end (0:
     /// none).
     pub play_episodes: u32,
+    /// DAgger's rounds after the first cloning (0: none): each records as many episodes
+    /// again with the clone acting and the teacher labelling its states, adds them to the
+    /// training decisions and trains `epochs` more.
+    pub dagger: u32,
+}
+
+impl ImitateConfig {
+    /// `emergence imitate`'s run of `scene` (from `scene_path`) into `out`: `teacher` cloned
+    /// into `learner`, with the flags `given` (the learning rate, its final share, the
+    /// minibatch, the arenas, the seed, the model, the text style and memory; each unset one
+    /// from its default: 1e-3 for `lm` and 3e-3 for `mlp` and `gru`, 0.1, 64 decisions, 16
+    /// arenas, seed 0, and the scene's `train:` block's model, text and memory), 64 episodes,
+    /// 10 epochs, a tenth held out, no words, 32 episodes played, no DAgger.
+    pub fn new(
+        scene: Scene,
+        scene_path: PathBuf,
+        teacher: &str,
+        learner: super::LearnerKind,
+        out: PathBuf,
+        given: &super::TrainSettings,
+    ) -> Result<Self, String> {
+        let classic = learner.classic();
+        let settings = super::TrainSettings {
+            algo: Some(Algo::Reinforce),
+            learner: Some(learner),
+            arenas: Some(given.arenas.unwrap_or(16)),
+            seed: Some(given.seed.unwrap_or(0)),
+            model: given.model.clone().or(scene.spec.train.model.clone()),
+            lr: Some(given.lr.unwrap_or(if classic { 3e-3 } else { 1e-3 })),
+            lr_final_frac: Some(given.lr_final_frac.unwrap_or(0.1)),
+            minibatch: Some(given.minibatch.unwrap_or(64)),
+            text: given.text.or(scene.spec.train.text),
+            memory: given.memory.or(scene.spec.train.memory),
+            ..Default::default()
+        };
+        let train = TrainConfig::from_settings(scene, scene_path, &settings, out)?;
+        Ok(Self {
+            train,
+            teacher: teacher.into(),
+            episodes: 64,
+            epochs: 10,
+            held_out: 0.1,
+            words: false,
+            play_episodes: 32,
+            dagger: 0,
+        })
+    }
 }
 
 /// One epoch's row of `imitation.jsonl` (epoch 0: the untrained learner).
@@ -65,6 +114,8 @@ pub struct ImitateConfig {
 pub struct EpochReport {
     /// Epoch, from 1 (0: before training).
     pub epoch: u32,
+    /// DAgger's round (0: the teacher's episodes alone).
+    pub round: u32,
     /// The pass over the training decisions (absent at epoch 0).
     #[serde(flatten)]
     pub stats: ImitationStats,
@@ -80,7 +131,8 @@ pub struct EpochReport {
 /// Mean returns of the cloned seats' teams on fresh episodes.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Played {
-    /// The teacher, as the scene plays it (an oracle with the whole map).
+    /// The teacher, as the scene plays it (an oracle with the whole map); a recording's, the
+    /// mean of its recorded episodes.
     pub teacher: f64,
     /// The clone.
     pub clone: f64,
@@ -118,12 +170,16 @@ pub struct ImitationRecord {
     pub episodes: u32,
     /// Of which, held out.
     pub held_out_episodes: u32,
-    /// Decisions trained on.
+    /// Decisions trained on (the teacher's, and DAgger's labelled ones).
     pub train_decisions: usize,
     /// Decisions held out.
     pub held_out_decisions: usize,
-    /// Epochs, learning rate, minibatch.
+    /// Epochs (per DAgger round), learning rate, minibatch.
     pub epochs: u32,
+    /// DAgger's rounds.
+    pub dagger: u32,
+    /// The clone's mean return in each DAgger round's episodes (it acted).
+    pub dagger_returns: Vec<f64>,
     /// Learning rate.
     pub lr: f64,
     /// Minibatch (decisions).
@@ -174,17 +230,54 @@ pub struct Demonstrator {
     learner: Box<dyn Policy>,
     /// Whether the teacher is an oracle bot (it reads the whole map, the learner its view).
     oracle: bool,
+    /// DAgger's rounds (set between episodes by the run): the learner acts, the teacher
+    /// labels.
+    dagger: std::sync::Arc<std::sync::atomic::AtomicBool>,
     failure: Option<String>,
 }
 
 impl Demonstrator {
-    /// `teacher` deciding (an oracle bot when `oracle`), `learner` following.
-    pub fn new(teacher: Box<dyn Policy>, learner: Box<dyn Policy>, oracle: bool) -> Self {
+    /// `teacher` deciding (an oracle bot when `oracle`), `learner` following; while `dagger`
+    /// is set, the learner acts and the teacher labels its states.
+    pub fn new(
+        teacher: Box<dyn Policy>,
+        learner: Box<dyn Policy>,
+        oracle: bool,
+        dagger: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
         Self {
             teacher,
             learner,
             oracle,
+            dagger,
             failure: None,
+        }
+    }
+
+    /// DAgger (Ross et al. 2011): the learner decides and its choice is played; the teacher
+    /// says what it would have chosen in that state, which the trace carries as the label
+    /// ([`crate::core::DecisionTrace::label`], and the word where the learner says one).
+    fn learner_acts(&mut self, batch: &mut [Decision<'_>]) {
+        self.learner.decide(batch);
+        let played: Vec<(u8, Option<Option<u8>>)> = batch
+            .iter()
+            .map(|d| (d.action.0, d.say.as_deref().map(|u| u.0)))
+            .collect();
+        self.teach(batch);
+        for (d, (action, said)) in batch.iter_mut().zip(played) {
+            let label = if d.mask.allows(d.action.0) {
+                d.action.0
+            } else {
+                d.mask.nth(0).unwrap_or(0)
+            };
+            d.trace.label = Some(label);
+            if let (Some(_), Some(u)) = (d.trace.said, d.say.as_deref()) {
+                d.trace.said = Some(u.0.map_or(0, |k| k + 1));
+            }
+            d.action.0 = action;
+            if let (Some(u), Some(s)) = (d.say.as_deref_mut(), said) {
+                u.0 = s;
+            }
         }
     }
 
@@ -224,6 +317,13 @@ impl Demonstrator {
 
 impl Policy for Demonstrator {
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
+        for d in batch.iter_mut() {
+            d.trace.label = None;
+        }
+        if self.dagger.load(std::sync::atomic::Ordering::Relaxed) {
+            self.learner_acts(batch);
+            return;
+        }
         self.teach(batch);
         // The registry's own rule: an illegal choice is the first legal action.
         for d in batch.iter_mut() {
@@ -323,8 +423,27 @@ pub fn imitate(
             "--episodes and --epochs must be at least 1".into(),
         ));
     }
-    let info = check_teacher(&t.scene, &cfg.teacher)?;
-    let seats = cloned_seats(&t.scene, &cfg.teacher, learner);
+    // The teacher: recorded episodes, or a scripted policy.
+    let recorded = match cfg.teacher.strip_prefix("replays:") {
+        Some(dir) => Some(replays::read(std::path::Path::new(dir), &t.scene)?),
+        None => None,
+    };
+    let info = match &recorded {
+        Some(_) => None,
+        None => Some(check_teacher(&t.scene, &cfg.teacher)?),
+    };
+    if recorded.is_some() && cfg.dagger > 0 {
+        return Err(TrainError::Config(format!(
+            "--dagger {}: DAgger asks the teacher about the clone's own states, which a \
+             recording cannot answer; use a scripted teacher, or leave --dagger out",
+            cfg.dagger
+        )));
+    }
+    let mut seats = cloned_seats(&t.scene, &cfg.teacher, learner);
+    if recorded.is_some() && seats.is_empty() {
+        // A recording: every seat, unless the scene puts some on the learner.
+        seats = (0..t.scene.agents.len() as u16).collect();
+    }
     if seats.is_empty() {
         return Err(TrainError::Config(format!(
             "{}: no seat plays {} or {learner}: the teacher plays the seats the scene gives \
@@ -344,8 +463,14 @@ pub fn imitate(
     let arenas = t.arenas.clamp(1, cfg.episodes);
     tcfg.arenas = arenas;
     let per_arena = cfg.episodes.div_ceil(arenas);
-    tcfg.iterations = per_arena;
-    let episodes = per_arena * arenas;
+    tcfg.iterations = per_arena * (1 + cfg.dagger);
+    let episodes = match &recorded {
+        Some(r) => r
+            .iter()
+            .flat_map(|f| f.arenas.iter().map(|&(_, n)| n))
+            .sum(),
+        None => per_arena * arenas,
+    };
     let initial = match &t.model {
         super::ModelChoice::Preset(p) => crate::policy::lm::ModelSource::Embedded {
             preset: *p,
@@ -355,63 +480,125 @@ pub fn imitate(
     };
     let models = super::models::wire(&tcfg, &scene, learner, mlp, None, &initial, 0)?;
     let (name, factory) = models.policy.clone();
-    let (make_teacher, oracle) = (info.make, info.oracle);
     let device = if mlp {
         candle_core::Device::Cpu
     } else {
         t.device.clone()
     };
-    let teacher_device = device.clone();
-    let demonstrator = PolicyFactory(std::sync::Arc::new(move || {
-        Box::new(Demonstrator::new(
-            make_teacher(&teacher_device),
-            (factory.0)(),
-            oracle,
-        ))
-    }));
-    let share = 0..arenas;
+    let dagger = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The policy of the cloned seats: the teacher (`teacher()` makes it) with the learner
+    // following.
+    let demonstrator =
+        |teacher: std::sync::Arc<dyn Fn() -> (Box<dyn Policy>, bool) + Send + Sync>| {
+            let (factory, flag) = (factory.clone(), dagger.clone());
+            PolicyFactory(std::sync::Arc::new(move || {
+                let (t, oracle) = teacher();
+                Box::new(Demonstrator::new(t, (factory.0)(), oracle, flag.clone()))
+            }))
+        };
+    let build = |c: &TrainConfig, share: &std::ops::Range<u32>, policy: PolicyFactory| {
+        let run = super::run_config(c, &scene, share, 0, (name.clone(), policy));
+        let mut app = build_app_with(&run, |app| {
+            app.add_plugins(TrainPlugin {
+                learner: learner.to_string(),
+                global: false,
+                features: mlp,
+            });
+        })?;
+        app.world_mut().resource_mut::<Arenas>().gate = Some(1);
+        Ok::<_, TrainError>(app)
+    };
 
-    // 1. Record.
+    // 1. Record the teacher's episodes.
     let started = Instant::now();
-    let run = super::run_config(&tcfg, &scene, &share, 0, (name.clone(), demonstrator));
-    let mut app = build_app_with(&run, |app| {
-        app.add_plugins(TrainPlugin {
-            learner: learner.to_string(),
-            global: false,
-            features: mlp,
-        });
-    })?;
-    app.world_mut().resource_mut::<Arenas>().gate = Some(1);
-    let actions = app.world().resource::<Rollouts>().actions;
     let mut train = Batch::default();
     let mut held = Batch::default();
     let mut teacher_returns = Vec::new();
-    on_progress(ImitateProgress::Recorded(0, episodes));
-    for k in 0..per_arena {
-        super::collect(&mut app, k, &share)?;
-        let batch = app.world_mut().resource_mut::<Rollouts>().take(k);
-        app.world_mut().resource_mut::<Arenas>().gate = Some(k + 2);
-        train.slots = batch.slots;
-        held.slots = batch.slots;
-        teacher_returns.extend(episode_returns(&batch.trajectories));
-        for tr in batch.trajectories {
-            let i = f64::from(k * arenas + tr.arena);
-            // Held out: episode i when the running count of held-out episodes steps up at it.
-            if ((i + 1.0) * cfg.held_out).floor() > (i * cfg.held_out).floor() {
-                held.trajectories.push(tr);
-            } else {
-                train.trajectories.push(tr);
+    let mut clone_returns = Vec::new();
+    let total = episodes * (1 + cfg.dagger);
+    let mut done = 0;
+    on_progress(ImitateProgress::Recorded(0, total));
+    // Every episode with its index in the recording (the held-out ones are spread by it).
+    let mut taught: Vec<(u32, Vec<Trajectory>)> = Vec::new();
+    let share = 0..arenas;
+    let (mut app, actions) = match (&recorded, info) {
+        (None, Some(info)) => {
+            let (make, oracle) = (info.make, info.oracle);
+            let dev = device.clone();
+            let mut app = build(
+                &tcfg,
+                &share,
+                demonstrator(std::sync::Arc::new(move || (make(&dev), oracle))),
+            )?;
+            let actions = app.world().resource::<Rollouts>().actions;
+            let (trs, slots) = record(
+                &mut app,
+                0..per_arena,
+                &share,
+                (&mut done, total),
+                &mut on_progress,
+            )?;
+            train.slots = slots;
+            for tr in trs {
+                let i = tr.episode * arenas + tr.arena;
+                match taught.iter_mut().find(|(k, _)| *k == i) {
+                    Some((_, v)) => v.push(tr),
+                    None => taught.push((i, vec![tr])),
+                }
             }
+            (Some(app), actions)
         }
-        on_progress(ImitateProgress::Recorded((k + 1) * arenas, episodes));
+        (Some(files), _) => {
+            let mut actions = 0;
+            for f in files {
+                for &(a, n) in &f.arenas {
+                    let mut c = tcfg.clone();
+                    c.seed = f.seed;
+                    c.iterations = n;
+                    let one = f.clone();
+                    let mut app = build(
+                        &c,
+                        &(a..a + 1),
+                        demonstrator(std::sync::Arc::new(move || {
+                            (Box::new(one.teacher()) as Box<dyn Policy>, false)
+                        })),
+                    )?;
+                    actions = app.world().resource::<Rollouts>().actions;
+                    let (trs, slots) = record(
+                        &mut app,
+                        0..n,
+                        &(a..a + 1),
+                        (&mut done, total),
+                        &mut on_progress,
+                    )?;
+                    train.slots = slots;
+                    for e in 0..n {
+                        let i = taught.len() as u32;
+                        taught.push((i, trs.iter().filter(|t| t.episode == e).cloned().collect()));
+                    }
+                }
+            }
+            (None, actions)
+        }
+        (None, None) => unreachable!("a teacher is a policy or a recording"),
+    };
+    held.slots = train.slots;
+    taught.sort_by_key(|(i, _)| *i);
+    for (i, trs) in taught {
+        teacher_returns.extend(episode_returns(&trs));
+        let i = f64::from(i);
+        // Held out: episode i when the running count of held-out episodes steps up at it.
+        if ((i + 1.0) * cfg.held_out).floor() > (i * cfg.held_out).floor() {
+            held.trajectories.extend(trs);
+        } else {
+            train.trajectories.extend(trs);
+        }
     }
-    drop(app);
-    let record_seconds = started.elapsed().as_secs_f64();
+    let mut record_seconds = started.elapsed().as_secs_f64();
     let decisions = |b: &Batch| b.trajectories.iter().map(|t| t.steps.len()).sum::<usize>();
     if decisions(&train) == 0 {
         return Err(TrainError::Config(format!(
-            "the teacher made no decision in the seats {seats:?} of {} episodes",
-            episodes
+            "the teacher made no decision in the seats {seats:?} of {episodes} episodes"
         )));
     }
     let held_out_episodes = {
@@ -424,7 +611,8 @@ pub fn imitate(
         e.len() as u32
     };
 
-    // 2-3. Clone.
+    // 2-3. Clone: epochs on the teacher's episodes, then for each DAgger round the learner's
+    //    own episodes labelled by the teacher, added to them, and as many epochs again.
     let trainers = super::Trainers {
         mlp,
         actions,
@@ -443,8 +631,6 @@ pub fn imitate(
     };
     let clone_start = Instant::now();
     std::fs::create_dir_all(&t.out).map_err(super::io_err(&t.out))?;
-    let jsonl = t.out.join("imitation.jsonl");
-    let mut rows = String::new();
     let mut reports: Vec<EpochReport> = Vec::new();
     let measure = |l: &mut super::Learner, b: &Batch| -> Result<Agreement, TrainError> {
         if b.trajectories.is_empty() {
@@ -455,44 +641,68 @@ pub fn imitate(
     };
     let e0 = Instant::now();
     let a0 = measure(l, &held)?;
-    let mut push = |r: EpochReport, rows: &mut String| -> Result<(), TrainError> {
-        let line = serde_json::to_string(&r).map_err(|e| TrainError::Config(e.to_string()))?;
-        rows.push_str(&line);
-        rows.push('\n');
-        super::run_dir::write_atomic(&jsonl, rows.as_bytes())?;
-        on_progress(ImitateProgress::Epoch(&r));
-        reports.push(r);
-        Ok(())
+    let mut out_rows = Rows {
+        path: t.out.join("imitation.jsonl"),
+        text: String::new(),
     };
-    push(
+    out_rows.push(
         EpochReport {
             epoch: 0,
+            round: 0,
             stats: ImitationStats::default(),
             held_out_agreement: a0.actions,
             held_out_word_agreement: a0.words,
             seconds: e0.elapsed().as_secs_f64(),
         },
-        &mut rows,
+        &mut reports,
+        &mut on_progress,
     )?;
-    for e in 1..=cfg.epochs {
-        let e_start = Instant::now();
-        l.trainer
-            .schedule(f64::from(e - 1) / f64::from(cfg.epochs.saturating_sub(1).max(1)));
-        let mut rng =
-            rand_chacha::ChaCha8Rng::seed_from_u64(t.seed ^ 0x696d_6974_0000_0000 ^ u64::from(e));
-        let stats = l.trainer.imitate(&train, cfg.words, &mut rng)?;
-        let a = measure(l, &held)?;
-        push(
-            EpochReport {
-                epoch: e,
-                stats,
-                held_out_agreement: a.actions,
-                held_out_word_agreement: a.words,
-                seconds: e_start.elapsed().as_secs_f64(),
-            },
-            &mut rows,
-        )?;
+    let all = cfg.epochs * (1 + cfg.dagger);
+    let mut e = 0;
+    for round in 0..=cfg.dagger {
+        if round > 0 {
+            let r_start = Instant::now();
+            dagger.store(true, std::sync::atomic::Ordering::Relaxed);
+            let from = round * per_arena;
+            let Some(app) = app.as_mut() else {
+                return Err(TrainError::Config("DAgger needs a scripted teacher".into()));
+            };
+            let (own, _) = record(
+                app,
+                from..from + per_arena,
+                &share,
+                (&mut done, total),
+                &mut on_progress,
+            )?;
+            clone_returns.push(mean(&episode_returns(&own)));
+            train.trajectories.extend(own);
+            record_seconds += r_start.elapsed().as_secs_f64();
+        }
+        for _ in 0..cfg.epochs {
+            e += 1;
+            let e_start = Instant::now();
+            l.trainer
+                .schedule(f64::from(e - 1) / f64::from(all.saturating_sub(1).max(1)));
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+                t.seed ^ 0x696d_6974_0000_0000 ^ u64::from(e),
+            );
+            let stats = l.trainer.imitate(&train, cfg.words, &mut rng)?;
+            let a = measure(l, &held)?;
+            out_rows.push(
+                EpochReport {
+                    epoch: e,
+                    round,
+                    stats,
+                    held_out_agreement: a.actions,
+                    held_out_word_agreement: a.words,
+                    seconds: e_start.elapsed().as_secs_f64(),
+                },
+                &mut reports,
+                &mut on_progress,
+            )?;
+        }
     }
+    drop(app);
     let clone_seconds = clone_start.elapsed().as_secs_f64();
     let model_dir = t.out.join("model");
     super::checkpoint::write_model(&learners[0], &model_dir)?;
@@ -510,7 +720,11 @@ pub fn imitate(
             play_seats(cfg, &t.scene, &seats, policy)
         };
         Some(Played {
-            teacher: play("teacher", &cfg.teacher)?,
+            // A recording's teacher is not played again: its recorded episodes' return.
+            teacher: match &recorded {
+                Some(_) => mean(&teacher_returns),
+                None => play("teacher", &cfg.teacher)?,
+            },
             clone: play("clone", &clone_policy)?,
             untrained: play("untrained", learner)?,
             episodes: cfg.play_episodes,
@@ -535,6 +749,8 @@ pub fn imitate(
         train_decisions: decisions(&train),
         held_out_decisions: decisions(&held),
         epochs: cfg.epochs,
+        dagger: cfg.dagger,
+        dagger_returns: clone_returns,
         lr: t.hyper.lr,
         minibatch: t.hyper.minibatch,
         teacher_return_recorded: mean(&teacher_returns),
@@ -557,6 +773,53 @@ pub fn imitate(
         epochs: reports,
         plots,
     })
+}
+
+/// Episodes `k` of every arena of `share`, for `k` in `ks` (the arenas gated one episode at a
+/// time, as training gates them), and the agents per arena.
+fn record(
+    app: &mut bevy::app::App,
+    ks: std::ops::Range<u32>,
+    share: &std::ops::Range<u32>,
+    (done, total): (&mut u32, u32),
+    on_progress: &mut impl FnMut(ImitateProgress<'_>),
+) -> Result<(Vec<Trajectory>, usize), TrainError> {
+    let mut out = Vec::new();
+    let mut slots = 0;
+    for k in ks {
+        super::collect(app, k, share)?;
+        let batch = app.world_mut().resource_mut::<Rollouts>().take(k);
+        app.world_mut().resource_mut::<Arenas>().gate = Some(k + 2);
+        slots = batch.slots;
+        out.extend(batch.trajectories);
+        *done += share.len() as u32;
+        on_progress(ImitateProgress::Recorded(*done, total));
+    }
+    Ok((out, slots))
+}
+
+/// `imitation.jsonl`, written whole after each epoch.
+struct Rows {
+    path: PathBuf,
+    text: String,
+}
+
+impl Rows {
+    /// Appends `r` to the file and to `reports`, and tells `on_progress`.
+    fn push(
+        &mut self,
+        r: EpochReport,
+        reports: &mut Vec<EpochReport>,
+        on_progress: &mut impl FnMut(ImitateProgress<'_>),
+    ) -> Result<(), TrainError> {
+        let line = serde_json::to_string(&r).map_err(|e| TrainError::Config(e.to_string()))?;
+        self.text.push_str(&line);
+        self.text.push('\n');
+        super::run_dir::write_atomic(&self.path, self.text.as_bytes())?;
+        on_progress(ImitateProgress::Epoch(&r));
+        reports.push(r);
+        Ok(())
+    }
 }
 
 /// The mean of `v` (0 when empty).

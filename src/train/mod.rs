@@ -453,7 +453,7 @@ impl Trainers<'_> {
             .map(|(m, name)| {
                 let (model, mut trainer) = if self.mlp {
                     let h = &mlp_handles[m];
-                    let t = Trainer::new_mlp(
+                    let mut t = Trainer::new_mlp(
                         h,
                         self.actions,
                         cfg.algo,
@@ -461,6 +461,9 @@ impl Trainers<'_> {
                         cfg.seed,
                         device,
                     )?;
+                    if let ModelChoice::Folder(dir) = &cfg.model {
+                        t.start_from(dir)?;
+                    }
                     (LearnerModel::Mlp(h.clone()), t)
                 } else {
                     let h = &handles[m];

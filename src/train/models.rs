@@ -96,15 +96,21 @@ pub(super) fn wire(
     ));
     let mut behaviour = Vec::new();
     if mlp {
-        // A fresh run builds each network from the run seed at its first decision; a resumed
-        // one reads it from the checkpoint.
+        // A fresh run builds each network from the run seed at its first decision, or reads
+        // it from `--model DIR` (a network folder: an `imitate` clone, another run's
+        // checkpoint); a resumed one reads it from the checkpoint.
+        let start = match &cfg.model {
+            super::ModelChoice::Folder(dir) => Some(dir.clone()),
+            super::ModelChoice::Preset(_) => None,
+        };
         let mut folders: Vec<Option<PathBuf>> = names
             .iter()
-            .map(|n| {
-                resumed.map(|dir| match n {
+            .map(|n| match resumed {
+                Some(dir) => Some(match n {
                     Some(n) => dir.join(n),
                     None => dir.to_path_buf(),
-                })
+                }),
+                None => start.clone(),
             })
             .collect();
         let mut h = mlp_handles.clone();

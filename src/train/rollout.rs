@@ -313,7 +313,8 @@ pub fn collect_steps(
                 encoded,
                 global: global_row,
                 legal: (0..n).map(|i| mask.allows(i as u8)).collect(),
-                action: action.0,
+                // DAgger: the teacher's label where the learner acted.
+                action: trace.label.unwrap_or(action.0),
                 logprob: trace.logprob,
                 said: trace.said,
                 said_logprob: trace.said_logprob,

@@ -17,6 +17,7 @@ mod docs;
 mod fuzz_scenes;
 mod gui;
 mod hide_and_seek;
+mod imitate;
 mod layering;
 mod learning;
 mod lm;

@@ -1,6 +1,6 @@
 //! Behaviour cloning (`emergence imitate`): the trainer's step on a teacher's decisions. The
 //! loss is the cross-entropy of the teacher's choices under the model's masked action
-//! distribution (the same distribution the policy samples from, [`Trainer::heads`]), with,
+//! distribution (the same distribution the policy samples from, `Trainer::heads`), with,
 //! when asked (`--words`), the cross-entropy of the words it said, and the value head
 //! regressed on the returns that followed (so that reinforcement learning from the clone
 //! starts with a critic that knows the teacher's returns):

@@ -211,6 +211,9 @@ pub struct Trainer {
     /// Seeds the centralised critic's weights and an `mlp`'s reference (set to the run
     /// seed, which is also the `mlp`'s).
     pub seed: u64,
+    /// An `mlp` started from a network folder (`--model DIR`, [`Trainer::start_from`]):
+    /// its KL reference is read from there rather than built from the seed.
+    start: Option<std::path::PathBuf>,
     /// Gradient steps skipped one after another (across updates), and why the last was.
     skipped_in_a_row: u32,
     skip_reason: Option<String>,
@@ -322,6 +325,7 @@ impl Trainer {
                 device: device.clone(),
                 critic: None,
                 seed: 0,
+                start: None,
                 skipped_in_a_row: 0,
                 skip_reason: None,
                 ranks: Default::default(),
@@ -367,6 +371,7 @@ impl Trainer {
             device: device.clone(),
             critic: None,
             seed,
+            start: None,
             skipped_in_a_row: 0,
             skip_reason: None,
             ranks: Default::default(),
@@ -388,7 +393,10 @@ impl Trainer {
         let Some(net) = m.handle.net() else {
             return Ok(());
         };
-        if self.hyper.kl_coef > 0.0 {
+        if let (true, Some(dir)) = (self.hyper.kl_coef > 0.0, &self.start) {
+            // Started from a network folder: the reference is that network.
+            m.reference = Some(MlpNet::load(dir, &self.device).map_err(TrainError::Config)?);
+        } else if self.hyper.kl_coef > 0.0 {
             m.reference = Some(MlpNet::with_core(
                 net.cells,
                 net.dense,
@@ -402,6 +410,18 @@ impl Trainer {
         self.vars = net.vars().iter().map(|(_, v)| v.clone()).collect();
         self.opt = AdamW::new(net.vars().to_vec(), self.opt.params)?;
         m.net = Some(net);
+        Ok(())
+    }
+
+    /// An `mlp` that started from the network folder `dir` (`--model DIR`): its KL
+    /// reference is that network.
+    pub fn start_from(&mut self, dir: &std::path::Path) -> Result<(), TrainError> {
+        self.start = Some(dir.to_path_buf());
+        if let (Model::Mlp(m), true) = (&mut self.model, self.hyper.kl_coef > 0.0)
+            && m.net.is_some()
+        {
+            m.reference = Some(MlpNet::load(dir, &self.device).map_err(TrainError::Config)?);
+        }
         Ok(())
     }
 
