@@ -13,7 +13,8 @@ use emergence::train::{LearnerKind, TrainSettings};
 #[derive(clap::Args)]
 pub struct ImitateArgs {
     /// The `.scene.ron` file. The teacher plays the seats the scene gives it (or, when none,
-    /// those on the learner's policy); the other seats keep their policies.
+    /// those on the learner's policy, or on any `lm`, `mlp` or `gru`); the other seats keep
+    /// their policies.
     pub scene: PathBuf,
     /// The teacher: a scripted policy that plays the scene's family (`emergence list`).
     #[arg(long, value_name = "TEACHER")]
@@ -140,12 +141,18 @@ pub fn cmd_imitate(args: ImitateArgs) -> Result<()> {
         "{elapsed_precise} [{bar:30}] {pos}/{len} {msg}",
     );
     bar.set_message("episodes recorded");
+    let mut cloning = false;
     let summary = imitate(&cfg, |p| match p {
+        // DAgger's episodes, between epochs: the bar stays on the epochs.
+        ImitateProgress::Recorded(done, total) if cloning => {
+            bar.set_message(format!("DAgger: {done}/{total} episodes recorded"));
+        }
         ImitateProgress::Recorded(done, total) => {
             bar.set_length(u64::from(total));
             bar.set_position(u64::from(done));
         }
         ImitateProgress::Epoch(r) => {
+            cloning = true;
             if r.epoch == 0 {
                 bar.set_length(u64::from(cfg.epochs * (1 + cfg.dagger)));
                 bar.set_position(0);
@@ -167,9 +174,20 @@ pub fn cmd_imitate(args: ImitateArgs) -> Result<()> {
     })?;
     bar.finish_and_clear();
     let r = &summary.record;
+    let dagger = match r.dagger {
+        0 => String::new(),
+        k => format!(
+            " after each of {} rounds (DAgger: {k} of the clone's, its return in each {:?})",
+            k + 1,
+            r.dagger_returns
+                .iter()
+                .map(|x| (x * 1000.0).round() / 1000.0)
+                .collect::<Vec<_>>()
+        ),
+    };
     println!(
         "cloned {} into {} ({}) on {}: {} episodes recorded ({} held out), {} decisions trained \
-         on, {} held out; {} epochs",
+         on, {} held out; {} epochs{dagger}",
         r.teacher,
         r.learner,
         r.model.as_deref().unwrap_or("a fresh network"),

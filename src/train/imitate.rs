@@ -6,7 +6,7 @@
 //!    buffer files each with exactly the observation the learner reads (its text, with its
 //!    memory of the episode, or its feature row and `gru` state) and the teacher's action and
 //!    word. The cloned seats are those the scene gives the teacher's policy, or, when none,
-//!    those it gives the learner's.
+//!    those it gives the learner's (or any learning policy's).
 //! 2. **Split.** Whole episodes are held out (`--held-out`, spread evenly over the recording);
 //!    the model never trains on them.
 //! 3. **Clone.** Epochs of shuffled minibatches of the cross-entropy of the teacher's choices
@@ -360,15 +360,21 @@ impl Policy for Demonstrator {
     }
 }
 
-/// The seats the teacher plays: those the scene gives it, else those on `learner`.
+/// The seats the teacher plays: those the scene gives it, else those on `learner`, else those
+/// on any learning policy (`lm`, `mlp`, `gru`, a model folder of either).
 pub fn cloned_seats(scene: &Scene, teacher: &str, learner: &str) -> Vec<u16> {
-    let on = |name: &str| -> Vec<u16> {
+    let on = |pick: &dyn Fn(&str) -> bool| -> Vec<u16> {
         (0..scene.agents.len() as u16)
-            .filter(|&s| scene.agents[usize::from(s)].policy == name)
+            .filter(|&s| pick(&scene.agents[usize::from(s)].policy))
             .collect()
     };
-    let t = on(teacher);
-    if t.is_empty() { on(learner) } else { t }
+    let learning = |p: &str| {
+        matches!(p, "lm" | "mlp" | "gru") || p.starts_with("lm:") || p.starts_with("mlp:")
+    };
+    [on(&|p| p == teacher), on(&|p| p == learner), on(&learning)]
+        .into_iter()
+        .find(|s| !s.is_empty())
+        .unwrap_or_default()
 }
 
 /// The teacher's entry in the catalogue, checked against the scene: a scripted policy (not a
@@ -446,8 +452,9 @@ pub fn imitate(
     }
     if seats.is_empty() {
         return Err(TrainError::Config(format!(
-            "{}: no seat plays {} or {learner}: the teacher plays the seats the scene gives \
-             it (or, when none, those it gives the learner)",
+            "{}: no seat plays {} or a learning policy: the teacher plays the seats the \
+             scene gives it (or, when none, those it gives the learner, or any `lm`, `mlp` or \
+             `gru`)",
             t.scene.path.display(),
             cfg.teacher
         )));
