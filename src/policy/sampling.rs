@@ -135,6 +135,30 @@ mod tests {
     use rand::SeedableRng;
 
     #[test]
+    fn a_given_choice_is_kept_with_its_log_probability_and_draws_nothing() {
+        // Scores ln 1, ln 2, ln 5 (the middle one illegal): probabilities 1/6, 0, 5/6.
+        let scores = [0f32, 2f32.ln(), 5f32.ln()];
+        let legal = |i: usize| i != 1;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        let before = rng.clone();
+        let (pick, probs, logprob, _) = choose(&scores, legal, &mut rng, Some(0));
+        assert_eq!(pick, 0);
+        assert!(
+            (probs[0] - 1.0 / 6.0).abs() < 1e-6 && probs[1] == 0.0,
+            "{probs:?}"
+        );
+        assert!((logprob - (1.0f32 / 6.0).ln()).abs() < 1e-5, "{logprob}");
+        assert_eq!(rng, before, "a given choice must not draw from the stream");
+        // Without one, the same draw as `sample`.
+        let mut a = rand_chacha::ChaCha8Rng::seed_from_u64(2);
+        let mut b = a.clone();
+        assert_eq!(
+            choose(&scores, legal, &mut a, None),
+            sample(&scores, legal, &mut b)
+        );
+    }
+
+    #[test]
     fn the_sampled_distribution_and_the_losses_distribution_are_one() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
         for case in 0..200 {
