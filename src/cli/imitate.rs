@@ -16,13 +16,17 @@ pub struct ImitateArgs {
     /// those on the learner's policy, or on any `lm`, `mlp` or `gru`); the other seats keep
     /// their policies.
     pub scene: PathBuf,
-    /// The teacher: a scripted policy that plays the scene's family (`emergence list`).
+    /// The teacher: a scripted policy that plays the scene's family (`emergence list`), or
+    /// `replays:DIR`: the episodes recorded in DIR's replay files (`run --record`, `view
+    /// --record`, a person's control included), played again from their seed and checked
+    /// step by step against the recording.
     #[arg(long, value_name = "TEACHER")]
     pub from: String,
     /// What learns: the language model, the `mlp` or the `gru`.
     #[arg(long, value_enum, default_value = "lm")]
     pub learner: LearnerKind,
-    /// Episodes recorded (rounded up to a multiple of --arenas).
+    /// Episodes recorded (rounded up to a multiple of --arenas; from replays: every whole
+    /// episode they hold).
     #[arg(long, default_value_t = 64, value_parser = |s: &str| limits::parse_u32(s, limits::ITERATIONS))]
     pub episodes: u32,
     /// Passes over the recorded decisions.
