@@ -80,6 +80,16 @@ fn argmax_rows(t: &Tensor) -> Result<Vec<usize>, TrainError> {
         .collect())
 }
 
+/// How many decisions of `mb` have the teacher's action as their most likely one under
+/// the action log-probabilities `alp`.
+fn agreeing(alp: &Tensor, mb: &[&Sample]) -> Result<usize, TrainError> {
+    Ok(argmax_rows(alp)?
+        .iter()
+        .zip(mb)
+        .filter(|(p, x)| **p == usize::from(x.action))
+        .count())
+}
+
 /// A minibatch's heads and what the teacher chose, for the loss and the agreement.
 struct Scored {
     alp: Tensor,
@@ -159,12 +169,7 @@ impl Trainer {
         let mut agreed = 0usize;
         for mb in self.minibatches(&units, &samples) {
             let s = self.scored(&mb, words)?;
-            let picked = argmax_rows(&s.alp)?;
-            agreed += picked
-                .iter()
-                .zip(&mb)
-                .filter(|(p, x)| **p == usize::from(x.action))
-                .count();
+            agreed += agreeing(&s.alp, &mb)?;
             let action_loss = chosen(&s.alp, &s.one_hot)?.mean_all()?.neg()?;
             let mut loss = action_loss.clone();
             let mut word_loss = 0.0;
@@ -230,12 +235,7 @@ impl Trainer {
         let (mut agreed, mut said, mut said_agreed) = (0usize, 0usize, 0usize);
         for mb in self.minibatches(&units, &samples) {
             let s = self.scored(&mb, words)?;
-            let picked = argmax_rows(&s.alp)?;
-            agreed += picked
-                .iter()
-                .zip(&mb)
-                .filter(|(p, x)| **p == usize::from(x.action))
-                .count();
+            agreed += agreeing(&s.alp, &mb)?;
             if let Some(w) = &s.wlp {
                 let k = w.dim(1)?;
                 for (p, x) in argmax_rows(w)?.iter().zip(&mb) {
