@@ -93,6 +93,8 @@ pub const VALUE_COEF: Real = Real::closed("value_coef", 0.0, 1e6);
 pub const MAX_GRAD_NORM: Real = Real::closed("max_grad_norm", 1e-6, 1e6);
 /// Weight of the KL to the starting model.
 pub const KL_COEF: Real = Real::closed("kl_coef", 0.0, 1e6);
+/// The approximate KL that stops an update early (0: never).
+pub const TARGET_KL: Real = Real::closed("target_kl", 0.0, 1e6);
 /// Weight of the entropy bonus.
 pub const ENTROPY_COEF: Real = Real::closed("entropy_coef", 0.0, 1e6);
 /// Discount.
@@ -147,6 +149,7 @@ pub fn check_settings(t: &super::settings::TrainSettings) -> Result<(), OutOfRan
         (VALUE_COEF, t.value_coef),
         (MAX_GRAD_NORM, t.max_grad_norm.map(f64::from)),
         (KL_COEF, t.kl_coef),
+        (TARGET_KL, t.target_kl),
         (ENTROPY_COEF, t.entropy_coef),
         (GAMMA, t.gamma.map(f64::from)),
         (LAMBDA, t.lambda.map(f64::from)),

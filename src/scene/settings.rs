@@ -70,6 +70,11 @@ pub struct TrainSettings {
     /// cory: 0.4].
     #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::KL_COEF))]
     pub kl_coef: Option<f64>,
+    /// Stops an update's gradient steps early once a step's approximate KL between the
+    /// acting and the updated policy exceeds 1.5 times this, in [0, 1e6] (0: never; as
+    /// Stable-Baselines3's target_kl) [default: 0].
+    #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::TARGET_KL))]
+    pub target_kl: Option<f64>,
     /// Weight of the entropy bonus, in [0, 1e6] [default: 0.01].
     #[arg(long, value_parser = |s: &str| limits::parse_real(s, limits::ENTROPY_COEF))]
     pub entropy_coef: Option<f64>,
@@ -153,6 +158,7 @@ impl TrainSettings {
             max_grad_norm,
             group_std,
             kl_coef,
+            target_kl,
             entropy_coef,
             gamma,
             lambda,
@@ -188,6 +194,7 @@ impl TrainSettings {
             "max_grad_norm",
             "group_std",
             "kl_coef",
+            "target_kl",
             "entropy_coef",
             "gamma",
             "lambda",

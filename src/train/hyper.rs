@@ -48,6 +48,12 @@ pub struct Hyper {
     pub entropy_coef: f64,
     /// Weight of the k3 KL to the frozen initial model (0: no reference forward).
     pub kl_coef: f64,
+    /// Early stopping of an update (Stable-Baselines3's `target_kl`): the update's remaining
+    /// gradient steps are skipped once a step's approximate KL between the acting and the
+    /// updated policy exceeds 1.5 times this (0: off). Read by every algorithm that makes
+    /// several steps on a batch; absent from runs written before it (off).
+    #[serde(default)]
+    pub target_kl: f64,
     /// Passes over the batch per update (REINFORCE always makes one).
     pub epochs: usize,
     /// Decisions per gradient step.
@@ -134,6 +140,7 @@ impl Default for Hyper {
             value_coef: 0.5,
             entropy_coef: 0.01,
             kl_coef: 0.0,
+            target_kl: 0.0,
             epochs: 4,
             minibatch: 64,
             max_grad_norm: 1.0,

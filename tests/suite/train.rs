@@ -533,6 +533,93 @@ fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
     );
 }
 
+/// `target_kl` (Stable-Baselines3's early stopping): a step whose minibatch's approximate KL
+/// between the acting and the current policy passes 1.5 times the target is not taken, nor
+/// any after it in that update; without a target every pass makes every step.
+#[test]
+fn an_update_stops_at_the_first_step_past_the_target_kl() {
+    use emergence::headless::{RunConfig, build_app};
+    use emergence::policy::lm::{ModelSource, TrainHandle};
+    use emergence::train::{Batch, Step, Trainer, Trajectory};
+    use rand::SeedableRng;
+
+    let handle = TrainHandle::default();
+    let mut run = RunConfig::new(load_scene(&scene("coordination.scene.ron")).expect("scene"));
+    run.policies.push((
+        "lm".into(),
+        emergence::policy::lm::LmPolicy::factory(
+            ModelSource::Embedded {
+                preset: Preset::Tiny,
+                seed: 3,
+            },
+            candle_core::Device::Cpu,
+            Some(handle.clone()),
+        ),
+    ));
+    let _app = build_app(&run).expect("app sets the policy up");
+    // The acting policy gave each chosen action probability e^-3; the tiny model's is about
+    // 1/2, so the first minibatch's approximate KL is far from 0.
+    let step = |reward: f32| Step {
+        tokens: vec![5, 6, 7],
+        encoded: Default::default(),
+        global: Default::default(),
+        legal: vec![true, true],
+        action: 0,
+        logprob: -3.0,
+        said: None,
+        said_logprob: 0.0,
+        value: 0.0,
+        reward,
+        memory: Vec::new(),
+    };
+    let batch = Batch {
+        trajectories: (0..4)
+            .map(|k| Trajectory {
+                steps: vec![step(k as f32), step(1.0)],
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let weights = |t: &Trainer| -> Vec<Vec<f32>> {
+        t.vars()
+            .iter()
+            .map(|v| {
+                v.as_tensor()
+                    .flatten_all()
+                    .and_then(|x| x.to_vec1())
+                    .expect("w")
+            })
+            .collect()
+    };
+    let hyper = |target_kl: f64| Hyper {
+        minibatch: 2,
+        epochs: 3,
+        target_kl,
+        ..Hyper::for_algo(Algo::Ippo)
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    // Off: 3 passes of 4 minibatches of 2 decisions.
+    let mut t = Trainer::new(&handle, Algo::Ippo, hyper(0.0), &Device::Cpu).expect("trainer");
+    let stats = t.update(&batch, &mut rng).expect("update");
+    assert_eq!((stats.steps, stats.kl_stop_epoch), (12, None));
+    // A target the first minibatch already passes: no step at all, the weights as they were.
+    let mut t = Trainer::new(&handle, Algo::Ippo, hyper(1e-3), &Device::Cpu).expect("trainer");
+    let before = weights(&t);
+    let stats = t.update(&batch, &mut rng).expect("update");
+    assert_eq!(
+        (stats.steps, stats.skipped, stats.kl_stop_epoch),
+        (0, 0, Some(1))
+    );
+    assert!(weights(&t) == before, "a step past the target was taken");
+    let row = serde_json::to_value(&stats).expect("json");
+    assert_eq!(row["kl_stop_epoch"], 1, "{row}");
+    // A target this batch never reaches: every step, as without one.
+    let mut t = Trainer::new(&handle, Algo::Ippo, hyper(1e6), &Device::Cpu).expect("trainer");
+    let stats = t.update(&batch, &mut rng).expect("update");
+    assert_eq!((stats.steps, stats.kl_stop_epoch), (12, None));
+}
+
 /// Weights holding NaN are refused where they load, naming the file, the tensor and the
 /// entry: a model folder, an mlp, a checkpoint's optimizer moments (so a resume cannot
 /// write an all-NaN model). Weights that go bad during a run stop it at the next decision,

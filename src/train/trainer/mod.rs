@@ -70,6 +70,11 @@ pub struct UpdateStats {
     pub reduce_seconds: Option<f64>,
     /// Learning rate used.
     pub lr: f64,
+    /// Early stopping (`target_kl`): the pass over the batch (from 1) in which a step's
+    /// approximate KL passed 1.5 times the target and the update stopped; absent when it
+    /// made every step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kl_stop_epoch: Option<usize>,
 }
 
 impl UpdateStats {
@@ -127,6 +132,7 @@ impl UpdateStats {
                 .filter_map(|s| s.reduce_seconds)
                 .reduce(|a, b| a + b),
             lr: parts.first().map_or(0.0, |s| s.lr),
+            kl_stop_epoch: parts.iter().filter_map(|s| s.kl_stop_epoch).min(),
         }
     }
 }
@@ -217,6 +223,8 @@ pub struct Trainer {
     /// Gradient steps skipped one after another (across updates), and why the last was.
     skipped_in_a_row: u32,
     skip_reason: Option<String>,
+    /// The step just refused was past `target_kl` ([`Trainer::update`] stops there).
+    kl_stopped: bool,
     /// The ranks of a data-parallel run and this rank's arenas ([`super::dist`]): each
     /// minibatch's forward and backward run on this rank's samples, the gradients are
     /// summed across ranks.
@@ -328,6 +336,7 @@ impl Trainer {
                 start: None,
                 skipped_in_a_row: 0,
                 skip_reason: None,
+                kl_stopped: false,
                 ranks: Default::default(),
                 share: 0..u32::MAX,
             })
@@ -374,6 +383,7 @@ impl Trainer {
             start: None,
             skipped_in_a_row: 0,
             skip_reason: None,
+            kl_stopped: false,
             ranks: Default::default(),
             share: 0..u32::MAX,
         };
@@ -495,12 +505,20 @@ impl Trainer {
         let value_scale = return_spread(&samples);
         // 3. Epochs of shuffled minibatches: the critic's step (MAPPO), then the policy's
         //    loss, its gradient clipped and the optimizer's step (`step.rs`).
+        //    With `target_kl`, the update stops at the first step whose approximate KL (the
+        //    minibatch's, before its step; summed over ranks, so every rank stops alike)
+        //    passes 1.5 times the target, that step not taken, as Stable-Baselines3's PPO
+        //    does (MAPPO's critic has made that minibatch's step by then).
         let mut units = self.units(&samples);
-        for _ in 0..self.epochs() {
+        'epochs: for epoch in 0..self.epochs() {
             units.shuffle(rng);
             for mb in self.minibatches(&units, &samples) {
                 let critic_loss = self.critic_step(&mb, value_scale)?;
                 let step = self.step(&mb, value_scale)?;
+                if std::mem::take(&mut self.kl_stopped) {
+                    stats.kl_stop_epoch = Some(epoch + 1);
+                    break 'epochs;
+                }
                 self.count(&mut stats, step, critic_loss)?;
             }
         }

@@ -154,8 +154,22 @@ impl Trainer {
             self.skip_reason = Some(format!("the loss is {l}"));
             return Ok(None);
         }
+        if self.past_target_kl(out.approx_kl) {
+            return Ok(None);
+        }
         let mut grads = loss.backward()?;
         self.apply(&mut grads, out)
+    }
+
+    /// Early stopping (`target_kl`): whether the approximate KL `kl` of the step about to be
+    /// taken passes 1.5 times the target, so that neither it nor the update's remaining steps
+    /// are taken (Stable-Baselines3's rule: the minibatch's KL is measured before its step).
+    /// Sets the trainer's `kl_stopped`, which the update reads.
+    fn past_target_kl(&mut self, kl: f32) -> bool {
+        let target = self.hyper.target_kl;
+        let past = target > 0.0 && f64::from(kl) > 1.5 * target;
+        self.kl_stopped |= past;
+        past
     }
 
     /// An `mlp`'s step on the fused path ([`Fused`]: the forward, the loss and the backward
@@ -237,6 +251,11 @@ impl Trainer {
         };
         if !st.loss.is_finite() {
             self.skip_reason = Some(format!("the loss is {}", st.loss));
+            return Ok(Some(None));
+        }
+        let target = self.hyper.target_kl;
+        if target > 0.0 && f64::from(st.approx_kl) > 1.5 * target {
+            self.kl_stopped = true;
             return Ok(Some(None));
         }
         let out = UpdateStats {
@@ -377,6 +396,9 @@ impl Trainer {
             kl_ref: buf[tail + 6],
             ..Default::default()
         };
+        if self.past_target_kl(out.approx_kl) {
+            return Ok(None);
+        }
         let mut grads = candle_core::backprop::GradStore::default();
         let mut at = n;
         for (i, (v, &size)) in self.vars.iter().zip(&sizes).enumerate() {
