@@ -58,7 +58,9 @@ def parallel_env(scene, seed=0, **kwargs):
     (``{team: policy}``: a bot, ``random``, ``mlp`` or ``lm`` deciding for that team),
     ``illegal_action`` (``"raise"``, the default, or ``"first_legal"``), ``threads``,
     ``memory`` (past turns in ``obs[agent]["text"]``, over the scene's ``memory:``: the whole
-    context a language-model agent with memory reads).
+    context a language-model agent with memory reads), ``teacher`` (a scripted policy whose
+    choice for each agent is ``infos[agent]["teacher_action"]``: demonstrations for behaviour
+    cloning).
     """
     return EmergenceParallelEnv(scene, seed=seed, **kwargs)
 

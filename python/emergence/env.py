@@ -54,7 +54,7 @@ def features(cells, dense, codes=16):
 
 
 def _build(scene, num_arenas, seed, python_teams, partners, threads, central_state, illegal_action,
-           first_arena=0, hash_steps=False, memory=None):
+           first_arena=0, hash_steps=False, memory=None, teacher=None):
     if illegal_action not in ("raise", "first_legal"):
         raise ValueError(
             f"illegal_action must be 'raise' or 'first_legal', not {illegal_action!r}"
@@ -72,6 +72,7 @@ def _build(scene, num_arenas, seed, python_teams, partners, threads, central_sta
         int(first_arena),
         bool(hash_steps),
         None if memory is None else int(memory),
+        None if teacher is None else str(teacher),
     )
 
 
@@ -91,7 +92,13 @@ class EmergenceParallelEnv(ParallelEnv):
     ``text=False`` leaves the text out of the observations (and their space): faster when
     no language model reads them. ``hash_steps=True`` keeps every step's state hash
     (``step_hashes()``, equal to ``emergence run --hash-log``): off by default, it costs
-    time on every step.
+    time on every step. ``teacher="maze_planner"`` (any scripted policy of ``list_policies()``
+    that plays the scene's family) puts that policy's choice for each agent's observation in
+    ``infos[agent]["teacher_action"]``, as an action of this env: the demonstrations that
+    behaviour cloning learns from (``emergence imitate`` does it in Rust). An oracle teacher
+    reads the whole map while the agent reads its own view; the teacher draws from the
+    agent's own random stream, so following its labels plays what ``emergence run`` plays
+    with the teacher in those seats.
     """
 
     metadata = {"render_modes": ["rgb_array", "ansi"], "name": "emergence_v0", "is_parallelizable": True}
@@ -109,6 +116,7 @@ class EmergenceParallelEnv(ParallelEnv):
         text=True,
         hash_steps=False,
         memory=None,
+        teacher=None,
     ):
         self._text = bool(text)
         if int(arena) < 0:
@@ -123,7 +131,7 @@ class EmergenceParallelEnv(ParallelEnv):
         # The global state is written when state() asks for it, not every step.
         self._sim = _build(
             scene, 1, seed, python_teams, partners, threads, False, illegal_action, arena, hash_steps,
-            memory,
+            memory, teacher,
         )
         self.possible_agents = list(self._sim.agent_ids)
         self.agents = []
@@ -242,7 +250,10 @@ class VectorEnv:
     observation with zero rewards (``info["reset"]`` marks those arenas; ``info["ended"]``
     the arenas whose episode ended on this step). The stepping runs with the GIL released.
     ``hash_steps=True`` keeps every step's state hash (``step_hashes()``); off by default,
-    it costs about a fifth of a many-arena step.
+    it costs about a fifth of a many-arena step. ``teacher="hider"`` (a scripted policy that
+    plays the scene's family) adds ``info["teacher_actions"]`` (``int64 [arenas, agents]``:
+    its move for each agent's observation, -1 in an arena that resets on the next step) and,
+    in families with talk, ``info["teacher_words"]``: behaviour cloning's labels.
     """
 
     autoreset_mode = "NextStep"
@@ -259,12 +270,13 @@ class VectorEnv:
         central_state=False,
         hash_steps=False,
         memory=None,
+        teacher=None,
     ):
         if int(num_arenas) < 1:
             raise ValueError(f"num_arenas must be at least 1, not {num_arenas}")
         self._sim = _build(
             scene, int(num_arenas), seed, python_teams, partners, threads, central_state,
-            illegal_action, hash_steps=hash_steps, memory=memory,
+            illegal_action, hash_steps=hash_steps, memory=memory, teacher=teacher,
         )
         self.num_arenas = int(num_arenas)
         self.agent_ids = list(self._sim.agent_ids)
@@ -291,7 +303,15 @@ class VectorEnv:
             self._sim.reset(self._seed)
         self._fresh = False
         self._started = True
-        return self._obs(), {"reset": np.ones(self.num_arenas, dtype=bool)}
+        return self._obs(), self._taught({"reset": np.ones(self.num_arenas, dtype=bool)})
+
+    def _taught(self, info):
+        actions = self._sim.teacher_actions()
+        if actions is not None:
+            info["teacher_actions"] = actions
+            if self._sim.vocabulary:
+                info["teacher_words"] = self._sim.teacher_words()
+        return info
 
     @property
     def vocabulary(self):
@@ -320,7 +340,7 @@ class VectorEnv:
             self._sim.rewards(),
             self._sim.terminated(),
             self._sim.truncated(),
-            {"reset": resetting, "ended": np.asarray(self._sim.resetting(), dtype=bool)},
+            self._taught({"reset": resetting, "ended": np.asarray(self._sim.resetting(), dtype=bool)}),
         )
 
     def sample_actions(self, rng, obs):

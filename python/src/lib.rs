@@ -47,11 +47,61 @@ use emergence::scene::Scene;
 /// The policy name of the seats Python drives.
 const PYTHON: &str = "python";
 
-/// The seats Python drives: their actions are already in place when the step runs.
-struct External;
+/// The seats Python drives: their actions are already in place when the step runs. With a
+/// teacher that is an oracle bot (`teacher=`), the families write the whole map beside the
+/// seats' own view for it to read ([`Policy::teacher_is_oracle`]).
+struct External {
+    oracle_teacher: bool,
+}
 
 impl Policy for External {
     fn decide(&mut self, _batch: &mut [Decision<'_>]) {}
+    fn teacher_is_oracle(&self) -> bool {
+        self.oracle_teacher
+    }
+}
+
+/// `teacher=`: a scripted policy that decides, beside Python, for every seat Python drives,
+/// on the observation Python reads (its labels: imitation learning's expert actions). It
+/// draws from the seat's own random stream, which nothing else draws from while Python
+/// drives it, so following its labels plays the run `emergence run` plays with the teacher
+/// in those seats.
+struct Teacher {
+    name: String,
+    policy: Box<dyn Policy>,
+    /// An oracle bot: it reads the whole map where the family writes it for the teacher.
+    oracle: bool,
+    /// This step's labels, arena-major by seat: the action (-1 in an arena waiting to
+    /// reset), and in families with talk the word (0 silence, `k + 1` word `k`).
+    actions: Vec<i64>,
+    words: Vec<i64>,
+}
+
+/// The teacher named `name`, checked: a scripted policy of the catalogue that plays the
+/// scene's family.
+fn make_teacher(scene: &Scene, name: &str) -> PyResult<Teacher> {
+    let family = scene.spec.family.name();
+    let scripted: Vec<&str> = emergence::policy::catalogue()
+        .iter()
+        .filter(|p| !matches!(p.name, "lm" | "mlp" | "gru") && p.plays(family))
+        .map(|p| p.name)
+        .collect();
+    match emergence::policy::catalogue()
+        .iter()
+        .find(|p| p.name == name)
+    {
+        Some(p) if !matches!(p.name, "lm" | "mlp" | "gru") && p.plays(family) => Ok(Teacher {
+            name: name.into(),
+            policy: p.make_on_cpu(),
+            oracle: p.oracle,
+            actions: Vec::new(),
+            words: Vec::new(),
+        }),
+        _ => Err(PyValueError::new_err(format!(
+            "teacher {name:?}: expected a scripted policy that plays {family}: {}",
+            scripted.join(", ")
+        ))),
+    }
 }
 
 /// Reads a scene: a path to a `.scene.ron` file, or the RON text itself.
@@ -110,6 +160,8 @@ pub struct Sim {
     first_arena: u32,
     /// Whether every step's state hash is kept (`step_hashes`).
     hash_steps: bool,
+    /// `teacher=`: the scripted policy labelling the seats' observations.
+    teacher: Option<Teacher>,
     /// The agents' observations, kept up to date with the world's archetypes by every call
     /// that changes the world ([`Sim::run_part`], [`Sim::global_state`]).
     view: QueryState<AgentView>,
@@ -131,7 +183,10 @@ impl Sim {
         central: bool,
         first_arena: u32,
         hash_steps: bool,
+        teacher: Option<String>,
     ) -> PyResult<Self> {
+        let mut teacher = teacher.map(|t| make_teacher(&scene, &t)).transpose()?;
+        let oracle_teacher = teacher.as_ref().is_some_and(|t| t.oracle);
         let teams: Vec<String> = scene.team_names().iter().map(|s| s.to_string()).collect();
         let driven: Vec<usize> = match &seats {
             None => (0..teams.len()).collect(),
@@ -167,7 +222,9 @@ impl Sim {
         cfg.hash_steps = hash_steps;
         cfg.policies.push((
             PYTHON.into(),
-            PolicyFactory(Arc::new(|| Box::new(External) as Box<dyn Policy>)),
+            PolicyFactory(Arc::new(move || {
+                Box::new(External { oracle_teacher }) as Box<dyn Policy>
+            })),
         ));
         let mut app = build_app(&cfg).map_err(|e| PyValueError::new_err(error_chain(&e)))?;
         if central {
@@ -192,6 +249,11 @@ impl Sim {
             .map(|v| v.0.clone())
             .unwrap_or_default();
         let format = TextFormat::new(&scene, &actions);
+        if let Some(t) = &mut teacher {
+            t.policy
+                .setup(&scene, &actions)
+                .map_err(|e| PyValueError::new_err(format!("teacher {:?}: {e}", t.name)))?;
+        }
         let frames = FrameContext::new(&world)
             .ok_or_else(|| PyRuntimeError::new_err("the world has no scene"))?;
         world.insert_resource(StepPart::Observe);
@@ -222,6 +284,7 @@ impl Sim {
             threads,
             first_arena,
             hash_steps,
+            teacher,
             frame: None,
         };
         sim.run_part(StepPart::Observe);
@@ -247,6 +310,118 @@ impl Sim {
         }
         self.world.clear_trackers();
         self.view.update_archetypes(&self.world);
+        if part == StepPart::Observe {
+            self.label();
+        }
+    }
+
+    /// `teacher=`: the teacher decides for every seat of every arena that is not waiting to
+    /// reset, on what the seat observes now (an oracle on the whole map), as the run's
+    /// policies decide (one batch, each seat's own stream); its choices become the labels
+    /// and the seats' actions stay as they are.
+    fn label(&mut self) {
+        let Some(teacher) = self.teacher.as_mut() else {
+            return;
+        };
+        let (na, ns) = (self.arenas.len(), self.seats.len());
+        let entities: Vec<Option<Entity>> = (0..na * ns)
+            .map(|i| {
+                let (a, s) = (i / ns, i % ns);
+                (!self.resetting[a]).then(|| self.agents[a][self.seats[s]])
+            })
+            .collect();
+        let mut actions = vec![Action(0); na * ns];
+        let mut says = vec![Utterance(None); na * ns];
+        let mut traces = vec![emergence::core::DecisionTrace::default(); na * ns];
+        let mut rngs: Vec<Option<emergence::core::AgentRng>> = entities
+            .iter()
+            .map(|e| e.and_then(|e| self.world.get::<emergence::core::AgentRng>(e).cloned()))
+            .collect();
+        let talk = !self.vocabulary.is_empty();
+        {
+            let world = &self.world;
+            let views: Vec<Option<Observation>> = entities
+                .iter()
+                .map(|e| {
+                    let e = (*e)?;
+                    if !teacher.oracle {
+                        return None;
+                    }
+                    world.get::<Observation>(e)?.as_oracle()
+                })
+                .collect();
+            let mut batch = Vec::with_capacity(na * ns);
+            for (i, ((((e, action), say), trace), rng)) in entities
+                .iter()
+                .zip(actions.iter_mut())
+                .zip(says.iter_mut())
+                .zip(traces.iter_mut())
+                .zip(rngs.iter_mut())
+                .enumerate()
+            {
+                let (Some(e), Some(rng)) = (*e, rng.as_mut()) else {
+                    continue;
+                };
+                let Ok((obs, senses, Some(&mask), team, role, reward)) =
+                    self.view.get_manual(world, e)
+                else {
+                    continue;
+                };
+                let Some(&agent) = world.get::<emergence::core::Agent>(e) else {
+                    continue;
+                };
+                let features = world
+                    .get::<Features>(e)
+                    .map_or(&emergence::core::NO_FEATURES, |f| &f.0);
+                let last_reward = reward.map_or(0.0, |r| r.0);
+                trace.last_reward = last_reward;
+                batch.push(Decision {
+                    agent,
+                    obs: views[i].as_ref().unwrap_or(obs),
+                    senses: senses.get(),
+                    features,
+                    mask,
+                    rng: &mut rng.0,
+                    action,
+                    say: talk.then_some(say),
+                    team: team.map_or(0, |t| t.0),
+                    role: role.map_or(0, |r| r.0),
+                    last_reward,
+                    trace,
+                });
+            }
+            teacher.policy.decide(&mut batch);
+        }
+        teacher.actions.clear();
+        teacher.words.clear();
+        for (i, e) in entities.iter().enumerate() {
+            let Some(e) = *e else {
+                teacher.actions.push(-1);
+                teacher.words.push(0);
+                continue;
+            };
+            // The registry's own rule: an illegal choice is the first legal action.
+            let mask = self
+                .world
+                .get::<ActionMask>(e)
+                .copied()
+                .unwrap_or(ActionMask(0));
+            let a = if mask.allows(actions[i].0) {
+                actions[i].0
+            } else {
+                mask.nth(0).unwrap_or(0)
+            };
+            teacher.actions.push(i64::from(a));
+            teacher
+                .words
+                .push(says[i].0.map_or(0, |w| i64::from(w) + 1));
+            if let (Some(rng), Some(mut slot)) = (
+                rngs[i].take(),
+                self.world.get_mut::<emergence::core::AgentRng>(e),
+            ) {
+                *slot = rng;
+            }
+        }
     }
 
     fn agent(&self, arena: usize, seat: usize) -> Entity {
@@ -583,9 +758,10 @@ impl Sim {
     /// `first_legal`: an illegal action becomes the first legal one. `first_arena`: this
     /// world's arenas are arenas `first_arena..` of a run with the same seed. `hash_steps`:
     /// keep every step's state hash (`step_hashes`). `memory`: past turns in the text
-    /// (over the scene's `memory:`).
+    /// (over the scene's `memory:`). `teacher`: a scripted policy whose choice for every
+    /// seat Python drives is kept each step (`teacher_actions`, `teacher_words`).
     #[new]
-    #[pyo3(signature = (scene, num_arenas=1, seed=0, python_teams=None, threads=None, central_state=false, partners=None, first_legal=false, first_arena=0, hash_steps=false, memory=None))]
+    #[pyo3(signature = (scene, num_arenas=1, seed=0, python_teams=None, threads=None, central_state=false, partners=None, first_legal=false, first_arena=0, hash_steps=false, memory=None, teacher=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -600,6 +776,7 @@ impl Sim {
         first_arena: u32,
         hash_steps: bool,
         memory: Option<u32>,
+        teacher: Option<String>,
     ) -> PyResult<Self> {
         let mut scene = read_scene(scene)?;
         if let Some(m) = memory {
@@ -653,6 +830,7 @@ impl Sim {
                 central_state,
                 first_arena,
                 hash_steps,
+                teacher,
             )
         })?;
         sim.first_legal = first_legal;
@@ -676,6 +854,7 @@ impl Sim {
         let (scene, n, central) = (self.scene.clone(), self.arenas.len() as u32, self.central);
         let (threads, first_legal, first) = (self.threads, self.first_legal, self.first_arena);
         let hash_steps = self.hash_steps;
+        let teacher = self.teacher.as_ref().map(|t| t.name.clone());
         *self = py.detach(|| {
             Sim::build(
                 scene,
@@ -686,6 +865,7 @@ impl Sim {
                 central,
                 first,
                 hash_steps,
+                teacher,
             )
         })?;
         self.first_legal = first_legal;
@@ -1024,12 +1204,38 @@ impl Sim {
             obs.set_item(agent, o)?;
             let info = PyDict::new(py);
             info.set_item(mask_key, mask)?;
+            if let Some(t) = &self.teacher {
+                // The teacher's move and word as one of this env's actions.
+                let (a, w) = (t.actions[s], t.words[s]);
+                let label = if a < 0 {
+                    -1
+                } else if per_move > 1 {
+                    a * per_move as i64 + w
+                } else {
+                    a
+                };
+                info.set_item(intern!(py, "teacher_action"), label)?;
+            }
             infos.set_item(agent, info)?;
             rew.set_item(agent, f64::from(self.rewards[s]))?;
             term.set_item(agent, self.terminated[s])?;
             trunc.set_item(agent, self.truncated[s])?;
         }
         Ok((obs, rew, term, trunc, infos))
+    }
+
+    /// `teacher=`: the teacher's action for every seat on this step's observation, `int64
+    /// [arenas, seats]` (-1 in an arena waiting to reset); `None` without a teacher.
+    fn teacher_actions<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyArray2<i64>>> {
+        let t = self.teacher.as_ref()?;
+        Some(self.grid(t.actions.clone()).into_pyarray(py))
+    }
+
+    /// `teacher=`: the word the teacher says with it, `int64 [arenas, seats]` (0: silence,
+    /// `k + 1`: word `k`; all 0 in families without talk); `None` without a teacher.
+    fn teacher_words<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyArray2<i64>>> {
+        let t = self.teacher.as_ref()?;
+        Some(self.grid(t.words.clone()).into_pyarray(py))
     }
 
     /// Legal actions, `int8 [arenas, seats, actions]` (1: legal).

@@ -2,6 +2,7 @@
 and its arena 0 is the parallel env's arena."""
 
 import json
+import re
 import subprocess
 
 import numpy as np
@@ -170,3 +171,44 @@ def test_the_text_with_memory_is_the_language_models_whole_context(cli, tmp_path
         env.step(np.array([acts], np.int64), np.array([words], np.int64) if vocabulary else None)
     with pytest.raises(ValueError, match="memory"):
         emergence.vector_env(scene, num_arenas=1, memory=65)
+
+
+TAUGHT = ["prisoners_dilemma", "commons_harvest_open", "clean_up", "quadrant", "split_view"]
+
+
+@pytest.mark.parametrize("scene", TAUGHT)
+def test_following_the_teacher_gives_the_clis_hashes(cli, tmp_path, scene):
+    """Python drives the first team with its scene policy as the teacher and plays the
+    teacher's labels: every step's state hash is the CLI's run of the scene's policies
+    (quadrant's fort_builder is an oracle: it reads the whole map while the seat reads its
+    view; split_view's talker says its words through the labels too)."""
+    want, _ = cli_run(cli, tmp_path, scene, 6)
+    first_team = emergence.parallel_env(scene).possible_agents[0].rsplit("_", 1)[0]
+    text = emergence.scene_text(scene)
+    teacher = re.search(r'name: "%s"[^)]*policy: "([^"]+)"' % first_team, text).group(1)
+    env = emergence.vector_env(
+        scene, num_arenas=1, seed=6, python_teams=[first_team], hash_steps=True, teacher=teacher
+    )
+    _, info = env.reset()
+    while True:
+        labels = info["teacher_actions"]
+        assert labels.shape == (1, env.num_agents) and (labels >= 0).all()
+        words = info.get("teacher_words")
+        _, _, _, _, info = env.step(labels, words)
+        if info["ended"].all():
+            break
+    assert env.step_hashes() == want
+
+
+def test_the_parallel_envs_teacher_action_is_an_action_of_the_env():
+    env = emergence.parallel_env("split_view", seed=2, teacher="maze_talker", python_teams=["talker"])
+    obs, infos = env.reset()
+    for _ in range(5):
+        labels = {a: infos[a]["teacher_action"] for a in env.agents}
+        for a, k in labels.items():
+            assert obs[a]["action_mask"][k] == 1, env.action_names[k]
+        obs, _, _, _, infos = env.step(labels)
+    with pytest.raises(ValueError, match='teacher "lm": expected a scripted policy that plays Maze: random, maze_planner'):
+        emergence.parallel_env("split_view", teacher="lm")
+    with pytest.raises(ValueError, match='teacher "tit_for_tat"'):
+        emergence.vector_env("split_view", 2, teacher="tit_for_tat")

@@ -167,6 +167,10 @@ impl PolicyInfo {
         self.families.contains(&family)
             || (self.plays_every_family() && crate::envs::family::named(family).is_some())
     }
+    /// A fresh instance on the CPU (a scripted policy's only device).
+    pub fn make_on_cpu(&self) -> Box<dyn Policy> {
+        (self.make)(&candle_core::Device::Cpu)
+    }
     /// Whether it plays every family, shipped and registered.
     pub fn plays_every_family(&self) -> bool {
         self.families.is_empty()
