@@ -685,11 +685,19 @@ const FORK: &str = r#"(
     randomize: (mirror: true),
 )"#;
 
-/// The fork test's IPPO: iterations, arenas an iteration and a constant learning rate. Found
-/// by measurement (`emergence train` on the scene, success per iteration): at the default
-/// 1e-3, 64 arenas left seed 4 walking one way for 100 iterations and 128 arenas let seed 3
-/// learn and unlearn (0.91, then 0.64); at 3e-4 with 128 arenas seeds 3 to 6 all reached
-/// 1.0 by iteration 20-30 and stayed.
+/// The fork test's IPPO: iterations, arenas an iteration and a learning rate decaying
+/// linearly to 0, without the entropy bonus. Found by measurement (`emergence train` on the
+/// scene, success per iteration): at the default 1e-3, 64 arenas left seed 4 walking one way
+/// for 100 iterations and 128 arenas let seed 3 learn and unlearn (0.91, then 0.64); at a
+/// constant 3e-4 with 128 arenas seeds 3 to 6 all reached 1.0 by iteration 20-30 and stayed
+/// on an AVX-512 machine (2026-12-04), but on an AVX2 one (2026-12-07, other float rounding,
+/// another trajectory) seed 3 reached 1.00 at iteration 12 and fell to 0.45 at 14 for good,
+/// seed 6 the same at 15-18 (with `target_kl` 0.02 too): once nearly every episode gets
+/// out, the entropy bonus and the noise of near-zero advantages at full learning rate walk
+/// the policy off. Decaying to 0 without the bonus (chosen on seeds 3 and 6 of that AVX2
+/// machine), seed 3 got out from iteration 13 to 40 and seed 6 fell at 22 and came back at
+/// 37; this test then measured 1.000 / 0.535 / 0.535 for seeds 3 / 4 / 5 there (4 and 5 walk
+/// one way): the language model's IPPO on this scene is not robust across seeds and CPUs.
 const FORK_ITERATIONS: u32 = 40;
 const FORK_ARENAS: u32 = 128;
 const FORK_LR: f64 = 3e-4;
@@ -716,7 +724,8 @@ fn a_language_model_learns_to_walk_to_the_exit_the_map_shows() {
         cfg.scene = load_scene(&path).expect("fork scene");
         cfg.scene_path = path.clone();
         cfg.hyper.lr = lr;
-        cfg.hyper.lr_final_frac = 1.0;
+        cfg.hyper.lr_final_frac = 0.0;
+        cfg.hyper.entropy_coef = 0.0;
         let summary = train(&cfg, |_| {}).expect("train");
         eval(&cfg, &summary, "self").metrics["success"]
     };
