@@ -430,16 +430,14 @@ fn a_scene_carries_training_defaults_and_a_typo_in_them_is_located() {
     );
 }
 
-/// A non-finite loss skips its gradient step (counted) and leaves every weight as it was.
-#[test]
-fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
-    use emergence::headless::{RunConfig, build_app};
+/// The tiny language model (seed 3) set up for the coordination scene, and the handle a
+/// [`emergence::train::Trainer`] trains it through (the app keeps the policy alive).
+fn tiny_lm_handle() -> (emergence::policy::lm::TrainHandle, impl Sized) {
     use emergence::policy::lm::{ModelSource, TrainHandle};
-    use emergence::train::{Batch, Step, Trainer, Trajectory};
-    use rand::SeedableRng;
-
     let handle = TrainHandle::default();
-    let mut run = RunConfig::new(load_scene(&scene("coordination.scene.ron")).expect("scene"));
+    let mut run = emergence::headless::RunConfig::new(
+        load_scene(&scene("coordination.scene.ron")).expect("scene"),
+    );
     run.policies.push((
         "lm".into(),
         emergence::policy::lm::LmPolicy::factory(
@@ -451,34 +449,52 @@ fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
             Some(handle.clone()),
         ),
     ));
-    let _app = build_app(&run).expect("app sets the policy up");
-    let mut trainer =
-        Trainer::new(&handle, Algo::Reinforce, Hyper::default(), &Device::Cpu).expect("trainer");
-    let weights = |t: &Trainer| -> Vec<Vec<f32>> {
-        t.vars()
-            .iter()
-            .map(|v| {
-                v.as_tensor()
-                    .flatten_all()
-                    .and_then(|x| x.to_vec1())
-                    .expect("weights")
-            })
-            .collect()
-    };
-    let before = weights(&trainer);
-    let step = |reward: f32| Step {
+    let app = emergence::headless::build_app(&run).expect("app sets the policy up");
+    (handle, app)
+}
+
+/// A decision between two legal actions that chose the first with log-probability
+/// `logprob`, and got `reward`.
+fn two_action_step(logprob: f32, reward: f32) -> emergence::train::Step {
+    emergence::train::Step {
         tokens: vec![5, 6, 7],
         encoded: Default::default(),
         global: Default::default(),
         legal: vec![true, true],
         action: 0,
-        logprob: -0.7,
+        logprob,
         said: None,
         said_logprob: 0.0,
         value: 0.0,
         reward,
         memory: Vec::new(),
-    };
+    }
+}
+
+/// Every trainable tensor's values.
+fn weights(t: &emergence::train::Trainer) -> Vec<Vec<f32>> {
+    t.vars()
+        .iter()
+        .map(|v| {
+            v.as_tensor()
+                .flatten_all()
+                .and_then(|x| x.to_vec1())
+                .expect("weights")
+        })
+        .collect()
+}
+
+/// A non-finite loss skips its gradient step (counted) and leaves every weight as it was.
+#[test]
+fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
+    use emergence::train::{Batch, Trainer, Trajectory};
+    use rand::SeedableRng;
+
+    let (handle, _app) = tiny_lm_handle();
+    let mut trainer =
+        Trainer::new(&handle, Algo::Reinforce, Hyper::default(), &Device::Cpu).expect("trainer");
+    let before = weights(&trainer);
+    let step = |reward: f32| two_action_step(-0.7, reward);
     let batch = Batch {
         trajectories: vec![Trajectory {
             steps: vec![step(f32::NAN), step(1.0)],
@@ -538,40 +554,13 @@ fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
 /// any after it in that update; without a target every pass makes every step.
 #[test]
 fn an_update_stops_at_the_first_step_past_the_target_kl() {
-    use emergence::headless::{RunConfig, build_app};
-    use emergence::policy::lm::{ModelSource, TrainHandle};
-    use emergence::train::{Batch, Step, Trainer, Trajectory};
+    use emergence::train::{Batch, Trainer, Trajectory};
     use rand::SeedableRng;
 
-    let handle = TrainHandle::default();
-    let mut run = RunConfig::new(load_scene(&scene("coordination.scene.ron")).expect("scene"));
-    run.policies.push((
-        "lm".into(),
-        emergence::policy::lm::LmPolicy::factory(
-            ModelSource::Embedded {
-                preset: Preset::Tiny,
-                seed: 3,
-            },
-            candle_core::Device::Cpu,
-            Some(handle.clone()),
-        ),
-    ));
-    let _app = build_app(&run).expect("app sets the policy up");
+    let (handle, _app) = tiny_lm_handle();
     // The acting policy gave each chosen action probability e^-3; the tiny model's is about
     // 1/2, so the first minibatch's approximate KL is far from 0.
-    let step = |reward: f32| Step {
-        tokens: vec![5, 6, 7],
-        encoded: Default::default(),
-        global: Default::default(),
-        legal: vec![true, true],
-        action: 0,
-        logprob: -3.0,
-        said: None,
-        said_logprob: 0.0,
-        value: 0.0,
-        reward,
-        memory: Vec::new(),
-    };
+    let step = |reward: f32| two_action_step(-3.0, reward);
     let batch = Batch {
         trajectories: (0..4)
             .map(|k| Trajectory {
@@ -580,17 +569,6 @@ fn an_update_stops_at_the_first_step_past_the_target_kl() {
             })
             .collect(),
         ..Default::default()
-    };
-    let weights = |t: &Trainer| -> Vec<Vec<f32>> {
-        t.vars()
-            .iter()
-            .map(|v| {
-                v.as_tensor()
-                    .flatten_all()
-                    .and_then(|x| x.to_vec1())
-                    .expect("w")
-            })
-            .collect()
     };
     let hyper = |target_kl: f64| Hyper {
         minibatch: 2,

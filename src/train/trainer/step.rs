@@ -166,8 +166,7 @@ impl Trainer {
     /// are taken (Stable-Baselines3's rule: the minibatch's KL is measured before its step).
     /// Sets the trainer's `kl_stopped`, which the update reads.
     fn past_target_kl(&mut self, kl: f32) -> bool {
-        let target = self.hyper.target_kl;
-        let past = target > 0.0 && f64::from(kl) > 1.5 * target;
+        let past = past_target(self.hyper.target_kl, kl);
         self.kl_stopped |= past;
         past
     }
@@ -253,8 +252,8 @@ impl Trainer {
             self.skip_reason = Some(format!("the loss is {}", st.loss));
             return Ok(Some(None));
         }
-        let target = self.hyper.target_kl;
-        if target > 0.0 && f64::from(st.approx_kl) > 1.5 * target {
+        // `past_target_kl`'s rule, inline: `fused` still borrows the model here.
+        if past_target(self.hyper.target_kl, st.approx_kl) {
             self.kl_stopped = true;
             return Ok(Some(None));
         }
@@ -588,4 +587,10 @@ fn windows_hidden(
         h.index_select(&actions, 0)?,
         Some(h.index_select(&words, 0)?),
     ))
+}
+
+/// `target_kl`'s rule: a step whose approximate KL `kl` is above 1.5 times the target (0: no
+/// target) is not taken.
+fn past_target(target_kl: f64, kl: f32) -> bool {
+    target_kl > 0.0 && f64::from(kl) > 1.5 * target_kl
 }
