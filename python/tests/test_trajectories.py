@@ -159,7 +159,7 @@ def test_the_vector_env_equals_n_single_envs_stepped_with_the_same_actions(scene
 def test_the_text_with_memory_is_the_language_models_whole_context(cli, tmp_path, scene):
     """With memory, ``texts`` is the context the language model read: the scene's constant
     lines, its kept turns (each observation and what it chose, words included), then this
-    step's observation; the oldest dropped half a memory at a time, as the model's are."""
+    step's observation; the last `memory` of them, as the model's are."""
     _, frames = cli_run(cli, tmp_path, scene, 3, "--policy", "lm", "--memory", "3")
     env = emergence.vector_env(scene, num_arenas=1, seed=3, memory=3)
     env.reset()

@@ -42,8 +42,8 @@ pub enum ModelCommand {
         /// Prompts per forward, 1 to 4,096.
         #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
         batch: u32,
-        /// Tokens per prompt, 1 to 4,096 (and at most the model's positions).
-        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        /// Tokens per prompt, 1 to 32,768 (and at most the model's positions).
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=32768))]
         prompt: u32,
         /// Seconds to time each of the two, 0.1 to 600.
         #[arg(long, default_value_t = 3.0, value_parser = parse_seconds)]

@@ -217,4 +217,22 @@ pub struct DecisionTrace {
     /// state where the learner acted, which the rollout records as the decision's action in
     /// place of the one played (the learner is trained on it). `None` elsewhere.
     pub label: Option<u8>,
+    /// A language model with memory: how this context was read from the agent's kept keys
+    /// and values (the trainer rebuilds the passes from it). `None` elsewhere.
+    pub read: Option<ContextRead>,
+}
+
+/// How a language model with memory read a decision's context (`tokens`): its first
+/// `header` tokens are the scene's constant lines; the tokens from `new_from` on were not in
+/// the previous decision's context (the previous choice and this observation); those from
+/// `computed_from` on were computed at this step, the others read from kept keys and values
+/// (`computed_from` 0: the whole context read afresh from position 0, a new window).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ContextRead {
+    /// The constant lines' tokens, first in every context.
+    pub header: u32,
+    /// Where the tokens the previous decision did not read begin.
+    pub new_from: u32,
+    /// Where the tokens computed at this step begin.
+    pub computed_from: u32,
 }

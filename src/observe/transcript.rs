@@ -1,6 +1,6 @@
 //! An agent's episode as text, for readers that hold the text alone (the Python env's
 //! `obs[agent]["text"]`): the scene's constant lines once, then its turns (each step's
-//! observation followed by what it chose), the oldest dropped half a memory at a time, as
+//! observation followed by what it chose), the last `memory` of them, as
 //! a language-model agent with memory reads them ([`crate::policy::lm::policy::memory`], which also
 //! holds the tokens and keys and values).
 
@@ -15,15 +15,10 @@ pub fn chosen_text(action: &str, word: Option<&str>) -> String {
     }
 }
 
-/// How many of `past` turns an agent with `memory` keeps before its next observation: all
-/// of them up to `memory`, else the last `⌈memory / 2⌉` (so a context is read again from its
-/// first token once every `⌈memory / 2⌉` steps, not every step).
+/// How many of `past` turns an agent with `memory` keeps before its next observation: the
+/// last `memory` of them.
 pub fn turns_kept(past: usize, memory: usize) -> usize {
-    if past <= memory {
-        past
-    } else {
-        memory.div_ceil(2)
-    }
+    past.min(memory)
 }
 
 /// One agent's episode as text.
@@ -68,14 +63,14 @@ mod tests {
     use super::turns_kept;
 
     #[test]
-    fn turns_drop_half_a_memory_at_a_time() {
-        // Up to the memory, every turn stays; one more drops the oldest to ⌈N/2⌉.
+    fn the_last_memory_turns_stay() {
+        // Up to the memory, every turn stays; one more drops the oldest.
         assert_eq!(turns_kept(0, 8), 0);
         assert_eq!(turns_kept(8, 8), 8);
-        assert_eq!(turns_kept(9, 8), 4);
+        assert_eq!(turns_kept(9, 8), 8);
         assert_eq!(turns_kept(2, 1), 1);
         assert_eq!(turns_kept(1, 1), 1);
-        assert_eq!(turns_kept(4, 3), 2);
+        assert_eq!(turns_kept(4, 3), 3);
         assert_eq!(turns_kept(3, 0), 0);
     }
 }

@@ -31,6 +31,21 @@ pub enum UpdateError {
     /// Nothing to train.
     #[error("no model to train")]
     NoModel,
+    /// A language model with memory: a decision whose recorded read does not continue the
+    /// window before it.
+    #[error(
+        "a decision of the language model with memory does not continue its window ({window} \
+         tokens so far; its context of {tokens} tokens read as {read}): the rollout was not \
+         recorded by this policy"
+    )]
+    Window {
+        /// The window's tokens before the decision.
+        window: usize,
+        /// The decision's context's tokens.
+        tokens: usize,
+        /// How the policy said it read them.
+        read: String,
+    },
     /// A decision whose observation is not of the network's shape.
     #[error(
         "a decision of {cells} cells and {dense} header fields for a network of {net_cells} and \

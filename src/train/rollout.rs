@@ -43,6 +43,10 @@ pub struct Step {
     /// ([`crate::core::DecisionTrace::memory`]); empty for the others.
     #[serde(default)]
     pub memory: Vec<f32>,
+    /// A language model with memory: how its context was read
+    /// ([`crate::core::DecisionTrace::read`]).
+    #[serde(default)]
+    pub read: Option<crate::core::ContextRead>,
 }
 
 /// One agent's steps through one episode.
@@ -321,6 +325,7 @@ pub fn collect_steps(
                 value: trace.value.unwrap_or(0.0),
                 reward: reward.0,
                 memory: trace.memory.clone(),
+                read: trace.read,
             });
             if clock.phase == ArenaPhase::Ending {
                 traj.terminated = done.terminated;

@@ -1095,8 +1095,8 @@ fn model_bench_times_the_forward_and_names_the_vector_instructions() {
             "--model nowhere: expected tiny, small or a model folder",
         ),
         (
-            &["--model", "tiny", "--prompt", "2000"],
-            "the model reads at most 1024 positions",
+            &["--model", "tiny", "--prompt", "9000"],
+            "the model reads at most 8192 positions",
         ),
         (&["--seconds", "0"], "expected seconds from 0.1 to 600"),
         (&["--batch", "0"], "--batch"),

@@ -602,6 +602,7 @@ fn recall_rollout(
                 value: values[e],
                 reward,
                 memory: states[e].clone(),
+                read: None,
             });
         }
         if let Some(next) = next {

@@ -1,14 +1,15 @@
 //! Language-model agents with memory (an episode is one conversation): the passes it rests
 //! on against scoring each context alone (one causal pass over a window gives every
 //! decision's state and gradients; each agent's keys and values continued from step to step
-//! give the state of its whole context), the context a policy reads (the constant lines, the turns
-//! in order, dropped half a memory at a time), and the trainer scoring what the policy
-//! sampled.
+//! give the state of its whole context) and against the step-by-step pass with the oldest
+//! turns leaving the keys and values (one banded pass gives each state and the gradients of
+//! candle's operations), the context a policy reads (the constant lines, the last turns in
+//! order), and the trainer scoring what the policy sampled.
 
 use crate::lm::{each_alone, max_abs_diff, trainable};
 use candle_core::{Device, Tensor, Var};
 use emergence::policy::lm::model::{Pass as Fwd, init_weights};
-use emergence::policy::lm::{Adapter, Decoder, LmConfig, Lora, LoraConfig, RowKv};
+use emergence::policy::lm::{Adapter, Band, Decoder, LmConfig, Lora, LoraConfig, RowKv};
 use std::path::Path;
 
 fn small_config() -> LmConfig {
@@ -220,6 +221,143 @@ fn keys_and_values_kept_from_step_to_step_give_each_whole_context() {
     }
 }
 
+/// A sliding window: each agent's keys and values continued step by step while its oldest
+/// turn leaves them once it has more than two (the other tokens keeping their positions)
+/// give, at every step, what one banded pass over its whole episode gives
+/// ([`Decoder::hidden_banded`]: each token sees the constant lines and the turns kept when it
+/// was computed), on the training path and on candle's operations (an additive mask); and
+/// the training path's gradients are candle's, reaching every weight.
+#[test]
+fn one_banded_pass_gives_the_sliding_windows_step_by_step_states() {
+    let cfg = small_config();
+    let init = init_weights(&cfg, 9, &Device::Cpu).expect("init");
+    let (vars, weights) = trainable(&init);
+    let dec = Decoder::new(&cfg, &weights, Path::new("band")).expect("decoder");
+    let header: Vec<u32> = (0..5).map(|j| (j * 11 + 4) as u32 % 61).collect();
+    let turn = |agent: usize, t: usize| -> Vec<u32> {
+        (0..2 + (agent + t) % 3)
+            .map(|j| ((agent * 19 + t * 3 + j * 7 + 2) % 61) as u32)
+            .collect()
+    };
+    // Episodes past one attention block (64 rows), so that later blocks read the header
+    // and their window apart.
+    let (agents, steps, memory) = (3usize, 24usize, 2usize);
+    let mut rows = vec![RowKv::default(); agents];
+    // Per agent: the kept turns' token counts, the whole sequence, each row's window start,
+    // and each decision's position in the sequence.
+    let mut kept: Vec<Vec<usize>> = vec![Vec::new(); agents];
+    let mut seqs: Vec<Vec<u32>> = vec![header.clone(); agents];
+    let mut los: Vec<Vec<u32>> = vec![vec![0; header.len()]; agents];
+    let mut at: Vec<Vec<usize>> = vec![Vec::new(); agents];
+    let mut stepwise = Vec::new();
+    for step in 0..steps {
+        let mut ext = Vec::new();
+        for a in 0..agents {
+            // The previous choice ends the last turn; then the oldest turns leave.
+            let mut new = Vec::new();
+            if step > 0 {
+                new.push(50 + (a + step) as u32 % 4);
+                *kept[a].last_mut().expect("a turn") += 1;
+            }
+            while kept[a].len() > memory {
+                let n = kept[a].remove(0);
+                rows[a].evict(header.len(), n);
+            }
+            let obs = turn(a, step);
+            new.extend(&obs);
+            kept[a].push(obs.len());
+            // Rows computed now see the header and what the cache keeps: the sequence's last
+            // tokens past the header.
+            let window = seqs[a].len() - rows[a].len().saturating_sub(header.len());
+            seqs[a].extend(&new);
+            los[a].extend(std::iter::repeat_n(window as u32, new.len()));
+            at[a].push(seqs[a].len() - 1);
+            ext.push(if step == 0 { seqs[a].clone() } else { new });
+        }
+        let refs: Vec<&[u32]> = ext.iter().map(Vec::as_slice).collect();
+        let h = dec
+            .continue_rows(&mut rows, &refs, Lora::Base)
+            .expect("continued")
+            .expect("the cached pass runs on the CPU");
+        stepwise.push(h);
+    }
+    // Agent by agent, decision by decision, as `hidden_banded` gives them.
+    let want = Tensor::stack(&stepwise, 1)
+        .and_then(|t| t.reshape((agents * steps, cfg.hidden_size)))
+        .expect("stack");
+    let bands: Vec<Band<'_>> = los
+        .iter()
+        .map(|lo| Band {
+            header: header.len(),
+            lo,
+        })
+        .collect();
+    // What a training step reads from the states: the head's log-probabilities and the
+    // value (weighted so that no gradient cancels).
+    let loss_of = |h: &Tensor| {
+        let weighted = |x: &Tensor| {
+            let w = Tensor::arange(0f32, x.elem_count() as f32, &Device::Cpu)
+                .and_then(|w| w.reshape(x.shape()))
+                .and_then(|w| (w * 0.013)?.cos())
+                .expect("weights");
+            (x * w).and_then(|x| x.sum_all()).expect("sum")
+        };
+        let lp = candle_nn::ops::log_softmax(&dec.head(h).expect("head"), 1).expect("lp");
+        let v = dec.value(h).expect("value").expect("a value head");
+        ((weighted(&lp) + weighted(&v)).expect("sum") + weighted(h)).expect("loss")
+    };
+    let mut grads = Vec::new();
+    for path in [Fwd::Train, Fwd::Composed] {
+        let h = dec
+            .hidden_banded(&seqs, &at, &bands, 0, path, Lora::Base)
+            .expect("one pass");
+        let d = max_abs_diff(&h, &want);
+        assert!(
+            d < 1e-5,
+            "{path:?}: the banded pass differs by {d} from the steps"
+        );
+        grads.push(loss_of(&h).backward().expect("backward"));
+    }
+    // The window matters: read causally, the late decisions differ.
+    let causal = dec
+        .hidden_at(&seqs, &at, 0, Fwd::Train, Lora::Base)
+        .expect("causal");
+    assert!(
+        max_abs_diff(&causal, &want) > 1e-3,
+        "the band changed nothing"
+    );
+    for (name, v) in &vars {
+        let (Some(g), Some(w)) = (grads[0].get(v), grads[1].get(v)) else {
+            panic!("{name} has no gradient");
+        };
+        let scale = w
+            .abs()
+            .and_then(|x| x.max_all())
+            .and_then(|x| x.to_scalar::<f32>())
+            .expect("scale");
+        let d = max_abs_diff(g, w);
+        assert!(
+            d <= 1e-4 * scale.max(1.0),
+            "{name}'s gradient differs by {d}"
+        );
+    }
+    // A band that lets a token see past itself is refused.
+    let mut bad = los[0].clone();
+    bad[header.len() + 1] = 999;
+    let refused = dec.hidden_banded(
+        &seqs[..1],
+        &at[..1],
+        &[Band {
+            header: header.len(),
+            lo: &bad,
+        }],
+        0,
+        Fwd::Train,
+        Lora::Base,
+    );
+    assert!(refused.is_err());
+}
+
 /// The contexts agent 0 of arena 0 read, decision by decision, in a run of `scene` (every
 /// team on the embedded language model, compact text) with `memory`: each with the action
 /// it chose and its word (`<eos>` for silence, where it talks).
@@ -262,10 +400,9 @@ fn contexts(scene: &str, memory: u32, steps: u32) -> (Vec<(String, String)>, Str
 }
 
 /// The context is the turns in order, for every family: the scene's constant lines once,
-/// then each turn (its observation, then what the agent chose), the oldest turns dropped
-/// half a memory at a time. Memory 2: decisions 0-2 read 0-2 past turns; decision 3 would
-/// read 3, so it reads the last one (⌈2/2⌉) and starts the context over; decision 4 reads 2.
-/// The first decision reads what an agent without memory reads.
+/// then each turn (its observation, then what the agent chose), the last `memory` of them.
+/// Memory 2: decisions 0-2 read 0-2 past turns, each later one the last two. The first
+/// decision reads what an agent without memory reads.
 #[test]
 fn the_context_is_the_constant_lines_then_the_turns_in_order() {
     for scene in [
@@ -283,14 +420,7 @@ fn the_context_is_the_constant_lines_then_the_turns_in_order() {
         let mut turns: Vec<String> = Vec::new();
         for t in 0..6 {
             let (ctx, _) = &with[t];
-            let kept: Vec<usize> = match t {
-                0 => vec![],
-                1 => vec![0],
-                2 => vec![0, 1],
-                3 => vec![2],
-                4 => vec![2, 3],
-                _ => vec![4],
-            };
+            let kept: Vec<usize> = (t.saturating_sub(2)..t).collect();
             let mut before = header.clone();
             for &k in &kept {
                 before.push_str(&turns[k]);

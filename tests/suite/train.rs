@@ -468,6 +468,7 @@ fn two_action_step(logprob: f32, reward: f32) -> emergence::train::Step {
         value: 0.0,
         reward,
         memory: Vec::new(),
+        read: None,
     }
 }
 
@@ -978,6 +979,7 @@ fn the_word_said_is_part_of_the_decision_and_learns() {
         value: 0.0,
         reward,
         memory: Vec::new(),
+        read: None,
     };
     let trajectories = (0..8)
         .map(|k| Trajectory {
@@ -1111,6 +1113,7 @@ fn the_language_models_word_is_part_of_its_decision_and_learns() {
         value: 0.0,
         reward,
         memory: Vec::new(),
+        read: None,
     };
     let batch = Batch {
         trajectories: (0..8)

@@ -96,7 +96,7 @@ impl LmConfig {
             num_hidden_layers: layers,
             num_attention_heads: heads,
             num_key_value_heads: Some(heads),
-            max_position_embeddings: 1024,
+            max_position_embeddings: 8192,
             rope_theta: 10_000.0,
             rms_norm_eps: 1e-6,
             tie_word_embeddings: tie,

@@ -14,6 +14,7 @@ use super::cpu::infer as engine;
 use super::cpu::infer::Packed;
 use super::cpu::kernels;
 use super::cpu::train as tape;
+pub use super::cpu::train::Band;
 use super::lora::Adapter;
 use super::model::{Decoder, Lora, Pass, Runs, causal_bias, padded, proj};
 
@@ -204,7 +205,7 @@ impl Decoder {
     ) -> Result<Option<Tensor>, LmError> {
         if ext.is_empty()
             || !self.embed.device().is_cpu()
-            || !self.continues(rows.iter().map(engine::RowKv::len), ext, lora)
+            || !self.continues(rows.iter().map(engine::RowKv::next_position), ext, lora)
         {
             return Ok(None);
         }
@@ -240,6 +241,54 @@ impl Decoder {
         path: Pass,
         lora: Lora<'_>,
     ) -> Result<Tensor, LmError> {
+        self.hidden_at_in(prompts, at, None, pad, path, lora)
+    }
+
+    /// [`Decoder::hidden_at`] over prompts each read through a sliding window
+    /// (`bands[i]`, see [`Band`]): an agent's turns with memory, where the oldest turns
+    /// leave the keys and values as new ones come while every token keeps its position.
+    /// One pass gives each position the state the step-by-step cached pass gave it.
+    pub fn hidden_banded(
+        &self,
+        prompts: &[Vec<u32>],
+        at: &[Vec<usize>],
+        bands: &[Band<'_>],
+        pad: u32,
+        path: Pass,
+        lora: Lora<'_>,
+    ) -> Result<Tensor, LmError> {
+        let msg = |m: String| LmError::Candle(candle_core::Error::Msg(m));
+        if bands.len() != prompts.len() {
+            return Err(msg(format!(
+                "bands for {} prompts, {} prompts",
+                bands.len(),
+                prompts.len()
+            )));
+        }
+        for (i, (p, b)) in prompts.iter().zip(bands).enumerate() {
+            let bad = b.lo.len() != p.len()
+                || b.lo
+                    .iter()
+                    .enumerate()
+                    .any(|(r, &lo)| r >= b.header && lo as usize > r);
+            if bad {
+                return Err(msg(format!(
+                    "prompt {i}'s band is not one window start per token, each at most the token"
+                )));
+            }
+        }
+        self.hidden_at_in(prompts, at, Some(bands), pad, path, lora)
+    }
+
+    fn hidden_at_in(
+        &self,
+        prompts: &[Vec<u32>],
+        at: &[Vec<usize>],
+        bands: Option<&[Band<'_>]>,
+        pad: u32,
+        path: Pass,
+        lora: Lora<'_>,
+    ) -> Result<Tensor, LmError> {
         let msg = |m: String| LmError::Candle(candle_core::Error::Msg(m));
         if at.len() != prompts.len() {
             return Err(msg(format!(
@@ -264,13 +313,21 @@ impl Decoder {
         {
             let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
             let outs: Vec<&[usize]> = at.iter().map(Vec::as_slice).collect();
-            if let Some(h) = self.tape(&refs, lora, tape::Outs::At(&outs))? {
+            let outs = match bands {
+                Some(b) => tape::Outs::Banded(&outs, b),
+                None => tape::Outs::At(&outs),
+            };
+            if let Some(h) = self.tape(&refs, lora, outs)? {
                 return Ok(h);
             }
         }
         let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
         let (ids, _) = padded(&refs, pad, longest, self.embed.device())?;
-        let h = self.hidden_rows(&ids, None, path, lora)?;
+        let bias = match bands {
+            Some(b) => Some(band_bias(b, longest, self.embed.device())?),
+            None => None,
+        };
+        let h = self.hidden_rows(&ids, bias.as_ref(), path, lora)?;
         let d = self.cfg.hidden_size;
         let h = h.reshape((prompts.len() * longest, d))?;
         let rows: Vec<u32> = at
@@ -732,4 +789,27 @@ impl Decoder {
         }
         self.rms(&x, &self.norm, path)
     }
+}
+
+/// The additive attention bias `(prompts, 1, t, t)` of prompts read through their bands
+/// ([`Band`]; rows past a prompt's end read causally), for candle's operations.
+fn band_bias(
+    bands: &[Band<'_>],
+    t: usize,
+    device: &candle_core::Device,
+) -> Result<Tensor, LmError> {
+    let mut data = Vec::with_capacity(bands.len() * t * t);
+    for b in bands {
+        for i in 0..t {
+            let lo = b.lo.get(i).map_or(0, |&l| l as usize);
+            data.extend((0..t).map(|j| {
+                if j <= i && (j < b.header || j >= lo) {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }));
+        }
+    }
+    Ok(Tensor::from_vec(data, (bands.len(), 1, t, t), device)?)
 }

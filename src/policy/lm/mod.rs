@@ -18,6 +18,7 @@ use thiserror::Error;
 
 pub use config::{LmConfig, Preset};
 pub use folder::ModelFolder;
+pub use forward::Band;
 pub use lora::{Adapter, AdapterOwner, LoraConfig};
 pub use model::{Decoder, Lora, Pass, Weights};
 pub use policy::{LmPolicy, ModelSource, NamedAdapter, TrainHandle, Trainable};

@@ -152,39 +152,9 @@ struct LmModel {
     adapters: Vec<crate::policy::lm::Adapter>,
     /// What the adapters belong to.
     owner: crate::policy::lm::AdapterOwner,
-    /// Agents with memory: an agent's decisions whose contexts continue one another (a
-    /// window) are shuffled as one unit and scored in one pass ([`LmModel::continues`]).
+    /// Agents with memory: an agent's decisions from one context read afresh to the next (a
+    /// window, [`crate::core::ContextRead`]) are shuffled as one unit and scored in one pass.
     memory: bool,
-}
-
-impl LmModel {
-    /// Whether `next`'s context continues `prev`'s (an agent with memory, the next step of
-    /// the same window): it begins with `prev`'s context and the tokens chosen after it (the
-    /// action, and where the word is trained `say` and the word), with more after them.
-    fn continues(
-        &self,
-        prev: &crate::train::rollout::Step,
-        next: &crate::train::rollout::Step,
-    ) -> bool {
-        let n = prev.tokens.len();
-        let Some(&action) = self.action_ids.get(usize::from(prev.action)) else {
-            return false;
-        };
-        let mut chosen = vec![action];
-        if let (Some((choices, say)), Some(w)) = (&self.talk, prev.said) {
-            let Ok(word) = choices
-                .get(usize::from(w))
-                .and_then(|t| t.to_scalar::<u32>())
-            else {
-                return false;
-            };
-            chosen.extend(say);
-            chosen.push(word);
-        }
-        next.tokens.len() > n + chosen.len()
-            && next.tokens[..n] == prev.tokens[..]
-            && next.tokens[n..n + chosen.len()] == chosen[..]
-    }
 }
 
 /// An `mlp` being trained: its network appears in the handle when the policy meets its
@@ -580,7 +550,9 @@ impl Trainer {
 
     /// `units` in their order, cut into minibatches: each takes units until it holds
     /// `minibatch` decisions (under LoRA sorted by the adapter's owner, for one forward with
-    /// each owner's run of rows).
+    /// each owner's run of rows). A language model with memory takes two windows at least:
+    /// its training pass runs a minibatch's windows in two halves side by side, a thread
+    /// each, and a window can be a whole episode.
     fn minibatches<'s, 'b>(
         &self,
         units: &[Range<usize>],
@@ -588,13 +560,20 @@ impl Trainer {
     ) -> Vec<Vec<&'s Sample<'b>>> {
         let size = self.hyper.minibatch.max(1);
         let lora = matches!(&self.model, Model::Lm(m) if !m.adapters.is_empty());
+        let least = if matches!(&self.model, Model::Lm(m) if m.memory) {
+            2
+        } else {
+            1
+        };
         let mut out = Vec::new();
         let mut next = 0;
         while next < units.len() {
             let mut mb: Vec<&Sample> = Vec::with_capacity(size);
-            while next < units.len() && mb.len() < size {
+            let mut taken = 0;
+            while next < units.len() && (mb.len() < size || taken < least) {
                 mb.extend(units[next].clone().map(|i| &samples[i]));
                 next += 1;
+                taken += 1;
             }
             if lora {
                 mb.sort_by_key(|s| s.owner);

@@ -37,6 +37,8 @@ pub(super) struct Sample<'b> {
     /// Whether a training sequence starts here (every [`SEQUENCE`]-th step of an episode; a
     /// language model with memory: where a window of its turns begins).
     pub(super) start: bool,
+    /// A language model with memory: how its context was read.
+    pub(super) read: Option<crate::core::ContextRead>,
 }
 
 /// Steps per training sequence of a network with memory (`gru`): each episode is cut into
@@ -167,9 +169,11 @@ impl Trainer {
         for (i, (traj, (adv, targets))) in batch.trajectories.iter().zip(advantages).enumerate() {
             for (t, ((s, a), target)) in traj.steps.iter().zip(adv).zip(targets).enumerate() {
                 let start = match &self.model {
-                    // A language model with memory: where a window begins (its context does
-                    // not continue the previous decision's).
-                    Model::Lm(m) if m.memory => t == 0 || !m.continues(&traj.steps[t - 1], s),
+                    // A language model with memory: where a window begins (its context read
+                    // afresh from position 0).
+                    Model::Lm(m) if m.memory => {
+                        t == 0 || s.read.is_none_or(|r| r.computed_from == 0)
+                    }
                     _ => t % SEQUENCE == 0,
                 };
                 out.push(Sample {
@@ -193,6 +197,7 @@ impl Trainer {
                     target,
                     memory: &s.memory,
                     start,
+                    read: s.read,
                 });
             }
         }

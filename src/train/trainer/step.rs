@@ -9,7 +9,7 @@ use candle_core::Tensor;
 
 use super::samples::Sample;
 use super::{Model, Trainer, UpdateStats};
-use crate::policy::lm::{Lora, Pass};
+use crate::policy::lm::{Band, Lora, Pass};
 use crate::policy::mlp::{Encoded, Fused, LossSpec, Row, StepStats, ValueSpec};
 use crate::train::loss::{
     chosen, clip_factor, entropy, k3_kl, masked_action_logprobs, ppo_clip, reinforce, value_loss,
@@ -511,13 +511,16 @@ impl Trainer {
 }
 
 /// A language model with memory: the final hidden states of a minibatch's decisions, and
-/// where the word is trained its word's, from one causal pass over each window of an
-/// agent's turns (consecutive decisions from one whose `start` is set; each decision's
-/// context a beginning of the next one's, [`super::LmModel::continues`]). A window's sequence
-/// is its last decision's context, continued by that action and `say` where words are
-/// scored; each decision reads its context's last position, and its word the position of
-/// `say`'s last token after its action. Exact: causal attention gives a position the state
-/// its beginning alone gives (tested against scoring each context alone).
+/// where the word is trained its word's, from one pass over each window of an agent's turns
+/// (consecutive decisions from one whose `start` is set: its context read afresh from
+/// position 0). A window's sequence is its first decision's context, then each later
+/// decision's tokens that the previous one did not read ([`crate::core::ContextRead`]),
+/// continued by the last action and `say` where words are scored: the tokens the policy's
+/// kept keys and values held, at the positions they had. Each token sees the constant lines
+/// and what was kept when it was computed (a [`Band`]: the oldest turns leave as new ones
+/// come), so each decision reads its context's last position with the state the policy
+/// computed for it, and its word the position of `say`'s last token after its action
+/// (tested against the policy's step-by-step pass).
 fn windows_hidden(
     m: &super::LmModel,
     decoder: &crate::policy::lm::Decoder,
@@ -531,14 +534,9 @@ fn windows_hidden(
         .filter(|_| mb.iter().any(|s| s.said.is_some()))
         .map(|(_, say)| say);
     let pad = [m.pad];
-    let context = |s: &Sample| {
-        if s.tokens.is_empty() {
-            &pad[..]
-        } else {
-            s.tokens
-        }
-        .to_vec()
-    };
+    fn context<'a>(s: &'a Sample, pad: &'a [u32]) -> &'a [u32] {
+        if s.tokens.is_empty() { pad } else { s.tokens }
+    }
     // Each window's first and last decision.
     let mut windows: Vec<(usize, usize)> = Vec::new();
     for (i, s) in mb.iter().enumerate() {
@@ -548,24 +546,59 @@ fn windows_hidden(
         }
     }
     let mut seqs = Vec::with_capacity(windows.len());
+    let mut los = Vec::with_capacity(windows.len());
+    let mut headers = Vec::with_capacity(windows.len());
     let mut at = Vec::with_capacity(windows.len());
     for &(first, last) in &windows {
-        let mut seq = context(mb[last]);
+        let head = mb[first].read.map_or(0, |r| r.header as usize);
+        let mut seq: Vec<u32> = context(mb[first], &pad).to_vec();
+        // Read afresh: causally.
+        let mut lo: Vec<u32> = vec![0; seq.len()];
+        // Where the kept tokens began when the previous decision was computed.
+        let mut kept_from = head as u32;
         let mut pos = Vec::new();
-        for s in &mb[first..=last] {
-            let n = s.tokens.len().max(1);
-            pos.push(n - 1);
+        for (k, s) in mb[first..=last].iter().enumerate() {
+            let tokens = context(s, &pad);
+            if k > 0 {
+                let read = s.read.unwrap_or_default();
+                let (new, computed) = (read.new_from as usize, read.computed_from as usize);
+                // The kept tokens past the constant lines, now: the tail of the window.
+                let from = (seq.len() + head)
+                    .checked_sub(new)
+                    .filter(|_| new <= computed && computed <= tokens.len() && head <= new);
+                let Some(from) = from else {
+                    return Err(TrainError::Update(UpdateError::Window {
+                        window: seq.len(),
+                        tokens: tokens.len(),
+                        read: format!("{read:?}"),
+                    }));
+                };
+                seq.extend_from_slice(&tokens[new..]);
+                lo.extend(std::iter::repeat_n(kept_from, computed - new));
+                kept_from = from as u32;
+                lo.extend(std::iter::repeat_n(kept_from, tokens.len() - computed));
+            }
+            pos.push(seq.len() - 1);
             if let Some(say) = say {
-                pos.push(n + say.len());
+                pos.push(seq.len() + say.len());
             }
         }
         if let Some(say) = say {
+            let n = seq.len();
             seq.extend(m.action_ids.get(usize::from(mb[last].action)));
             seq.extend(say);
+            lo.extend(std::iter::repeat_n(kept_from, seq.len() - n));
         }
         seqs.push(seq);
+        los.push(lo);
+        headers.push(head);
         at.push(pos);
     }
+    let bands: Vec<Band<'_>> = headers
+        .iter()
+        .zip(&los)
+        .map(|(&header, lo)| Band { header, lo })
+        .collect();
     // A window reads its agent's adapter (the first decision's).
     let each: Vec<Option<&crate::policy::lm::Adapter>> = match lora {
         Lora::Each(e) => windows.iter().map(|&(first, _)| e[first]).collect(),
@@ -575,7 +608,7 @@ fn windows_hidden(
         Lora::Each(_) => Lora::Each(&each),
         other => other,
     };
-    let h = decoder.hidden_at(&seqs, &at, m.pad, path, lora)?;
+    let h = decoder.hidden_banded(&seqs, &at, &bands, m.pad, path, lora)?;
     if say.is_none() {
         return Ok((h, None));
     }

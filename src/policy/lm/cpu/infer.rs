@@ -570,10 +570,13 @@ pub(in crate::policy::lm) fn extend_hidden(
 
 /// One agent's keys and values kept from step to step (an agent with memory: its context
 /// so far), every layer's rotated keys and values `(tokens, kv width)`; empty at the start.
+/// Tokens can leave it ([`RowKv::evict`]) while the others keep their positions: the next
+/// token's position is one past the last token ever added since it was cleared.
 #[derive(Debug, Clone, Default)]
 pub struct RowKv {
     layers: Vec<(Vec<f32>, Vec<f32>)>,
     len: usize,
+    next: usize,
 }
 
 impl RowKv {
@@ -587,10 +590,31 @@ impl RowKv {
         self.len == 0
     }
 
+    /// The position the next token takes.
+    pub fn next_position(&self) -> usize {
+        self.next
+    }
+
     /// Forgets every token (the next continuation starts at position 0).
     pub fn clear(&mut self) {
         self.layers.clear();
         self.len = 0;
+        self.next = 0;
+    }
+
+    /// Removes the keys and values of its tokens `from..from + n` (within it); the others
+    /// keep their positions, and the next token's stays where it was.
+    pub fn evict(&mut self, from: usize, n: usize) {
+        let n = n.min(self.len.saturating_sub(from));
+        if n == 0 {
+            return;
+        }
+        for (k, v) in &mut self.layers {
+            let w = k.len() / self.len.max(1);
+            k.drain(from * w..(from + n) * w);
+            v.drain(from * w..(from + n) * w);
+        }
+        self.len -= n;
     }
 }
 
@@ -614,10 +638,11 @@ impl Cached<'_> {
             Cached::Rows(rows, _) => rows[i].len,
         }
     }
+    /// The position of prompt `i`'s next token.
     fn len(&self, i: usize) -> usize {
         match self {
             Cached::Batch(c) => c.lens[i],
-            Cached::Rows(rows, _) => rows[i].len,
+            Cached::Rows(rows, _) => rows[i].next,
         }
     }
     fn shared(&self, i: usize) -> (usize, usize) {
@@ -760,6 +785,7 @@ pub(in crate::policy::lm) fn extend_cached(
     if let Cached::Rows(rows, _) = &mut cache {
         for (row, e) in rows.iter_mut().zip(ext) {
             row.len += e.len();
+            row.next += e.len();
         }
     }
     let mut out = vec![0f32; x.len()];

@@ -5,24 +5,30 @@
 //! word, and where it talks `say` and its word, `<eos>` for silence). Its text is what the
 //! trace, the window's inspector and the training batch hold.
 //!
-//! **Which turns are kept.** At most `N` past turns. When a step would make `N + 1`, the
-//! oldest whole turns drop at once so that `⌈N/2⌉` remain (a context then holds between
-//! `⌈N/2⌉` and `N` past turns); more drop if the context would not fit the model's positions
-//! with room for the choice. `N` at least the episode's length keeps every turn.
+//! **Which turns are kept.** The last `N` past turns: when a step would make `N + 1`, the
+//! oldest drops; more drop if the context would not fit the model's positions with room for
+//! the choice. `N` at least the episode's length keeps every turn.
 //!
-//! **Keys and values, and positions.** Each agent keeps its context's keys and values from
-//! step to step ([`RowKv`]): a step computes only the tokens after those (the previous
-//! choice's and this observation's), every agent of the batch in one forward
+//! **Keys and values, and positions: a sliding window.** Each agent keeps its context's keys
+//! and values from step to step ([`RowKv`]): a step computes only the tokens after those (the
+//! previous choice's and this observation's), every agent of the batch in one forward
 //! ([`crate::policy::lm::Decoder::continue_rows`]), and a talking agent's word reads the
-//! same cache continued by its action and `say`. Positions count from the context's first
-//! token. Dropping turns changes every later token's position and state, so a drop
-//! re-encodes the whole context from position 0 (the cache is cleared): that is why turns
-//! drop half a memory at a time, re-encoding once every `⌈N/2⌉` steps rather than every
-//! step. So each decision's context is exactly what a fresh pass over its tokens reads, and
-//! training scores an agent's decisions between two drops (a window: each context a
-//! beginning of the next) in one causal pass ([`crate::policy::lm::Decoder::hidden_at`]).
-//! Where the cached pass cannot run (another device, actions of several tokens), each step
-//! reads its whole context again: the same numbers, more tokens.
+//! same cache continued by its action and `say`. A dropped turn's keys and values leave the
+//! cache and every other token keeps its position (rotary positions count on through the
+//! episode), as in Mistral's sliding-window attention with the constant lines kept in front
+//! as StreamingLLM keeps its first tokens: a token sees the constant lines and the turns kept
+//! when it was computed. So a step costs one turn's tokens, whatever `N`. Its state still
+//! carries, through the layers, what dropped turns said (the window of a layer's input is
+//! the previous layer's): the context's text is what the model attends to, not all it
+//! was told. When the next positions would pass the model's, the context (the constant
+//! lines and the kept turns) is read afresh from position 0, and a new window begins.
+//!
+//! Training rebuilds each window from the decisions' [`crate::core::ContextRead`]s and
+//! scores all its decisions in one pass where each token sees what it saw when computed
+//! ([`crate::policy::lm::Decoder::hidden_banded`]), the states the policy computed (tested
+//! against the step-by-step pass). Where the cached pass cannot run (another device,
+//! actions of several tokens), each step reads its whole context afresh, a window of one
+//! decision: exact too, with more tokens and no state from dropped turns.
 //!
 //! A new episode (an observation at step 0, or at a step no later than the last one read)
 //! starts a new conversation.
@@ -30,6 +36,7 @@
 use std::time::Instant;
 
 use super::{LmPolicy, Ready, Talk, score_owned, take_actions, take_words};
+use crate::core::ContextRead;
 use crate::observe::text::Speaker;
 use crate::observe::transcript::chosen_text;
 use crate::policy::Decision;
@@ -48,6 +55,9 @@ pub(in crate::policy::lm) struct Conversation {
     step: u32,
     /// The keys and values of the context's first `kv.len()` tokens.
     kv: RowKv,
+    /// The length of the context the previous decision read, less the tokens dropped
+    /// since: where the tokens it did not read begin.
+    prev_end: usize,
 }
 
 impl Conversation {
@@ -58,11 +68,13 @@ impl Conversation {
             turns: Vec::new(),
             step: 0,
             kv: RowKv::default(),
+            prev_end: 0,
         }
     }
 
-    /// Drops the oldest turns so that `keep` remain; the context is then read again from
-    /// its first token.
+    /// Drops the oldest turns so that `keep` remain, and their keys and values (every later
+    /// token keeps its position); where those did not cover them, the context is read again
+    /// from its first token.
     fn keep_last(&mut self, (h_text, h_tokens): &(String, Vec<u32>), keep: usize) {
         let drop = self.turns.len().saturating_sub(keep);
         if drop == 0 {
@@ -80,7 +92,12 @@ impl Conversation {
             t.0 -= t0 - ht;
             t.1 -= c0 - hc;
         }
-        self.kv.clear();
+        if self.kv.len() >= t0 {
+            self.kv.evict(ht, t0 - ht);
+        } else {
+            self.kv.clear();
+        }
+        self.prev_end = self.prev_end.saturating_sub(t0 - ht);
     }
 }
 
@@ -161,8 +178,17 @@ impl LmPolicy {
                     .unwrap_or_default()
             })
             .collect();
+        // A context whose next positions would pass the model's is read again from its
+        // first token (at position 0).
+        for (kv, p) in rows.iter_mut().zip(&prompts) {
+            if kv.next_position() + p.len() - kv.len() + room > max {
+                kv.clear();
+            }
+        }
         let mut tokens: u64 = prompts.iter().map(|p| p.len() as u64).sum();
         let kept: u64 = rows.iter().map(|k| k.len() as u64).sum();
+        // Where each context's tokens computed at this step begin (0: read whole).
+        let mut computed: Vec<usize> = rows.iter().map(RowKv::len).collect();
         let mut forwards = 1;
         // The cached pass, where every choice is a single token (the fast path scores the
         // first token of each); else every context read whole.
@@ -190,6 +216,7 @@ impl LmPolicy {
             Err(e) => Err(e),
             Ok(None) => {
                 rows.iter_mut().for_each(RowKv::clear);
+                computed.fill(0);
                 score_owned(r, &self.device, &prompts, &owners, &r.actions, &mut 0, None)
                     .map(|(s, v, _)| (s, v))
             }
@@ -270,8 +297,15 @@ impl LmPolicy {
                 }
             }
         }
-        for (d, (ids, text)) in batch.iter().zip(&chosen) {
+        let header = r.header.1.len() as u32;
+        for ((d, (ids, text)), &from) in batch.iter_mut().zip(&chosen).zip(&computed) {
             if let Some(conv) = self.conversations.get_mut(&d.agent) {
+                d.trace.read = Some(ContextRead {
+                    header,
+                    new_from: conv.prev_end as u32,
+                    computed_from: from as u32,
+                });
+                conv.prev_end = conv.tokens.len();
                 conv.tokens.extend_from_slice(ids);
                 conv.text.push_str(text);
                 conv.text.push('\n');

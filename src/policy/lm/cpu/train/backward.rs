@@ -160,7 +160,6 @@ fn attention_backward(
     scale: f32,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let (qw, kvw) = (nh * hd, nkv * hd);
-    let rep = nh / nkv.max(1);
     let total = rows.pos.len();
     let tasks = attention_tasks(rows, last);
     let q_rows = if last { rows.last.len() } else { total };
@@ -168,6 +167,9 @@ fn attention_backward(
     // each key/value head writes its block of dk and dv, the others add to it. The shared
     // beginning's rows (see `Rows`): written by its own task, or zero in the last layer
     // (which has none); every prompt's gradient into them is added after, in prompt order.
+    if rows.bands.iter().any(Option::is_some) {
+        return banded_attention_backward(d_att, (q, k, v, p), rows, last, (nh, nkv, hd), scale);
+    }
     let pre = rows.pre;
     let mut dq = buffer(q_rows * qw);
     let mut dk = buffer(total * kvw);
@@ -193,7 +195,7 @@ fn attention_backward(
         .zip(ps)
         .zip(tasks.par_iter())
         .map(|((((dq, dk_own), dv_own), p), t)| {
-            let (q0, nq, len) = (t.q0, t.nq, t.keys());
+            let len = t.keys();
             let (kt, vt) = (task_keys(k, t, kvw), task_keys(v, t, kvw));
             // The keys' gradients: into the prompt's own rows directly, or (with a shared
             // beginning) into one buffer of all its keys, split below.
@@ -202,38 +204,14 @@ fn attention_backward(
                 Some((a, b)) => (a, b),
                 None => (dk_own, dv_own),
             };
-            let mut ds = vec![0f32; nq * len];
-            for (head, p) in p.chunks_exact(nq * len).enumerate() {
-                let kvh = head / rep.max(1);
-                let qh = Mat::strided(&q[q0 * qw + head * hd..], nq, hd, qw);
-                let kh = Mat::strided(&kt[kvh * hd..], len, hd, kvw);
-                let vh = Mat::strided(&vt[kvh * hd..], len, hd, kvw);
-                let doh = Mat::strided(&d_att[q0 * qw + head * hd..], nq, hd, qw);
-                gemm(
-                    MatMut::new(&mut ds, nq, len),
-                    doh,
-                    vh.t(),
-                    false,
-                    1.0,
-                    Threads::One,
-                );
-                kernels::vectorised(|| {
-                    for (pr, dr) in p.chunks_exact(len).zip(ds.chunks_exact_mut(len)) {
-                        let dot: f32 = pr.iter().zip(dr.iter()).map(|(a, b)| a * b).sum();
-                        for (d, &pp) in dr.iter_mut().zip(pr) {
-                            *d = pp * (*d - dot);
-                        }
-                    }
-                });
-                let (pm, dsm) = (Mat::new(p, nq, len), Mat::new(&ds, nq, len));
-                let dqh = MatMut::strided(&mut dq[head * hd..], nq, hd, qw);
-                gemm(dqh, dsm, kh, false, scale, Threads::One);
-                let add = head % rep.max(1) != 0;
-                let dkh = MatMut::strided(&mut dk[kvh * hd..], len, hd, kvw);
-                gemm(dkh, dsm.t(), qh, add, scale, Threads::One);
-                let dvh = MatMut::strided(&mut dv[kvh * hd..], len, hd, kvw);
-                gemm(dvh, pm.t(), doh, add, 1.0, Threads::One);
-            }
+            task_backward(
+                t,
+                d_att,
+                (q, &kt, &vt, p),
+                (dq, dk, dv),
+                (nh, nkv, hd),
+                scale,
+            );
             both.map(|(mut dk, mut dv)| {
                 let cut = t.pre * kvw;
                 dk_own.copy_from_slice(&dk[cut..]);
@@ -250,6 +228,115 @@ fn attention_backward(
         }
         for (y, x) in dv[..pre * kvw].iter_mut().zip(&b) {
             *y += x;
+        }
+        recycle(a);
+        recycle(b);
+    }
+    (dq, dk, dv)
+}
+
+/// One task's attention backward ([`attention_backward`]'s products) into its query rows'
+/// gradient `dq` and gradients over its own key list, `(dk, dv)` (`(keys, kv width)`).
+#[allow(clippy::too_many_arguments)]
+fn task_backward(
+    t: &Task,
+    d_att: &[f32],
+    (q, kt, vt, p): (&[f32], &[f32], &[f32], &[f32]),
+    (dq, dk, dv): (&mut [f32], &mut [f32], &mut [f32]),
+    (nh, nkv, hd): (usize, usize, usize),
+    scale: f32,
+) {
+    let (qw, kvw) = (nh * hd, nkv * hd);
+    let rep = nh / nkv.max(1);
+    let (q0, nq, len) = (t.q0, t.nq, t.keys());
+    let mut ds = vec![0f32; nq * len];
+    for (head, p) in p.chunks_exact(nq * len).enumerate() {
+        let kvh = head / rep.max(1);
+        let qh = Mat::strided(&q[q0 * qw + head * hd..], nq, hd, qw);
+        let kh = Mat::strided(&kt[kvh * hd..], len, hd, kvw);
+        let vh = Mat::strided(&vt[kvh * hd..], len, hd, kvw);
+        let doh = Mat::strided(&d_att[q0 * qw + head * hd..], nq, hd, qw);
+        gemm(
+            MatMut::new(&mut ds, nq, len),
+            doh,
+            vh.t(),
+            false,
+            1.0,
+            Threads::One,
+        );
+        kernels::vectorised(|| {
+            for (pr, dr) in p.chunks_exact(len).zip(ds.chunks_exact_mut(len)) {
+                let dot: f32 = pr.iter().zip(dr.iter()).map(|(a, b)| a * b).sum();
+                for (d, &pp) in dr.iter_mut().zip(pr) {
+                    *d = pp * (*d - dot);
+                }
+            }
+        });
+        let (pm, dsm) = (Mat::new(p, nq, len), Mat::new(&ds, nq, len));
+        let dqh = MatMut::strided(&mut dq[head * hd..], nq, hd, qw);
+        gemm(dqh, dsm, kh, false, scale, Threads::One);
+        let add = head % rep.max(1) != 0;
+        let dkh = MatMut::strided(&mut dk[kvh * hd..], len, hd, kvw);
+        gemm(dkh, dsm.t(), qh, add, scale, Threads::One);
+        let dvh = MatMut::strided(&mut dv[kvh * hd..], len, hd, kvw);
+        gemm(dvh, pm.t(), doh, add, 1.0, Threads::One);
+    }
+}
+
+/// [`attention_backward`] where some prompts are read through a band ([`Band`]; no shared
+/// beginning then): a banded prompt's tasks share keys, so each task's key gradients go to a
+/// buffer of its own, added into the rows' after, in task order (the same sums on any thread
+/// count).
+fn banded_attention_backward(
+    d_att: &[f32],
+    (q, k, v, p): (&[f32], &[f32], &[f32], &[f32]),
+    rows: &Rows,
+    last: bool,
+    (nh, nkv, hd): (usize, usize, usize),
+    scale: f32,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (qw, kvw) = (nh * hd, nkv * hd);
+    let total = rows.pos.len();
+    let tasks = attention_tasks(rows, last);
+    let q_rows = if last { rows.last.len() } else { total };
+    let mut dq = buffer(q_rows * qw);
+    let dqs = split_runs(&mut dq, tasks.iter().map(|t| t.nq * qw));
+    let mut ps = Vec::with_capacity(tasks.len());
+    let mut rest = p;
+    for t in &tasks {
+        let (a, b) = rest.split_at(nh * t.nq * t.keys());
+        ps.push(a);
+        rest = b;
+    }
+    let each: Vec<(Vec<f32>, Vec<f32>)> = dqs
+        .into_par_iter()
+        .zip(ps)
+        .zip(tasks.par_iter())
+        .map(|((dq, p), t)| {
+            let (kt, vt) = (task_keys(k, t, kvw), task_keys(v, t, kvw));
+            let (mut dk, mut dv) = (buffer(t.keys() * kvw), buffer(t.keys() * kvw));
+            task_backward(
+                t,
+                d_att,
+                (q, &kt, &vt, p),
+                (dq, &mut dk, &mut dv),
+                (nh, nkv, hd),
+                scale,
+            );
+            (dk, dv)
+        })
+        .collect();
+    let (mut dk, mut dv) = (zeros(total * kvw), zeros(total * kvw));
+    for (t, (a, b)) in tasks.iter().zip(each) {
+        let runs = [(t.a0, 0, t.pre), (t.k0, t.pre, t.len)];
+        for (row, at, n) in runs {
+            let (to, from) = (row * kvw..(row + n) * kvw, at * kvw..(at + n) * kvw);
+            for (y, x) in dk[to.clone()].iter_mut().zip(&a[from.clone()]) {
+                *y += x;
+            }
+            for (y, x) in dv[to].iter_mut().zip(&b[from]) {
+                *y += x;
+            }
         }
         recycle(a);
         recycle(b);

@@ -46,6 +46,12 @@ struct Rows {
     spans: Vec<(usize, usize)>,
     /// Each row's position in its prompt.
     pos: Vec<u32>,
+    /// Each row's and each last row's first seen row past its prompt's header (0: causal;
+    /// see [`Band`]).
+    lo: Vec<u32>,
+    last_lo: Vec<u32>,
+    /// Each prompt's header where it is read through a band ([`Outs::Banded`]).
+    bands: Vec<Option<usize>>,
     /// The rows the last layer computes and the hidden states come from, and their
     /// positions, prompt `p`'s from `out_first[p]` to `out_first[p + 1]`: its row at the
     /// inner position asked for
@@ -67,6 +73,21 @@ pub(in crate::policy::lm) enum Outs<'a> {
     Inner(&'a [usize]),
     /// These positions of each prompt (at least one, each below its length), in order.
     At(&'a [&'a [usize]]),
+    /// [`Outs::At`] over prompts read through a sliding window, each its [`Band`].
+    Banded(&'a [&'a [usize]], &'a [Band<'a>]),
+}
+
+/// A prompt read through a sliding window (a language model with memory, whose oldest turns
+/// leave its keys and values while later tokens keep their positions): its first `header`
+/// rows are seen by every later row; past them, row `i` sees rows `lo[i]..=i` only (so key
+/// `j` is seen by query `i` where `j <= i` and `j < header` or `j >= lo[i]`). `lo` holds a
+/// value per row of the prompt; `lo[i] <= header` reads causally.
+#[derive(Clone, Copy, Debug)]
+pub struct Band<'a> {
+    /// The rows every later row sees.
+    pub header: usize,
+    /// Each row's first seen row past the header.
+    pub lo: &'a [u32],
 }
 
 impl<'a> Outs<'a> {
@@ -76,6 +97,15 @@ impl<'a> Outs<'a> {
             Outs::Last => Outs::Last,
             Outs::Inner(a) => Outs::Inner(&a[r]),
             Outs::At(a) => Outs::At(&a[r]),
+            Outs::Banded(a, b) => Outs::Banded(&a[r.clone()], &b[r]),
+        }
+    }
+
+    /// Each prompt's band, if read through one.
+    fn band(self, i: usize) -> Option<Band<'a>> {
+        match self {
+            Outs::Banded(_, b) => Some(b[i]),
+            _ => None,
         }
     }
 
@@ -84,7 +114,7 @@ impl<'a> Outs<'a> {
         match self {
             Outs::Last => 1,
             Outs::Inner(_) => 2,
-            Outs::At(a) => a[i].len(),
+            Outs::At(a) | Outs::Banded(a, _) => a[i].len(),
         }
     }
 }
@@ -129,23 +159,37 @@ fn shared_beginning(prompts: &[&[u32]], per_prompt: &[Option<usize>]) -> usize {
 impl Rows {
     /// `outs`: the positions of each prompt whose hidden states are wanted.
     fn new(prompts: &[&[u32]], per_prompt: &[Option<usize>], outs: Outs<'_>) -> Self {
-        let pre = shared_beginning(prompts, per_prompt);
+        // Banded prompts share no beginning: their rows' windows differ.
+        let pre = if matches!(outs, Outs::Banded(..)) {
+            0
+        } else {
+            shared_beginning(prompts, per_prompt)
+        };
         SHARED_ROWS.fetch_add(
             (pre * prompts.len().saturating_sub(1)) as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
         let mut spans = Vec::with_capacity(prompts.len());
         let mut pos: Vec<u32> = (0..pre as u32).collect();
-        let (mut last, mut last_pos) = (Vec::new(), Vec::new());
+        let mut lo: Vec<u32> = vec![0; pre];
+        let (mut last, mut last_pos, mut last_lo) = (Vec::new(), Vec::new(), Vec::new());
+        let mut bands = Vec::with_capacity(prompts.len());
         let mut first = pre;
         for (i, p) in prompts.iter().enumerate() {
             let n = p.len() - pre;
             spans.push((first, n));
             pos.extend(pre as u32..p.len() as u32);
+            let band = outs.band(i);
+            match band {
+                Some(b) => lo.extend_from_slice(&b.lo[pre..p.len()]),
+                None => lo.extend(std::iter::repeat_n(0, n)),
+            }
+            bands.push(band.map(|b| b.header));
             // A position inside the shared beginning reads its row there.
             let mut read = |at: usize| {
                 last.push(if at < pre { at } else { first + at - pre });
                 last_pos.push(at as u32);
+                last_lo.push(band.map_or(0, |b| b.lo[at]));
             };
             match outs {
                 Outs::Last => read(p.len() - 1),
@@ -153,7 +197,7 @@ impl Rows {
                     read(a[i]);
                     read(p.len() - 1);
                 }
-                Outs::At(a) => a[i].iter().for_each(|&at| read(at)),
+                Outs::At(a) | Outs::Banded(a, _) => a[i].iter().for_each(|&at| read(at)),
             }
             first += n;
         }
@@ -177,6 +221,9 @@ impl Rows {
             last_runs: runs(per_prompt, |i| outs.count(i)),
             spans,
             pos,
+            lo,
+            last_lo,
+            bands,
             last,
             last_pos,
             out_first,
@@ -359,16 +406,21 @@ fn gated(act: &mut [f32], (g, u, sig): (&[f32], &[f32], &[f32])) {
         });
 }
 
-/// Attention's work for one prompt (or the shared beginning, see [`Rows`]): its first query
-/// row and query count, then its keys: the shared beginning's first `pre` rows (0: none)
-/// followed by `len` rows from `k0`.
+/// Attention's work for one prompt (or the shared beginning, see [`Rows`], or a block of a
+/// banded prompt's queries): its first query row and query count, then its keys: `pre` rows
+/// from `a0` (the shared beginning's, or a banded prompt's header; 0: none) at positions
+/// from 0, followed by `len` rows from `k0` at positions from `kpos`. Query `i` sees the
+/// keys at positions up to its own, those below `header` and those from its `lo` ([`Band`]).
 #[derive(Clone, Copy)]
 struct Task {
     q0: usize,
     nq: usize,
+    a0: usize,
     pre: usize,
     k0: usize,
     len: usize,
+    kpos: usize,
+    header: usize,
 }
 
 impl Task {
@@ -376,47 +428,109 @@ impl Task {
     fn keys(&self) -> usize {
         self.pre + self.len
     }
+
+    /// How many of its keys lie at positions below `p`.
+    fn below(&self, p: usize) -> usize {
+        self.pre.min(p) + p.saturating_sub(self.kpos).min(self.len)
+    }
+
+    /// The keys a query at position `at` whose window starts at `lo` sees: the first `.0`,
+    /// and those from `.1` to `.2` (exclusive).
+    fn seen(&self, at: u32, lo: u32) -> (usize, usize, usize) {
+        let end = self.below(at as usize + 1);
+        let head = self.below(self.header).min(end);
+        (head, self.below(lo as usize).max(head).min(end), end)
+    }
 }
+
+/// Queries of a banded prompt per attention task: each reads the header and the keys from
+/// the lowest window start among its queries to the last of them.
+const BAND_BLOCK: usize = 64;
 
 /// The attention tasks (`last`: the query rows are each prompt's output rows alone): the
 /// shared beginning's own (every layer but the last: its rows attend among themselves),
-/// then one per prompt.
+/// then one per prompt, or per block of [`BAND_BLOCK`] queries of a banded prompt.
 fn attention_tasks(rows: &Rows, last: bool) -> Vec<Task> {
     let pre = rows.pre;
-    let beginning = (pre > 0 && !last).then_some(Task {
-        q0: 0,
-        nq: pre,
-        pre: 0,
-        k0: 0,
-        len: pre,
-    });
-    let prompts = rows
-        .spans
-        .iter()
-        .enumerate()
-        .map(|(p, &(first, len))| Task {
-            q0: if last { rows.out_first[p] } else { first },
-            nq: if last {
-                rows.out_first[p + 1] - rows.out_first[p]
-            } else {
-                len
-            },
-            pre,
-            k0: first,
-            len,
+    let mut tasks = Vec::with_capacity(rows.spans.len() + 1);
+    if pre > 0 && !last {
+        tasks.push(Task {
+            q0: 0,
+            nq: pre,
+            a0: 0,
+            pre: 0,
+            k0: 0,
+            len: pre,
+            kpos: 0,
+            header: 0,
         });
-    beginning.into_iter().chain(prompts).collect()
+    }
+    let (q_pos, q_lo) = if last {
+        (&rows.last_pos, &rows.last_lo)
+    } else {
+        (&rows.pos, &rows.lo)
+    };
+    for (p, &(first, len)) in rows.spans.iter().enumerate() {
+        let (q0, nq) = if last {
+            (rows.out_first[p], rows.out_first[p + 1] - rows.out_first[p])
+        } else {
+            (first, len)
+        };
+        let Some(header) = rows.bands[p] else {
+            tasks.push(Task {
+                q0,
+                nq,
+                a0: 0,
+                pre,
+                k0: first,
+                len,
+                kpos: pre,
+                header: 0,
+            });
+            continue;
+        };
+        for b0 in (q0..q0 + nq).step_by(BAND_BLOCK) {
+            let b1 = (b0 + BAND_BLOCK).min(q0 + nq);
+            let end = q_pos[b0..b1].iter().max().map_or(0, |&a| a as usize + 1);
+            let from = (b0..b1)
+                .map(|r| {
+                    if (q_pos[r] as usize) < header {
+                        0
+                    } else {
+                        q_lo[r] as usize
+                    }
+                })
+                .min()
+                .unwrap_or(0);
+            let (a0, pre, from) = if from <= header {
+                (0, 0, 0)
+            } else {
+                (first, header, from)
+            };
+            tasks.push(Task {
+                q0: b0,
+                nq: b1 - b0,
+                a0,
+                pre,
+                k0: first + from,
+                len: end - from,
+                kpos: from,
+                header,
+            });
+        }
+    }
+    tasks
 }
 
-/// `x`'s rows of a task's keys (`width` wide) in one buffer: the shared beginning's, then
-/// the task's own; borrowed as they are when there is no shared beginning.
+/// `x`'s rows of a task's keys (`width` wide) in one buffer: the first run's, then the
+/// task's own; borrowed as they are when there is no first run.
 fn task_keys<'a>(x: &'a [f32], t: &Task, width: usize) -> Cow<'a, [f32]> {
     let own = &x[t.k0 * width..(t.k0 + t.len) * width];
     if t.pre == 0 {
         return Cow::Borrowed(own);
     }
     let mut both = Vec::with_capacity(t.keys() * width);
-    both.extend_from_slice(&x[..t.pre * width]);
+    both.extend_from_slice(&x[t.a0 * width..(t.a0 + t.pre) * width]);
     both.extend_from_slice(own);
     Cow::Owned(both)
 }
@@ -432,20 +546,32 @@ fn split_runs(mut data: &mut [f32], lens: impl Iterator<Item = usize>) -> Vec<&m
     parts
 }
 
-/// Softmax over each row of the scores `p` (`len` keys a row; key `j` at position `j`; the
-/// query of row `i` at position `at[i]` sees keys up to it), zero where a query cannot see.
-fn causal_softmax(p: &mut [f32], at: &[u32], len: usize) {
+/// Softmax over each row of the scores `p` (a task's keys a row; the query of row `i` at
+/// position `at[i]` with its window from `lo[i]`, seeing the keys [`Task::seen`] gives), zero
+/// where a query cannot see.
+fn causal_softmax(p: &mut [f32], t: &Task, (at, lo): (&[u32], &[u32])) {
+    let len = t.keys();
     kernels::vectorised(|| {
-        for (row, &pos) in p.chunks_exact_mut(len).zip(at) {
-            let (seen, hidden) = row.split_at_mut(pos as usize + 1);
-            let max = seen.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            for s in seen.iter_mut() {
-                *s = kernels::exp(*s - max);
+        for ((row, &pos), &lo) in p.chunks_exact_mut(len).zip(at).zip(lo) {
+            let (head, from, end) = t.seen(pos, lo);
+            let (first, rest) = row.split_at_mut(head);
+            let (gap, rest) = rest.split_at_mut(from - head);
+            let (band, hidden) = rest.split_at_mut(end - from);
+            let top = |s: &[f32]| s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let max = top(first).max(top(band));
+            // Plain loops over each slice, so that `exp` vectorises.
+            for s in [&mut *first, &mut *band] {
+                for x in s.iter_mut() {
+                    *x = kernels::exp(*x - max);
+                }
             }
-            let inv = 1.0 / seen.iter().sum::<f32>();
-            for s in seen.iter_mut() {
-                *s *= inv;
+            let inv = 1.0 / (first.iter().sum::<f32>() + band.iter().sum::<f32>());
+            for s in [first, band] {
+                for x in s.iter_mut() {
+                    *x *= inv;
+                }
             }
+            gap.fill(0.0);
             hidden.fill(0.0);
         }
     });
@@ -466,7 +592,11 @@ fn attention_forward(
     let (qw, kvw) = (nh * hd, nkv * hd);
     let rep = nh / nkv.max(1);
     let tasks = attention_tasks(rows, last);
-    let q_pos = if last { &rows.last_pos } else { &rows.pos };
+    let (q_pos, q_lo) = if last {
+        (&rows.last_pos, &rows.last_lo)
+    } else {
+        (&rows.pos, &rows.lo)
+    };
     let mut p = buffer(tasks.iter().map(|t| nh * t.nq * t.keys()).sum());
     let ps = split_runs(&mut p, tasks.iter().map(|t| nh * t.nq * t.keys()));
     let outs = split_runs(att, tasks.iter().map(|t| t.nq * qw));
@@ -489,7 +619,7 @@ fn attention_forward(
                     scale,
                     Threads::One,
                 );
-                causal_softmax(p, &q_pos[q0..q0 + nq], len);
+                causal_softmax(p, t, (&q_pos[q0..q0 + nq], &q_lo[q0..q0 + nq]));
                 let oh = MatMut::strided(&mut out[head * hd..], nq, hd, qw);
                 gemm(oh, Mat::new(p, nq, len), vh, false, 1.0, Threads::One);
             }
