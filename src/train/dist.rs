@@ -497,6 +497,7 @@ mod tests {
                 value: 0.25,
                 reward: 1.5,
                 memory: vec![0.5, -1.0],
+                read: None,
             }],
             terminated: arena.is_multiple_of(2),
             bootstrap: Some(0.5),

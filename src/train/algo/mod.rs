@@ -63,6 +63,7 @@ pub(crate) mod tests {
                     value: 0.0,
                     reward,
                     memory: Vec::new(),
+                    read: None,
                 })
                 .collect(),
             ..Default::default()
