@@ -258,6 +258,23 @@ pub(crate) fn transpose(
     for r0 in (0..rows).step_by(T) {
         for c0 in (0..cols).step_by(T) {
             let c1 = (c0 + T).min(cols);
+            if r0 + T <= rows && c1 - c0 == T {
+                // A whole tile through a local copy: sixteen reads of a line each, then
+                // sixteen writes of a line each, without a bound check between.
+                let mut tile = [[0f32; T]; T];
+                for (i, t) in tile.iter_mut().enumerate() {
+                    let at = (r0 + i) * src_stride + c0;
+                    t.copy_from_slice(&src[at..at + T]);
+                }
+                for j in 0..T {
+                    let at = (c0 + j) * dst_stride + r0;
+                    let out: &mut [f32; T] = (&mut dst[at..at + T]).try_into().expect("a tile");
+                    for (i, o) in out.iter_mut().enumerate() {
+                        *o = tile[i][j];
+                    }
+                }
+                continue;
+            }
             for r in r0..(r0 + T).min(rows) {
                 let line = &src[r * src_stride + c0..r * src_stride + c1];
                 for (c, &x) in (c0..c1).zip(line) {
