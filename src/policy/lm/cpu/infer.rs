@@ -24,7 +24,7 @@ use std::ops::Deref;
 
 use super::kernels::{self, RopeTables, Segments};
 use super::parts::each_part;
-use crate::policy::gemm::matmul_wt;
+use crate::policy::gemm::{matmul_wt, transpose};
 
 /// A tensor's f32 data on the CPU, held for reading (`G`: candle's storage read guard).
 pub(crate) struct Locked<G> {
@@ -544,7 +544,14 @@ pub(in crate::policy::lm) fn packed_hidden_keep(
             };
         let bufs = (&mut x[..], &mut n[..], &mut q[..], &mut g[..], &mut u[..]);
         let at = (&projections, i, l, rope);
-        attend_and_mlp_cut(m, at, bufs, (&k, &v), (spans, q_pos, runs), at_cut);
+        attend_and_mlp_cut(
+            m,
+            at,
+            bufs,
+            Keys::Packed(&k, &v),
+            (spans, q_pos, runs),
+            at_cut,
+        );
     }
     let mut out = vec![0f32; x.len()];
     kernels::rms_rows(&mut out, &x, m.norm, m.sizes.eps);
@@ -569,14 +576,67 @@ pub(in crate::policy::lm) fn extend_hidden(
 }
 
 /// One agent's keys and values kept from step to step (an agent with memory: its context
-/// so far), every layer's rotated keys and values `(tokens, kv width)`; empty at the start.
-/// Tokens can leave it ([`RowKv::evict`]) while the others keep their positions: the next
-/// token's position is one past the last token ever added since it was cleared.
+/// so far), every layer's rotated keys and values; empty at the start. The keys are kept
+/// transposed ([`LayerKv`]), as the attention kernel reads them, so a step transposes only
+/// its new tokens' keys and copies nothing else. Tokens can leave it ([`RowKv::evict`])
+/// while the others keep their positions: the next token's position is one past the last
+/// token ever added since it was cleared.
 #[derive(Debug, Clone, Default)]
 pub struct RowKv {
-    layers: Vec<(Vec<f32>, Vec<f32>)>,
+    layers: Vec<LayerKv>,
     len: usize,
     next: usize,
+}
+
+/// One layer of a [`RowKv`]: keys transposed, `kt` `(kv width, cap)` (token `r`'s width
+/// column `c` at `c · cap + r`, zero from the last token to `cap`, with `cap` at least the
+/// tokens rounded up to whole blocks of the kernel's keys), and values `v` `(tokens, kv
+/// width)` row-major.
+#[derive(Debug, Clone, Default)]
+struct LayerKv {
+    kt: Vec<f32>,
+    cap: usize,
+    v: Vec<f32>,
+}
+
+impl LayerKv {
+    /// Appends the keys `k` and values `v` of `n` new tokens (row-major, `width` wide) after
+    /// the `len` it holds, growing `cap` (to twice the tokens, whole blocks) when they do
+    /// not fit.
+    fn push(&mut self, len: usize, (k, v): (&[f32], &[f32]), width: usize) {
+        let n = k.len() / width.max(1);
+        let need = (len + n).next_multiple_of(kernels::KEYS);
+        if need > self.cap {
+            let cap = (2 * (len + n)).next_multiple_of(kernels::KEYS);
+            let mut kt = vec![0f32; width * cap];
+            for c in 0..width {
+                kt[c * cap..c * cap + len].copy_from_slice(&self.kt[c * self.cap..][..len]);
+            }
+            self.kt = kt;
+            self.cap = cap;
+        }
+        transpose(&mut self.kt[len..], self.cap, k, width, (n, width));
+        self.v.extend_from_slice(v);
+    }
+
+    /// Removes tokens `from..from + n` of the `len` it holds (`width` wide).
+    fn evict(&mut self, len: usize, (from, n): (usize, usize), width: usize) {
+        for c in 0..width {
+            let col = &mut self.kt[c * self.cap..c * self.cap + len];
+            col.copy_within(from + n..len, from);
+            col[len - n..].fill(0.0);
+        }
+        self.v.drain(from * width..(from + n) * width);
+    }
+
+    /// What [`kernels::attend_own_into`] reads.
+    fn own(&self) -> kernels::OwnKv<'_> {
+        kernels::OwnKv {
+            kt: &self.kt,
+            stride: self.cap,
+            v: &self.v,
+        }
+    }
 }
 
 impl RowKv {
@@ -609,10 +669,9 @@ impl RowKv {
         if n == 0 {
             return;
         }
-        for (k, v) in &mut self.layers {
-            let w = k.len() / self.len.max(1);
-            k.drain(from * w..(from + n) * w);
-            v.drain(from * w..(from + n) * w);
+        for layer in &mut self.layers {
+            let width = layer.v.len() / self.len.max(1);
+            layer.evict(self.len, (from, n), width);
         }
         self.len -= n;
     }
@@ -681,6 +740,14 @@ pub(in crate::policy::lm) fn extend_cached(
     let rows_kv = starts
         .last()
         .map_or(0, |&s| s + own[b - 1] + ext[b - 1].len());
+    // Agents' own keys and values are read where they are kept: each row's segments index
+    // its own prompt's rows (from 0), and no packed copy is made.
+    let own_kv = matches!(cache, Cached::Rows(..));
+    let (starts, rows_kv) = if own_kv {
+        (vec![0; b], 0)
+    } else {
+        (starts, rows_kv)
+    };
     let mut pos = Vec::with_capacity(total);
     let mut spans_all: Vec<Segments> = Vec::with_capacity(total);
     let mut spans_last: Vec<Segments> = Vec::with_capacity(b);
@@ -718,6 +785,11 @@ pub(in crate::policy::lm) fn extend_cached(
     let mut v = vec![0f32; total * kvw];
     let mut kk = vec![0f32; rows_kv * kvw];
     let mut vv = vec![0f32; rows_kv * kvw];
+    // Each query row's prompt, the source of its keys where they are the agents' own.
+    let from_all: Vec<u32> = (0..b as u32)
+        .flat_map(|i| std::iter::repeat_n(i, ext[i as usize].len()))
+        .collect();
+    let from_last: Vec<u32> = (0..b as u32).collect();
     let mut g = vec![0f32; total * iw];
     let mut u = vec![0f32; total * iw];
     let least = min_cut_rows(&m.sizes, projections.lora);
@@ -748,19 +820,15 @@ pub(in crate::policy::lm) fn extend_cached(
                 }
             }
             Cached::Rows(rows, _) => {
-                // Each agent's rows, then its new ones appended to them for the next step.
+                // Each agent's new keys and values appended to its own (read in place by
+                // the attention below, and continued from at the next step).
                 let mut r0 = 0;
-                for ((row, &start), e) in rows.iter_mut().zip(&starts).zip(ext) {
+                for (row, e) in rows.iter_mut().zip(ext) {
                     if row.layers.len() < layers {
                         row.layers.resize_with(layers, Default::default);
                     }
-                    let (ck, cv) = &mut row.layers[i];
                     let new = r0 * kvw..(r0 + e.len()) * kvw;
-                    ck.extend_from_slice(&k[new.clone()]);
-                    cv.extend_from_slice(&v[new]);
-                    let to = start * kvw;
-                    kk[to..to + ck.len()].copy_from_slice(ck);
-                    vv[to..to + cv.len()].copy_from_slice(cv);
+                    row.layers[i].push(row.len, (&k[new.clone()], &v[new]), kvw);
                     r0 += e.len();
                 }
             }
@@ -771,7 +839,8 @@ pub(in crate::policy::lm) fn extend_cached(
                 vv[row * kvw..(row + 1) * kvw].copy_from_slice(&v[r * kvw..(r + 1) * kvw]);
             }
         }
-        let (spans, q_pos, runs, at_cut): (&[Segments], &[u32], &Runs, _) = if i + 1 == layers {
+        let last = i + 1 == layers;
+        let (spans, q_pos, runs, at_cut): (&[Segments], &[u32], &Runs, _) = if last {
             x = gather(&x, &last_rows, h);
             n = gather(&n, &last_rows, h);
             (&spans_last, &last_pos, &last_runs, cut_last)
@@ -780,7 +849,16 @@ pub(in crate::policy::lm) fn extend_cached(
         };
         let bufs = (&mut x[..], &mut n[..], &mut q[..], &mut g[..], &mut u[..]);
         let at = (&projections, i, l, rope);
-        attend_and_mlp_cut(m, at, bufs, (&kk, &vv), (spans, q_pos, runs), at_cut);
+        let own: Vec<kernels::OwnKv<'_>> = match &cache {
+            Cached::Rows(rows, _) => rows.iter().map(|r| r.layers[i].own()).collect(),
+            Cached::Batch(_) => Vec::new(),
+        };
+        let keys = if own_kv {
+            Keys::Own(&own, if last { &from_last } else { &from_all })
+        } else {
+            Keys::Packed(&kk, &vv)
+        };
+        attend_and_mlp_cut(m, at, bufs, keys, (spans, q_pos, runs), at_cut);
     }
     if let Cached::Rows(rows, _) = &mut cache {
         for (row, e) in rows.iter_mut().zip(ext) {
@@ -901,6 +979,25 @@ fn keys_and_values_cut(
     });
 }
 
+/// Where a layer's attention reads its keys and values: packed rows `(k, v)` (`(rows, kv
+/// width)`, transposed by the kernel), or each prompt's own ([`RowKv`]) with each query
+/// row's prompt.
+#[derive(Clone, Copy)]
+enum Keys<'a> {
+    Packed(&'a [f32], &'a [f32]),
+    Own(&'a [kernels::OwnKv<'a>], &'a [u32]),
+}
+
+impl<'a> Keys<'a> {
+    /// The keys of query rows `..mid` and `mid..`.
+    fn split(self, mid: usize) -> [Keys<'a>; 2] {
+        match self {
+            Keys::Packed(..) => [self, self],
+            Keys::Own(own, from) => [Keys::Own(own, &from[..mid]), Keys::Own(own, &from[mid..])],
+        }
+    }
+}
+
 /// [`attend_and_mlp`] over the rows of `spans`, in two halves side by side where `cut` says
 /// (each half's query rows read every key).
 #[allow(clippy::type_complexity)]
@@ -908,12 +1005,12 @@ fn attend_and_mlp_cut(
     m: &ModelData<'_>,
     at: (&Project<'_, '_>, usize, &LayerData<'_>, &RopeTables),
     (x, n, q, g, u): (&mut [f32], &mut [f32], &mut [f32], &mut [f32], &mut [f32]),
-    (k, v): (&[f32], &[f32]),
+    keys: Keys<'_>,
     (spans, q_pos, runs): (&[Segments], &[u32], &Runs),
     cut: Option<usize>,
 ) {
     let Some(mid) = cut else {
-        return attend_and_mlp(m, at, (x, n, q, g, u), (k, v), (spans, q_pos, runs));
+        return attend_and_mlp(m, at, (x, n, q, g, u), keys, (spans, q_pos, runs));
     };
     let (h, nh, _, hd, iw) = m.sizes.dims();
     let qw = nh * hd;
@@ -923,12 +1020,13 @@ fn attend_and_mlp_cut(
     let (ga, gb) = g.split_at_mut(mid * iw);
     let (ua, ub) = u.split_at_mut(mid * iw);
     let [ra, rb] = split_runs(runs, mid);
+    let [ka, kb] = keys.split(mid);
     let halves = vec![
-        ((xa, na, qa, ga, ua), (&spans[..mid], &q_pos[..mid], ra)),
-        ((xb, nb, qb, gb, ub), (&spans[mid..], &q_pos[mid..], rb)),
+        ((xa, na, qa, ga, ua), (&spans[..mid], &q_pos[..mid], ra), ka),
+        ((xb, nb, qb, gb, ub), (&spans[mid..], &q_pos[mid..], rb), kb),
     ];
-    each_part(halves, |_, (bufs, (spans, q_pos, runs))| {
-        attend_and_mlp(m, at, bufs, (k, v), (spans, q_pos, &runs));
+    each_part(halves, |_, (bufs, (spans, q_pos, runs), keys)| {
+        attend_and_mlp(m, at, bufs, keys, (spans, q_pos, &runs));
     });
 }
 
@@ -942,7 +1040,7 @@ fn attend_and_mlp(
     m: &ModelData<'_>,
     (projections, i, l, rope): (&Project<'_, '_>, usize, &LayerData<'_>, &RopeTables),
     (x, n, q, g, u): (&mut [f32], &mut [f32], &mut [f32], &mut [f32], &mut [f32]),
-    (k, v): (&[f32], &[f32]),
+    keys: Keys<'_>,
     (spans, q_pos, runs): (&[Segments], &[u32], &Runs),
 ) {
     let (h, nh, nkv, hd, iw) = m.sizes.dims();
@@ -957,7 +1055,12 @@ fn attend_and_mlp(
     // above, written again below): no buffer to allocate and fill per layer. It fits, as
     // `hd` is `h / nh` (`LmConfig::head_dim`), so `qw` is at most `h`.
     let att = &mut n[..rows * qw];
-    kernels::attend_into(att, q, k, v, spans, (nh, nkv, hd), scale);
+    match keys {
+        Keys::Packed(k, v) => kernels::attend_into(att, q, k, v, spans, (nh, nkv, hd), scale),
+        Keys::Own(own, from) => {
+            kernels::attend_own_into(att, q, (own, from), spans, (nh, nkv, hd), scale);
+        }
+    }
     let x = &mut x[..rows * h];
     projections.run(x, att, l.o, (rows, qw, h), true, (i, 3, runs));
     let n = &mut n[..rows * h];
@@ -1052,6 +1155,47 @@ mod tests {
     /// What `min_cut_rows` rests on: the rows of a product cut as it allows are, bit for
     /// bit, the whole product's rows, for the shapes the models have (inner 128 to 2048,
     /// outputs 32 to 512, the whole 300 rows).
+    #[test]
+    fn an_agents_kept_keys_stay_the_transpose_of_its_tokens_through_growth_and_eviction() {
+        // Tokens 0, 1, 2, ... of width 3, key (t, c) = 10 t + c and value its negation,
+        // pushed 7 and 30 at a time (the second grows the buffer), then tokens 2..12 evicted.
+        let width = 3;
+        let row = |t: usize| -> Vec<f32> { (0..width).map(|c| (10 * t + c) as f32).collect() };
+        let mut layer = LayerKv::default();
+        let mut kept: Vec<usize> = Vec::new();
+        for range in [0..7, 7..37] {
+            let k: Vec<f32> = range.clone().flat_map(row).collect();
+            let v: Vec<f32> = k.iter().map(|x| -x).collect();
+            layer.push(kept.len(), (&k, &v), width);
+            kept.extend(range);
+        }
+        layer.evict(kept.len(), (2, 10), width);
+        kept.drain(2..12);
+        let own = layer.own();
+        assert!(own.stride >= kept.len().next_multiple_of(kernels::KEYS));
+        for c in 0..width {
+            for (r, &t) in kept.iter().enumerate() {
+                assert_eq!(
+                    own.kt[c * own.stride + r],
+                    (10 * t + c) as f32,
+                    "key {t}, {c}"
+                );
+                assert_eq!(
+                    own.v[r * width + c],
+                    -((10 * t + c) as f32),
+                    "value {t}, {c}"
+                );
+            }
+            // Zeros past the last token, where the kernel reads whole blocks.
+            assert!(
+                own.kt[c * own.stride + kept.len()..(c + 1) * own.stride]
+                    .iter()
+                    .all(|&x| x == 0.0)
+            );
+        }
+        assert_eq!(own.v.len(), kept.len() * width);
+    }
+
     #[test]
     fn a_cut_product_gives_the_whole_products_rows() {
         let value = |i: usize| ((i * 7919 % 1009) as f32 - 504.0) / 97.0;

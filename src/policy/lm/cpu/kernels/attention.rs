@@ -80,9 +80,7 @@ pub fn attend_into(
     (heads, kv_heads, dim): (usize, usize, usize),
     scale: f32,
 ) {
-    let rows = segments.len();
     let rows_k = k.len() / (kv_heads * dim).max(1);
-    let group = heads / kv_heads.max(1);
     // Keys transposed to `(kv_heads, dim, stride)`: a query's scores are then `dim`
     // multiply-adds over contiguous runs of keys, no sums across lanes. Each run is padded
     // with zeros to whole blocks of `KEYS`, so the score loop has no remainder.
@@ -99,7 +97,61 @@ pub fn attend_into(
             let n = TILE.min(width_kv - c0);
             transpose(cols, stride, &k[c0.min(k.len())..], width_kv, (rows_k, n));
         });
-    let k = &kt[..];
+    let kv = [OwnKv { kt: &kt, stride, v }];
+    let from = vec![0u32; segments.len()];
+    attend_groups(
+        out,
+        q,
+        (&kv, &from),
+        segments,
+        (heads, kv_heads, dim),
+        scale,
+    );
+}
+
+/// One prompt's own keys and values for [`attend_own_into`]: its keys transposed, `kt`
+/// `(kv_heads · dim, stride)` (key row `r` of width column `c` at `c · stride + r`), with
+/// `stride` at least its key rows rounded up to whole blocks of [`KEYS`] (the score loop
+/// reads whole blocks; what it reads past the last key is masked), and its values `v`
+/// `(rows, kv_heads · dim)` row-major.
+#[derive(Clone, Copy)]
+pub struct OwnKv<'a> {
+    /// The keys, transposed.
+    pub kt: &'a [f32],
+    /// `kt`'s row length.
+    pub stride: usize,
+    /// The values, row-major.
+    pub v: &'a [f32],
+}
+
+/// [`attend_into`] where each query row reads the keys and values of its own source:
+/// `own[from[r]]` for row `r`, whose [`Segments`] index that source's rows. Nothing is
+/// copied or transposed per call: an agent with memory keeps its keys transposed from step
+/// to step ([`crate::policy::lm::cpu::infer::RowKv`]), where packing every agent's context
+/// into one buffer and transposing it again each layer took a quarter of a step.
+pub fn attend_own_into(
+    out: &mut [f32],
+    q: &[f32],
+    (own, from): (&[OwnKv<'_>], &[u32]),
+    segments: &[Segments],
+    sizes: (usize, usize, usize),
+    scale: f32,
+) {
+    attend_groups(out, q, (own, from), segments, sizes, scale);
+}
+
+/// The query rows of `segments` in runs sharing a source and their segments' start, each
+/// run dispatched to the kernel for its head size.
+fn attend_groups(
+    out: &mut [f32],
+    q: &[f32],
+    (own, from): (&[OwnKv<'_>], &[u32]),
+    segments: &[Segments],
+    (heads, kv_heads, dim): (usize, usize, usize),
+    scale: f32,
+) {
+    let rows = segments.len();
+    let group = heads / kv_heads.max(1);
     let width = heads * dim;
     let out = &mut out[..rows * width];
     // Runs of up to GROUP consecutive rows of one prompt (the same shared prefix, the same
@@ -111,7 +163,11 @@ pub fn attend_into(
     while r < rows {
         let [pre, (first, len)] = segments[r];
         let mut n = 1;
-        while n < most && r + n < rows && segments[r + n] == [pre, (first, len + n as u32)] {
+        while n < most
+            && r + n < rows
+            && from[r + n] == from[r]
+            && segments[r + n] == [pre, (first, len + n as u32)]
+        {
             n += 1;
         }
         groups.push((r, n));
@@ -129,13 +185,14 @@ pub fn attend_into(
         .zip(groups.par_iter())
         .with_min_len(2)
         .for_each(|(out, &(r, n))| {
+            let kv = own[from[r] as usize];
             let row = AttendRow {
                 out,
                 q: &q[r * width..(r + n) * width],
-                k,
-                v,
+                k: kv.kt,
+                v: kv.v,
                 segs: segments[r].map(|(f, n)| (f as usize, n as usize)),
-                stride,
+                stride: kv.stride,
                 heads,
                 group,
                 kv_heads,
@@ -158,7 +215,7 @@ pub fn attend_into(
 const TILE: usize = 16;
 
 /// Keys per block of [`span_attention`]'s score loop (one AVX-512 register).
-pub(super) const KEYS: usize = 16;
+pub(crate) const KEYS: usize = 16;
 
 /// Query rows computed together by [`AttendGroup`].
 pub(super) const GROUP: usize = 4;

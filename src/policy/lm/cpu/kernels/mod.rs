@@ -34,7 +34,8 @@ mod swiglu;
 #[cfg(test)]
 mod tests;
 
-pub use attention::{Segments, attend, attend_into, span_attention};
+pub(crate) use attention::KEYS;
+pub use attention::{OwnKv, Segments, attend, attend_into, attend_own_into, span_attention};
 pub use rms_norm::{rms_norm, rms_rows, rms_rows_backward};
 pub use rope::{RopeTables, rope, rope_at, rotate};
 pub(crate) use simd::vectorised;
