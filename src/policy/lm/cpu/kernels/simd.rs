@@ -61,3 +61,96 @@ pub fn instructions() -> &'static str {
 pub(crate) fn vectorised<R>(f: impl FnOnce() -> R) -> R {
     pulp::Arch::new().dispatch(f)
 }
+
+/// Partial results per lane of [`sum`], [`max`] and [`dot`]: element `i` goes to lane
+/// `i % LANES`, and the lanes are combined pairwise at the end. A single running total is a
+/// chain of dependent additions that the compiler may not reorder (one element per addition's
+/// latency, about 4 cycles); independent lanes vectorise, in an order fixed by the length
+/// alone, so the result is the same bits on any thread count and either instruction set.
+const LANES: usize = 16;
+
+/// Combines the lanes pairwise: lane `j` with lane `j + w`, for `w` = 8, 4, 2, 1.
+#[inline(always)]
+fn fold(mut acc: [f32; LANES], op: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut w = LANES;
+    while w > 1 {
+        w /= 2;
+        for j in 0..w {
+            acc[j] = op(acc[j], acc[j + w]);
+        }
+    }
+    acc[0]
+}
+
+/// `Σ x`, in [`LANES`] partial sums (call inside [`vectorised`]).
+#[inline(always)]
+pub(crate) fn sum(x: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for j in 0..LANES {
+            acc[j] += c[j];
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(rest) {
+        *a += v;
+    }
+    fold(acc, |a, b| a + b)
+}
+
+/// `max x` (−∞ for none), in [`LANES`] partial maxima (call inside [`vectorised`]).
+#[inline(always)]
+pub(crate) fn max(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for j in 0..LANES {
+            acc[j] = acc[j].max(c[j]);
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(rest) {
+        *a = a.max(v);
+    }
+    fold(acc, f32::max)
+}
+
+/// `Σ a·b` over the shorter of the two, in [`LANES`] partial sums (call inside
+/// [`vectorised`]).
+#[inline(always)]
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for j in 0..LANES {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    for ((s, &x), &y) in acc.iter_mut().zip(ra).zip(rb) {
+        *s += x * y;
+    }
+    fold(acc, |a, b| a + b)
+}
+
+/// Writes `e^(x − shift)` over `x` and returns their sum, in [`LANES`] partial sums (call
+/// inside [`vectorised`]).
+#[inline(always)]
+pub(crate) fn exp_sum(x: &mut [f32], shift: f32) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mut chunks = x.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for j in 0..LANES {
+            c[j] = exp(c[j] - shift);
+            acc[j] += c[j];
+        }
+    }
+    for (a, v) in acc.iter_mut().zip(chunks.into_remainder()) {
+        *v = exp(*v - shift);
+        *a += *v;
+    }
+    fold(acc, |a, b| a + b)
+}

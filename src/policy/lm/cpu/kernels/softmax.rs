@@ -4,7 +4,7 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor, bail};
 use rayon::prelude::*;
 use std::sync::Arc;
 
-use super::{MIN_ROWS, exp, slice, vectorised, with_data};
+use super::{MIN_ROWS, exp, simd, slice, vectorised, with_data};
 
 /// Softmax of `s · scale` over the last dimension of `(..., t, t)` score blocks, keeping
 /// only `j ≤ i` in row `i` (causal attention): the rest is exactly 0.
@@ -88,13 +88,14 @@ impl CustomOp1 for CausalSoftmax {
             .for_each(|(row, (yr, xr))| {
                 vectorised(|| {
                     let n = self.seen(row, t);
-                    let max = xr[..n]
-                        .iter()
-                        .fold(f32::NEG_INFINITY, |m, &v| m.max(v * self.scale));
                     for (o, &v) in yr[..n].iter_mut().zip(&xr[..n]) {
-                        *o = exp(v * self.scale - max);
+                        *o = v * self.scale;
                     }
-                    let sum: f32 = yr[..n].iter().sum();
+                    let max = simd::max(&yr[..n]);
+                    for o in &mut yr[..n] {
+                        *o = exp(*o - max);
+                    }
+                    let sum = simd::sum(&yr[..n]);
                     let inv = 1.0 / sum;
                     for o in &mut yr[..n] {
                         *o *= inv;
@@ -116,7 +117,7 @@ impl CustomOp1 for CausalSoftmax {
                     .for_each(|(row, (dr, (pr, gr)))| {
                         vectorised(|| {
                             let n = self.seen(row, t);
-                            let dot: f32 = pr[..n].iter().zip(&gr[..n]).map(|(a, b)| a * b).sum();
+                            let dot = simd::dot(&pr[..n], &gr[..n]);
                             for ((o, &pv), &gv) in dr[..n].iter_mut().zip(&pr[..n]).zip(&gr[..n]) {
                                 *o = self.scale * pv * (gv - dot);
                             }

@@ -212,6 +212,43 @@ fn exp_is_within_4e7_of_libm() {
 }
 
 #[test]
+fn the_lane_reductions_give_the_sums_the_maxima_and_the_products() {
+    // Lengths below, at and past the lanes, with and without a remainder; values worked by
+    // hand: 1 + 2 + ... + n = n(n + 1)/2, the largest is n, and Σ i·(n + 1 − i) =
+    // n(n + 1)(n + 2)/6.
+    for n in [0usize, 1, 5, 15, 16, 17, 33, 100] {
+        let x: Vec<f32> = (1..=n).map(|i| i as f32).collect();
+        let y: Vec<f32> = (1..=n).rev().map(|i| i as f32).collect();
+        let nf = n as f32;
+        assert_eq!(simd::sum(&x), nf * (nf + 1.0) / 2.0, "sum of 1..={n}");
+        assert_eq!(
+            simd::max(&x),
+            if n == 0 { f32::NEG_INFINITY } else { nf },
+            "max of 1..={n}"
+        );
+        assert_eq!(
+            simd::dot(&x, &y),
+            nf * (nf + 1.0) * (nf + 2.0) / 6.0,
+            "dot, n = {n}"
+        );
+        // e^(x − max) in place, and its sum against f64's.
+        let mut e: Vec<f32> = x.iter().map(|v| v / 10.0).collect();
+        let want: f64 = e
+            .iter()
+            .map(|&v| (f64::from(v) - nf as f64 / 10.0).exp())
+            .sum();
+        let got = simd::exp_sum(&mut e, nf / 10.0);
+        assert!(
+            (f64::from(got) - want).abs() <= 1e-6 * want.max(1.0),
+            "{got} vs {want}"
+        );
+        assert!((f64::from(e.iter().sum::<f32>()) - want).abs() <= 1e-5 * want.max(1.0));
+    }
+    // A negative maximum is found (no lane starts at zero).
+    assert_eq!(simd::max(&[-3.0, -1.5, -2.0]), -1.5);
+}
+
+#[test]
 fn results_are_the_same_bits_on_one_and_two_threads() {
     let x = random(&[4, 64, 32], 9);
     let w = random(&[32], 10);

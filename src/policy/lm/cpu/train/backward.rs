@@ -266,7 +266,7 @@ fn task_backward(
         );
         kernels::vectorised(|| {
             for (pr, dr) in p.chunks_exact(len).zip(ds.chunks_exact_mut(len)) {
-                let dot: f32 = pr.iter().zip(dr.iter()).map(|(a, b)| a * b).sum();
+                let dot = simd::dot(pr, dr);
                 for (d, &pp) in dr.iter_mut().zip(pr) {
                     *d = pp * (*d - dot);
                 }

@@ -28,7 +28,7 @@ use super::infer::{
     LoraData, MIN_SHARED, ModelData, ModelIx, Packed, Project, Runs, add_bias, embed_rows, gather,
     runs,
 };
-use super::kernels::{self, RopeTables};
+use super::kernels::{self, RopeTables, simd};
 use super::parts::each_part;
 use super::pool::{buffer, copy, recycle, zeros};
 use crate::policy::gemm::{Mat, MatMut, Threads, gemm, gemm_long, matmul_wt};
@@ -557,15 +557,9 @@ fn causal_softmax(p: &mut [f32], t: &Task, (at, lo): (&[u32], &[u32])) {
             let (first, rest) = row.split_at_mut(head);
             let (gap, rest) = rest.split_at_mut(from - head);
             let (band, hidden) = rest.split_at_mut(end - from);
-            let top = |s: &[f32]| s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let max = top(first).max(top(band));
-            // Plain loops over each slice, so that `exp` vectorises.
-            for s in [&mut *first, &mut *band] {
-                for x in s.iter_mut() {
-                    *x = kernels::exp(*x - max);
-                }
-            }
-            let inv = 1.0 / (first.iter().sum::<f32>() + band.iter().sum::<f32>());
+            let max = simd::max(first).max(simd::max(band));
+            let total = simd::exp_sum(first, max) + simd::exp_sum(band, max);
+            let inv = 1.0 / total;
             for s in [first, band] {
                 for x in s.iter_mut() {
                     *x *= inv;
