@@ -31,27 +31,28 @@ pub fn load_scene(path: &Path) -> Result<Scene, SceneError> {
 /// replace the scene's.
 pub fn load_run_scene(path: &Path) -> Result<Scene, SceneError> {
     let mut s = checked(&scene::read_text(path)?, path, scene::parse_run_data)?;
-    // The run's text style when it was given apart from the scene (`train --text`): its
-    // settings in config.json beside the copy (absent in runs from before the setting).
-    let settings = path
-        .parent()
-        .and_then(|run| std::fs::read_to_string(run.join("config.json")).ok())
-        .and_then(|c| serde_json::from_str::<serde_json::Value>(&c).ok())
-        .map(|v| v["settings"].clone());
-    if let Some(text) = settings
-        .as_ref()
-        .and_then(|v| serde_json::from_value(v["text"].clone()).ok())
-    {
-        s.spec.text = text;
-    }
-    // The same for the turns its language models remembered (`train --memory`).
-    if let Some(memory) = settings
-        .as_ref()
-        .and_then(|v| serde_json::from_value(v["memory"].clone()).ok())
-    {
-        s.spec.memory = memory;
+    if let Some(run) = path.parent() {
+        let (text, memory) = run_text(run);
+        s.spec.text = text.unwrap_or(s.spec.text);
+        s.spec.memory = memory.unwrap_or(s.spec.memory);
     }
     Ok(s)
+}
+
+/// The text style and memory a training run's language models read with, as its
+/// `config.json` records them (`settings.text` and `settings.memory`, from `train --text`
+/// and `--memory` or the scene's `train:` block); `None` for what it does not record (runs
+/// from before the setting, or a folder that is not a run).
+pub fn run_text(run: &Path) -> (Option<crate::scene::TextStyle>, Option<u32>) {
+    let settings = std::fs::read_to_string(run.join("config.json"))
+        .ok()
+        .and_then(|c| serde_json::from_str::<serde_json::Value>(&c).ok())
+        .map(|v| v["settings"].clone());
+    let field = |name: &str| settings.as_ref().map(|v| v[name].clone());
+    (
+        field("text").and_then(|v| serde_json::from_value(v).ok()),
+        field("memory").and_then(|v| serde_json::from_value(v).ok()),
+    )
 }
 
 /// `text` (without a byte-order mark, which the offsets must not count) through the scene

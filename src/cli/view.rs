@@ -28,7 +28,8 @@ pub struct ViewArgs {
     #[arg(long, conflicts_with = "checkpoint")]
     pub model: Option<String>,
     /// A training checkpoint (`runs/NAME/checkpoints/iter_K`): its model plays the scene's
-    /// `lm` teams, and the run's training curves are drawn.
+    /// `lm` teams, reading the text style and memory the run trained with (unless `--text`
+    /// or `--memory` is given), and the run's training curves are drawn.
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
     /// Run seed: the same seed gives the same trajectories as `emergence run`.
@@ -136,7 +137,22 @@ pub fn cmd_view(args: ViewArgs) -> Result<()> {
             anyhow::bail!("give a SCENE or --replay FILE");
         };
         let policy = args.policy.clone();
-        let (max_steps, text) = (args.max_steps, (args.text, args.memory));
+        // A checkpoint's run folder (runs/NAME from runs/NAME/checkpoints/iter_K, or from its
+        // team_NAME/ subfolder): the curves are drawn, and its models read the text style
+        // and memory they were trained with unless --text or --memory says otherwise.
+        run_dir = args.checkpoint.as_ref().and_then(|c| {
+            c.ancestors()
+                .skip(2)
+                .take(2)
+                .find(|r| r.join("metrics.jsonl").is_file())
+                .map(Path::to_path_buf)
+        });
+        let trained = run_dir
+            .as_deref()
+            .map(emergence::load::run_text)
+            .unwrap_or_default();
+        let text = (args.text.or(trained.0), args.memory.or(trained.1));
+        let max_steps = args.max_steps;
         let scene = apply_overrides(load_scene(path)?, policy.as_deref(), max_steps, text)?;
         let model = match &args.checkpoint {
             Some(c) => {
@@ -148,12 +164,6 @@ pub fn cmd_view(args: ViewArgs) -> Result<()> {
                         c.display()
                     );
                 }
-                // runs/NAME/checkpoints/iter_K -> runs/NAME, for the training curves.
-                run_dir = c
-                    .parent()
-                    .and_then(Path::parent)
-                    .filter(|r| r.join("metrics.jsonl").is_file())
-                    .map(Path::to_path_buf);
                 Some(emergence::policy::lm::ModelSource::Folder(c.clone()))
             }
             None => model.map(|(s, _)| s),

@@ -972,9 +972,10 @@ fn a_closed_pipe_ends_a_command_without_a_panic() {
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
 }
 
-/// `train --text compact`: the run's settings keep the style (config.json), and what reads
-/// the run again, `--resume` and `eval`, reads its scene copy in that style; without the flag
-/// the scene's own style is kept; `--text` with `--resume` is refused like any setting.
+/// `train --text compact --memory 2`: the run's settings keep the style and the memory
+/// (config.json), and what reads the run again, `--resume`, `eval` and `view --checkpoint`
+/// (`load::run_text`), reads them; without the flags the scene's own are kept; `--text` with
+/// `--resume` is refused like any setting.
 #[test]
 fn train_text_is_kept_with_the_run() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -996,16 +997,25 @@ fn train_text_is_kept_with_the_run() {
         let o = emergence(d, &args);
         assert!(o.status.success(), "{}", stderr(&o));
     };
-    train("compact", &["--text", "compact"]);
+    train("compact", &["--text", "compact", "--memory", "2"]);
     train("plain", &[]);
     use emergence::scene::TextStyle;
-    for (run, style) in [("compact", TextStyle::Compact), ("plain", TextStyle::Full)] {
+    for (run, style, memory) in [
+        ("compact", TextStyle::Compact, 2),
+        ("plain", TextStyle::Full, 0),
+    ] {
+        assert_eq!(
+            emergence::load::run_text(&d.join(run)),
+            (Some(style), Some(memory)),
+            "{run}: as view --checkpoint reads it"
+        );
         let config = std::fs::read_to_string(d.join(run).join("config.json")).expect("config");
         let saved: serde_json::Value = serde_json::from_str(&config).expect("json");
         assert_eq!(saved["settings"]["text"], format!("{style:?}"), "{config}");
         let copy = emergence::load::load_run_scene(&d.join(run).join("scene.ron")).expect("copy");
         assert_eq!(
-            copy.spec.text, style,
+            (copy.spec.text, copy.spec.memory),
+            (style, memory),
             "{run}: the scene copy as eval reads it"
         );
         let resumed = emergence::train::resume_config(&d.join(run), None).expect("resume");
@@ -1014,6 +1024,7 @@ fn train_text_is_kept_with_the_run() {
             "{run}: as --resume reads it"
         );
     }
+    assert_eq!(emergence::load::run_text(d), (None, None), "not a run");
     let o = emergence(d, &["train", "--resume", "compact", "--text", "full"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--text"), "{}", stderr(&o));
