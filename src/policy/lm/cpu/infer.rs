@@ -577,7 +577,7 @@ pub(in crate::policy::lm) fn extend_hidden(
 
 /// One agent's keys and values kept from step to step (an agent with memory: its context
 /// so far), every layer's rotated keys and values; empty at the start. The keys are kept
-/// transposed ([`LayerKv`]), as the attention kernel reads them, so a step transposes only
+/// transposed (`LayerKv`), as the attention kernel reads them, so a step transposes only
 /// its new tokens' keys and copies nothing else. Tokens can leave it ([`RowKv::evict`])
 /// while the others keep their positions: the next token's position is one past the last
 /// token ever added since it was cleared.

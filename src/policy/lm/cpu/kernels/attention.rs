@@ -111,7 +111,7 @@ pub fn attend_into(
 
 /// One prompt's own keys and values for [`attend_own_into`]: its keys transposed, `kt`
 /// `(kv_heads · dim, stride)` (key row `r` of width column `c` at `c · stride + r`), with
-/// `stride` at least its key rows rounded up to whole blocks of [`KEYS`] (the score loop
+/// `stride` at least its key rows rounded up to whole blocks of `KEYS` (16) (the score loop
 /// reads whole blocks; what it reads past the last key is masked), and its values `v`
 /// `(rows, kv_heads · dim)` row-major.
 #[derive(Clone, Copy)]
