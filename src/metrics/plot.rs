@@ -163,7 +163,7 @@ pub fn row_series() -> impl Iterator<Item = &'static str> {
 }
 
 /// The update's series drawn in `losses.png`.
-const LOSSES: [&str; 8] = [
+const LOSSES: [&str; 9] = [
     "policy_loss",
     "value_loss",
     "entropy",
@@ -172,6 +172,7 @@ const LOSSES: [&str; 8] = [
     "kl_ref",
     "grad_norm",
     "explained_variance",
+    "advantage_std",
 ];
 
 /// The timing series drawn in `speed.png`.
@@ -507,7 +508,6 @@ fn panel(title: &str, y_desc: Option<&'static str>, mut lines: Vec<Line>) -> Opt
     })
 }
 
-/// The finite points `(iteration, value)` of the flat number `key`.
 /// The points `(iteration, value)` of the top-level column `key` (finite values only).
 pub fn flat(rows: &[Map<String, Value>], key: &str) -> Vec<(f64, f64)> {
     points(rows, |r| num(r.get(key)))

@@ -74,14 +74,16 @@ pub fn leave_one_out(returns: &[f32]) -> Vec<f32> {
 }
 
 /// Mean and standard deviation normalisation (`(x − mean) / (std + 1e-8)`), in place.
-pub fn normalise(xs: &mut [f32]) {
+/// Returns the standard deviation it divided by (0 for fewer than 2 values, left as they are).
+pub fn normalise(xs: &mut [f32]) -> f32 {
     if xs.len() < 2 {
-        return;
+        return 0.0;
     }
     let n = xs.len() as f32;
     let mean = xs.iter().sum::<f32>() / n;
     let std = (xs.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / n).sqrt();
     xs.iter_mut().for_each(|x| *x = (*x - mean) / (std + 1e-8));
+    std
 }
 
 /// `1 − Var(targets − predictions) / Var(targets)`: 1 for a perfect critic, 0 for one
@@ -164,7 +166,10 @@ mod tests {
         );
         assert_eq!(explained_variance(&[0.0, 0.0], &[1.0, 1.0]), None);
         let mut x = [1.0, 3.0];
-        normalise(&mut x);
+        assert_eq!(normalise(&mut x), 1.0, "the spread divided by");
         close(&x, &[-1.0, 1.0]);
+        let mut one = [5.0];
+        assert_eq!(normalise(&mut one), 0.0, "one value is left alone");
+        assert_eq!(one, [5.0]);
     }
 }

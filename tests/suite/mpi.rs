@@ -45,7 +45,7 @@ const TIMINGS: [&str; 6] = [
     "training_steps_per_sec",
     "seconds",
 ];
-const LOSSES: [&str; 8] = [
+const LOSSES: [&str; 9] = [
     "policy_loss",
     "value_loss",
     "entropy",
@@ -54,6 +54,7 @@ const LOSSES: [&str; 8] = [
     "kl_ref",
     "grad_norm",
     "explained_variance",
+    "advantage_std",
 ];
 
 fn rows(run: &Path) -> Vec<serde_json::Value> {
@@ -77,6 +78,9 @@ fn same_rows(one: &Path, two: &Path) {
             o.remove("reduce_seconds");
         }
         for k in LOSSES {
+            if x.get(k).is_none() && y.get(k).is_none() {
+                continue; // advantage_std: absent where advantages are not normalised
+            }
             let (p, q) = (x[k].as_f64().expect(k), y[k].as_f64().expect(k));
             // Explained variance is 1 - var(target - value) / var(target): its rounding is
             // that of the ratio, whose size is 1 - EV (about 1 for an untrained critic, where

@@ -53,6 +53,12 @@ pub struct UpdateStats {
     pub grad_norm: f32,
     /// Explained variance of the value head on the batch.
     pub explained_variance: f32,
+    /// The standard deviation of the batch's advantages before they were normalised (in
+    /// reward units; absent where the algorithm does not normalise them: MAGRPO, Advantage
+    /// Alignment). Near 0 once every episode ends alike: normalising then scales the
+    /// critic's errors up to unit advantages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advantage_std: Option<f32>,
     /// Decisions in the batch.
     pub samples: usize,
     /// Gradient steps taken.
@@ -122,6 +128,10 @@ impl UpdateStats {
             kl_ref: mean(|s| s.kl_ref),
             grad_norm: mean(|s| s.grad_norm),
             explained_variance: mean(|s| s.explained_variance),
+            advantage_std: {
+                let spreads: Vec<f32> = parts.iter().filter_map(|s| s.advantage_std).collect();
+                (!spreads.is_empty()).then(|| spreads.iter().sum::<f32>() / spreads.len() as f32)
+            },
             samples: parts.iter().map(|s| s.samples).sum(),
             steps: parts.iter().map(|s| s.steps).sum(),
             skipped: parts.iter().map(|s| s.skipped).sum(),
@@ -195,6 +205,8 @@ pub struct Trainer {
     skip_reason: Option<String>,
     /// The step just refused was past `target_kl` ([`Trainer::update`] stops there).
     kl_stopped: bool,
+    /// The last batch's advantage spread before normalisation (`samples.rs`), for its row.
+    advantage_spread: Option<f32>,
     /// The ranks of a data-parallel run and this rank's arenas ([`super::dist`]): each
     /// minibatch's forward and backward run on this rank's samples, the gradients are
     /// summed across ranks.
@@ -307,6 +319,7 @@ impl Trainer {
                 skipped_in_a_row: 0,
                 skip_reason: None,
                 kl_stopped: false,
+                advantage_spread: None,
                 ranks: Default::default(),
                 share: 0..u32::MAX,
             })
@@ -354,6 +367,7 @@ impl Trainer {
             skipped_in_a_row: 0,
             skip_reason: None,
             kl_stopped: false,
+            advantage_spread: None,
             ranks: Default::default(),
             share: 0..u32::MAX,
         };
@@ -470,6 +484,7 @@ impl Trainer {
         //    algorithm normalises them (`samples.rs`).
         let samples = self.samples(batch)?;
         let mut stats = UpdateStats::starting(&samples, self.opt.params.lr);
+        stats.advantage_std = self.advantage_spread.take();
         // 2. The value loss is taken in units of the batch's return spread, so that large
         //    returns do not drown the policy gradient in the shared trunk.
         let value_scale = return_spread(&samples);

@@ -206,7 +206,7 @@ impl Trainer {
         // product, as its paper's code does, and not again after it).
         if !matches!(self.algo, Algo::Magrpo | Algo::AdvantageAlignment) {
             let mut adv: Vec<f32> = out.iter().map(|s| s.adv).collect();
-            normalise(&mut adv);
+            self.advantage_spread = Some(normalise(&mut adv));
             for (s, a) in out.iter_mut().zip(adv) {
                 s.adv = a;
             }
