@@ -140,6 +140,15 @@ pub fn cmd_reproduce(args: ReproduceArgs, ranks: emergence::train::dist::Ranks) 
         runner::Event::Started { done, .. } => bar.inc(u64::from(done)),
         runner::Event::Iteration { .. } => bar.inc(1),
         runner::Event::Evaluating { .. } => {}
+        runner::Event::Cloning { run } => {
+            let r = &plan.runs[run];
+            bar.set_message(format!(
+                "| cloning {} for {} seed {}",
+                r.clone.as_ref().map_or("", |c| c.from.as_str()),
+                r.arm,
+                r.seed
+            ));
+        }
         runner::Event::Finished { run, kept } => {
             let k = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             let r = &plan.runs[run];

@@ -274,6 +274,20 @@ pub fn parse(src: &str, path: &Path) -> Result<Experiment, ExperimentError> {
                     .map_err(|e| cx.value(&at, format!("arm {:?}: model {e}", a.name)))?;
             }
         }
+        if let Some(c) = &a.clone {
+            let at = [Seg::Field("arms"), Seg::Index(i), Seg::Field("clone")];
+            crate::train::imitate::check_teacher(&scenes[i].scene, &c.from)
+                .map_err(|e| cx.value(&at, format!("arm {:?}: clone: {e}", a.name)))?;
+            if c.episodes == 0 || c.epochs == 0 || c.quick_episodes == Some(0) {
+                return Err(cx.value(
+                    &at,
+                    format!(
+                        "arm {:?}: clone: episodes, quick_episodes and epochs must be at least 1",
+                        a.name
+                    ),
+                ));
+            }
+        }
         if !a.skip_eval && !partners.is_empty() {
             let s = arm_settings(&spec, a, &scenes[i].scene, false);
             let learner = s.learner.unwrap_or_default().policy();

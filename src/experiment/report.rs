@@ -122,6 +122,13 @@ pub struct ArmReport {
     pub settings: crate::train::TrainSettings,
     /// The command that reruns its first seed alone, from the report folder.
     pub command: String,
+    /// The clone its runs started from (absent: the model's initial weights).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone: Option<super::CloneSpec>,
+    /// Per seed, the clone's agreement with its teacher on held-out decisions (from
+    /// `clones/ARM/seed_S/imitation.json`; empty without a clone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clone_agreement: Vec<f64>,
 }
 
 /// The whole report.
@@ -304,6 +311,63 @@ pub fn command(scene: &Path, out: &Path, settings: &crate::train::TrainSettings)
     parts.join(" ")
 }
 
+/// `emergence imitate`'s command that makes clone `c` of a run with `settings` into `out`.
+pub fn imitate_command(
+    scene: &Path,
+    out: &Path,
+    c: &super::CloneSpec,
+    settings: &crate::train::TrainSettings,
+) -> String {
+    let mut parts = vec![
+        "emergence imitate".to_string(),
+        scene.display().to_string(),
+        format!("--from {}", c.from),
+        format!("--out {}", out.display()),
+        format!(
+            "--learner {}",
+            clap_value(
+                "learner",
+                &serde_json::to_value(settings.learner.unwrap_or_default())
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            )
+        ),
+        format!("--episodes {}", c.episodes),
+        format!("--epochs {}", c.epochs),
+        "--play-episodes 0".to_string(),
+    ];
+    if c.dagger > 0 {
+        parts.push(format!("--dagger {}", c.dagger));
+    }
+    if c.words {
+        parts.push("--words".into());
+    }
+    if let Some(lr) = c.lr {
+        parts.push(format!("--lr {lr}"));
+    }
+    if let Some(m) = &settings.model {
+        parts.push(format!("--model {m}"));
+    }
+    if let Some(t) = settings.text {
+        let v = serde_json::to_value(t).ok();
+        let name = v.as_ref().and_then(|v| v.as_str()).unwrap_or_default();
+        parts.push(format!("--text {}", clap_value("text", name)));
+    }
+    if let Some(m) = settings.memory {
+        parts.push(format!("--memory {m}"));
+    }
+    if let Some(s) = settings.seed {
+        parts.push(format!("--seed {s}"));
+    }
+    parts.join(" ")
+}
+
+/// A clone's `imitation.json`, where it was made.
+fn clone_record(dir: &Path) -> Option<Value> {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("imitation.json")).ok()?).ok()
+}
+
 /// A serde name of an enum setting as its flag's value.
 fn clap_value(field: &str, serde_name: &str) -> String {
     let flag = match field {
@@ -434,15 +498,37 @@ pub fn aggregate(
         };
         let mut shown = r.settings.clone();
         shown.seed = None;
+        let rerun = Path::new("rerun").join(format!("{}-seed{}", r.arm, r.seed));
+        let command = match &r.clone {
+            None => command(&r.scene, &rerun, &r.settings),
+            Some(c) => {
+                let cdir = Path::new("rerun").join(format!("{}-seed{}-clone", r.arm, r.seed));
+                let mut settings = r.settings.clone();
+                settings.model = Some(cdir.join("model").display().to_string());
+                format!(
+                    "{} && {}",
+                    imitate_command(&r.scene, &cdir, c, &r.settings),
+                    command(&r.scene, &rerun, &settings)
+                )
+            }
+        };
+        let clone_agreement = plan
+            .runs
+            .iter()
+            .filter(|x| x.arm == arm.name && x.clone.is_some())
+            .filter_map(|x| {
+                clone_record(&out.join(x.clone_dir()))?
+                    .get("held_out_agreement")?
+                    .as_f64()
+            })
+            .collect();
         arms.push(ArmReport {
             name: arm.name.clone(),
             about: arm.about.clone(),
             settings: shown,
-            command: command(
-                &r.scene,
-                &Path::new("rerun").join(format!("{}-seed{}", r.arm, r.seed)),
-                &r.settings,
-            ),
+            command,
+            clone: r.clone.clone(),
+            clone_agreement,
         });
     }
     let mut run_seconds = BTreeMap::new();
@@ -452,7 +538,14 @@ pub fn aggregate(
             .filter_map(|row| row.get("seconds").and_then(Value::as_f64))
             .sum();
         let ev = fe.as_ref().map_or(0.0, |f| f.seconds);
-        run_seconds.insert(format!("{}/seed_{}", r.arm, r.seed), train + ev);
+        // A clone's recording and cloning belong to its run.
+        let cloning = clone_record(&out.join(r.clone_dir())).map_or(0.0, |c| {
+            ["record_seconds", "clone_seconds"]
+                .iter()
+                .filter_map(|k| c.get(*k).and_then(Value::as_f64))
+                .sum()
+        });
+        run_seconds.insert(format!("{}/seed_{}", r.arm, r.seed), train + ev + cloning);
     }
     Ok(Report {
         experiment: exp.name.clone(),
@@ -682,6 +775,35 @@ pub fn markdown(r: &Report, figures: &[String]) -> String {
             format!(": {}", a.about)
         };
         let _ = writeln!(s, "- **{}**{about}", a.name);
+        if let Some(c) = &a.clone {
+            let agreement: Vec<String> = a
+                .clone_agreement
+                .iter()
+                .map(|x| format!("{x:.3}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  - starts from a clone of `{}` (`emergence imitate`: {} episodes, {} epochs{}{}), one a seed; held-out agreement with the teacher {} (seeds in order)",
+                c.from,
+                c.episodes,
+                c.epochs,
+                if c.dagger > 0 {
+                    format!(", {} DAgger rounds", c.dagger)
+                } else {
+                    String::new()
+                },
+                if c.words {
+                    ", words too"
+                } else {
+                    ", not its words"
+                },
+                if agreement.is_empty() {
+                    "not read".to_string()
+                } else {
+                    agreement.join(" / ")
+                }
+            );
+        }
         let _ = writeln!(s, "  - rerun one seed (from this folder): `{}`", a.command);
     }
     let _ = writeln!(s, "\n## Time\n");

@@ -104,6 +104,19 @@ pub struct PlannedRun {
     pub settings: TrainSettings,
     /// Whether its final checkpoint is evaluated against the partners.
     pub evaluated: bool,
+    /// The clone it starts from (the arm's `clone:`, its episodes for this budget), made in
+    /// [`PlannedRun::clone_dir`] before it trains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone: Option<super::CloneSpec>,
+}
+
+impl PlannedRun {
+    /// Where its clone is made, relative to the report folder: `clones/ARM/seed_S`.
+    pub fn clone_dir(&self) -> PathBuf {
+        Path::new("clones")
+            .join(&self.arm)
+            .join(format!("seed_{}", self.seed))
+    }
 }
 
 /// What a report folder is for: `OUT/plan.json`. It holds what the runs depend on (the
@@ -167,6 +180,7 @@ pub fn plan(exp: &Experiment, opts: &Options) -> Plan {
                     ..s.clone()
                 },
                 evaluated: !arm.skip_eval && !exp.partners.is_empty(),
+                clone: arm.clone.as_ref().map(|c| c.for_budget(opts.quick)),
             });
         }
     }
@@ -206,6 +220,11 @@ pub enum Event {
         run: usize,
         /// The iteration, from 1.
         iteration: u32,
+    },
+    /// A run's clone is being made (before it trains).
+    Cloning {
+        /// Its index in the plan.
+        run: usize,
     },
     /// A run is evaluated against its partners.
     Evaluating {
@@ -535,8 +554,22 @@ fn run_one(
         let mut cfg = if resumed {
             resume_config(&dir, None)?
         } else {
+            let mut settings = r.settings.clone();
+            if let Some(c) = &r.clone {
+                on_event(Event::Cloning { run: i });
+                let model = make_clone(
+                    &scene,
+                    &scene_path,
+                    r,
+                    c,
+                    &out.join(r.clone_dir()),
+                    opts,
+                    threads,
+                )?;
+                settings.model = Some(model.display().to_string());
+            }
             let mut cfg =
-                TrainConfig::from_settings(scene.clone(), scene_path, &r.settings, dir.clone())
+                TrainConfig::from_settings(scene.clone(), scene_path, &settings, dir.clone())
                     .map_err(|e| anyhow::anyhow!("model {e}"))?;
             if r.evaluated {
                 cfg.eval_against = plan.partners.clone();
@@ -646,6 +679,60 @@ fn run_one(
     } else {
         RunDone::Fresh
     })
+}
+
+/// Makes run `r`'s clone in `cdir` (`emergence imitate` of its scene from `c.from`, with the
+/// run's seed, learner, model, text and memory; no fresh episodes played: the run's first
+/// iterations measure the clone) and returns its model folder. A finished clone
+/// (`imitation.json` written) is kept; a folder a killed invocation left half made is made
+/// again.
+fn make_clone(
+    scene: &crate::scene::Scene,
+    scene_path: &Path,
+    r: &PlannedRun,
+    c: &super::CloneSpec,
+    cdir: &Path,
+    opts: &Options,
+    threads: usize,
+) -> Result<PathBuf, anyhow::Error> {
+    let model = cdir.join("model");
+    if cdir.join("imitation.json").is_file() && model.is_dir() {
+        return Ok(model);
+    }
+    if cdir.exists() {
+        std::fs::remove_dir_all(cdir)
+            .map_err(|e| anyhow::anyhow!("{}: {e} (a half-made clone)", cdir.display()))?;
+    }
+    if let Some(parent) = cdir.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", parent.display()))?;
+    }
+    let given = TrainSettings {
+        seed: Some(r.seed),
+        model: r.settings.model.clone(),
+        text: r.settings.text,
+        memory: r.settings.memory,
+        lr: c.lr,
+        ..Default::default()
+    };
+    let mut cfg = crate::train::imitate::ImitateConfig::new(
+        scene.clone(),
+        scene_path.to_path_buf(),
+        &c.from,
+        r.settings.learner.unwrap_or_default(),
+        cdir.to_path_buf(),
+        &given,
+    )
+    .map_err(|e| anyhow::anyhow!("clone: {e}"))?;
+    cfg.episodes = c.episodes;
+    cfg.epochs = c.epochs;
+    cfg.dagger = c.dagger;
+    cfg.words = c.words;
+    cfg.play_episodes = 0;
+    cfg.train.threads = Some(threads);
+    cfg.train.device = opts.device.clone();
+    crate::train::imitate::imitate(&cfg, |_| {}).map_err(|e| anyhow::anyhow!("clone: {e}"))?;
+    Ok(model)
 }
 
 /// A run's `final_eval.json`.

@@ -123,6 +123,59 @@ pub struct ArmSpec {
     /// Partners this arm is not evaluated against (CORY's copies cannot be seated apart).
     #[serde(default)]
     pub skip_eval: bool,
+    /// Start each seed's run from a clone of a scripted teacher (`emergence imitate`, made
+    /// with the run's seed, learner, model, text and memory before it trains).
+    #[serde(default)]
+    pub clone: Option<CloneSpec>,
+}
+
+/// `clone: (from: "maze_explorer", episodes: 256, epochs: 4, dagger: 1)`: an arm's runs
+/// start from `emergence imitate SCENE --from FROM` with these flags, one clone a seed
+/// (`OUT/clones/ARM/seed_S/`), instead of the model's initial weights.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename = "Clone")]
+pub struct CloneSpec {
+    /// The teacher: a scripted policy that plays the arm's scene.
+    pub from: String,
+    /// Episodes recorded (`--episodes`; 64 by default).
+    #[serde(default = "CloneSpec::default_episodes")]
+    pub episodes: u32,
+    /// The episodes recorded under `--quick` (the same as `episodes` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quick_episodes: Option<u32>,
+    /// Passes over the decisions (`--epochs`; 10 by default).
+    #[serde(default = "CloneSpec::default_epochs")]
+    pub epochs: u32,
+    /// DAgger's rounds (`--dagger`; none by default).
+    #[serde(default)]
+    pub dagger: u32,
+    /// Learn the teacher's words too (`--words`; off: what the agents say is left to RL).
+    #[serde(default)]
+    pub words: bool,
+    /// The cloning's learning rate (`--lr`; `emergence imitate`'s default when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr: Option<f64>,
+}
+
+impl CloneSpec {
+    fn default_episodes() -> u32 {
+        64
+    }
+    fn default_epochs() -> u32 {
+        10
+    }
+
+    /// The clone a run of the budget makes: `quick_episodes` taken for `--quick`.
+    pub fn for_budget(&self, quick: bool) -> CloneSpec {
+        CloneSpec {
+            episodes: match (quick, self.quick_episodes) {
+                (true, Some(n)) => n,
+                _ => self.episodes,
+            },
+            quick_episodes: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// How trained models are evaluated.

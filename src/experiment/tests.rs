@@ -90,6 +90,21 @@ fn each_error_names_its_line_and_column() {
             0,
             "second arm",
         ),
+        // A clone's teacher must play the arm's scene, and record something.
+        (
+            "(algo: ippo))",
+            "(algo: ippo), clone: (from: \"maze_planner\"))",
+            "(from: \"maze_planner\")",
+            0,
+            "does not play",
+        ),
+        (
+            "(algo: ippo))",
+            "(algo: ippo), clone: (from: \"tit_for_tat\", epochs: 0))",
+            "(from: \"tit_for_tat\"",
+            0,
+            "at least 1",
+        ),
         // Seeds.
         ("seeds: [1, 2],", "seeds: [1, 1],", "1],", 0, "twice"),
         ("seeds: [1, 2],", "seeds: [],", "[],", 0, "no seeds"),
@@ -472,7 +487,7 @@ fn the_documented_example_is_a_valid_experiment() {
     // The error shown in the doc is the one a misspelt arm gives.
     let bad = doc[start..end].replacen("self_play(adalign) >= 2.5", "self_play(adalgn) >= 2.5", 1);
     let msg = parse(&bad, &path).expect_err("bad").to_string();
-    assert!(msg.contains("ipd_study.experiment.ron:73:20: "), "{msg}");
+    assert!(msg.contains("ipd_study.experiment.ron:83:20: "), "{msg}");
     assert!(
         msg.contains("unknown arm \"adalgn\"; expected one of: naive, adalign, adalign_mlp"),
         "{msg}"

@@ -379,7 +379,7 @@ pub fn cloned_seats(scene: &Scene, teacher: &str, learner: &str) -> Vec<u16> {
 
 /// The teacher's entry in the catalogue, checked against the scene: a scripted policy (not a
 /// learner) that plays the scene's family.
-fn check_teacher(
+pub(crate) fn check_teacher(
     scene: &Scene,
     teacher: &str,
 ) -> Result<&'static crate::policy::PolicyInfo, TrainError> {

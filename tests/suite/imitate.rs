@@ -422,3 +422,118 @@ fn recorded_episodes_teach_and_a_recording_of_another_run_is_refused() {
     let e = imitate(&cfg, |_| {}).err().expect("refused").to_string();
     assert!(e.contains("no replay file (*.jsonl) in it"), "{e}");
 }
+
+/// An experiment's arm with `clone:` starts each seed's run from a clone of its teacher:
+/// `emergence reproduce` makes `clones/ARM/seed_S/` (the planner cloned into the `mlp`) before
+/// training, the run's model is that clone's, so its first iteration (played with the clone's
+/// weights) gets out where the same arm from scratch does not; the report says what was
+/// cloned from what with the clone's agreement, and its rerun command makes the clone first.
+/// Stopped after one iteration and run again, the run resumes and the clone is kept.
+#[test]
+fn an_experiment_arm_starts_from_a_clone_of_its_teacher() {
+    let dir = tempfile::tempdir().unwrap();
+    let corridor = scene("scenes/maze/corridor_pair.scene.ron");
+    let file = dir.path().join("clone.experiment.ron");
+    std::fs::write(
+        &file,
+        format!(
+            r#"Experiment(
+    claim: "A clone of the planner gets out from its first iteration.",
+    source: "test",
+    scene: File({corridor:?}),
+    settings: (iterations: 2, arenas: 16, learner: mlp, algo: ippo, checkpoint_every: 1),
+    arms: [
+        (name: "scratch"),
+        (name: "cloned", clone: (from: "maze_planner", episodes: 100, quick_episodes: 32, epochs: 10, dagger: 1)),
+    ],
+    seeds: [{seed}],
+    measures: [(name: "first", from: Train(value: "metrics.success", at: First(1)))],
+    expect: ["first(cloned) > first(scratch)"],
+)"#,
+            seed = seed()
+        ),
+    )
+    .unwrap();
+    let exp = emergence::experiment::load(&file).expect("valid");
+    let out = dir.path().join("out");
+    let opts = |stop_after| emergence::experiment::runner::Options {
+        out: out.clone(),
+        seeds: None,
+        quick: true,
+        iterations: None,
+        threads: 2,
+        stop_after,
+        ranks: Default::default(),
+        device: candle_core::Device::Cpu,
+    };
+    let cloning = std::sync::atomic::AtomicUsize::new(0);
+    let count = |e: emergence::experiment::runner::Event| {
+        if let emergence::experiment::runner::Event::Cloning { .. } = e {
+            cloning.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    };
+    let e = emergence::experiment::reproduce(&exp, &opts(Some(1)), &count).expect_err("stopped");
+    assert!(e.to_string().contains("stopped early"), "{e}");
+    let cdir = out.join("clones/cloned").join(format!("seed_{}", seed()));
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cdir.join("imitation.json")).unwrap())
+            .unwrap();
+    assert_eq!(record["teacher"], "maze_planner");
+    assert_eq!(record["episodes"], 32, "--quick takes quick_episodes");
+    assert_eq!(record["dagger"], 1);
+    let run = out.join("runs/cloned").join(format!("seed_{}", seed()));
+    let config = std::fs::read_to_string(run.join("config.json")).unwrap();
+    assert!(
+        config.contains(&*cdir.join("model").to_string_lossy()),
+        "the run starts from the clone: {config}"
+    );
+    assert!(
+        !out.join("clones/scratch").exists(),
+        "no clone without clone:"
+    );
+    let made = std::fs::metadata(cdir.join("imitation.json"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let w = emergence::experiment::reproduce(&exp, &opts(None), &count).expect("resumed");
+    assert_eq!(w.outcome.resumed, 2);
+    assert_eq!(
+        cloning.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "the clone is made once, by the first invocation"
+    );
+    assert_eq!(
+        std::fs::metadata(cdir.join("imitation.json"))
+            .unwrap()
+            .modified()
+            .unwrap(),
+        made
+    );
+    let first = |arm: &str| {
+        w.report
+            .measures
+            .iter()
+            .find(|m| m.name == "first")
+            .expect("measure")
+            .arms[arm]
+            .mean
+            .expect("a value")
+    };
+    let (cloned, scratch) = (first("cloned"), first("scratch"));
+    eprintln!("first iteration's success: cloned {cloned:.3}, scratch {scratch:.3}");
+    assert!(cloned >= 0.5, "the clone gets out: {cloned}");
+    assert!(scratch < 0.1, "from scratch nobody gets out: {scratch}");
+    let arm = w.report.arms.iter().find(|a| a.name == "cloned").unwrap();
+    assert_eq!(arm.clone_agreement.len(), 1);
+    assert!(arm.clone_agreement[0] >= 0.9, "{:?}", arm.clone_agreement);
+    assert!(
+        arm.command.starts_with("emergence imitate ")
+            && arm.command.contains("--from maze_planner")
+            && arm.command.contains("&& emergence train ")
+            && arm.command.contains("--model rerun/cloned-seed"),
+        "{}",
+        arm.command
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("starts from a clone of `maze_planner`"), "{md}");
+}
