@@ -292,26 +292,34 @@ pub fn onset(pts: &[(f64, f64)], stays: Threshold, hold: u32) -> Option<f64> {
 
 /// The rerun command of one run, as `emergence train` flags.
 pub fn command(scene: &Path, out: &Path, settings: &crate::train::TrainSettings) -> String {
-    let v = serde_json::to_value(settings).unwrap_or_default();
     let mut parts = vec![
         "emergence train".to_string(),
         scene.display().to_string(),
         format!("--out {}", out.display()),
     ];
-    let flags = settings.given();
-    for flag in flags {
-        let field = flag.trim_start_matches("--").replace('-', "_");
-        let value = match v.get(&field) {
-            Some(Value::String(s)) => clap_value(&field, s),
-            Some(x) => x.to_string(),
-            None => continue,
-        };
-        parts.push(format!("{flag} {value}"));
-    }
+    parts.extend(flags(settings));
     parts.join(" ")
 }
 
-/// `emergence imitate`'s command that makes clone `c` of a run with `settings` into `out`.
+/// The flags that give `settings` (`--name value` for each one set).
+fn flags(settings: &crate::train::TrainSettings) -> Vec<String> {
+    let v = serde_json::to_value(settings).unwrap_or_default();
+    settings
+        .given()
+        .into_iter()
+        .filter_map(|flag| {
+            let field = flag.trim_start_matches("--").replace('-', "_");
+            let value = match v.get(&field)? {
+                Value::String(s) => clap_value(&field, s),
+                x => x.to_string(),
+            };
+            Some(format!("{flag} {value}"))
+        })
+        .collect()
+}
+
+/// `emergence imitate`'s command that makes clone `c` of a run with `settings` into `out`:
+/// the run's seed, learner, model, text and memory, and the clone's own flags.
 pub fn imitate_command(
     scene: &Path,
     out: &Path,
@@ -323,43 +331,25 @@ pub fn imitate_command(
         scene.display().to_string(),
         format!("--from {}", c.from),
         format!("--out {}", out.display()),
-        format!(
-            "--learner {}",
-            clap_value(
-                "learner",
-                &serde_json::to_value(settings.learner.unwrap_or_default())
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default()
-            )
-        ),
-        format!("--episodes {}", c.episodes),
-        format!("--epochs {}", c.epochs),
-        "--play-episodes 0".to_string(),
     ];
+    parts.extend(flags(&crate::train::TrainSettings {
+        seed: settings.seed,
+        model: settings.model.clone(),
+        learner: Some(settings.learner.unwrap_or_default()),
+        text: settings.text,
+        memory: settings.memory,
+        lr: c.lr,
+        epochs: Some(c.epochs as usize),
+        ..Default::default()
+    }));
+    parts.push(format!("--episodes {}", c.episodes));
     if c.dagger > 0 {
         parts.push(format!("--dagger {}", c.dagger));
     }
     if c.words {
         parts.push("--words".into());
     }
-    if let Some(lr) = c.lr {
-        parts.push(format!("--lr {lr}"));
-    }
-    if let Some(m) = &settings.model {
-        parts.push(format!("--model {m}"));
-    }
-    if let Some(t) = settings.text {
-        let v = serde_json::to_value(t).ok();
-        let name = v.as_ref().and_then(|v| v.as_str()).unwrap_or_default();
-        parts.push(format!("--text {}", clap_value("text", name)));
-    }
-    if let Some(m) = settings.memory {
-        parts.push(format!("--memory {m}"));
-    }
-    if let Some(s) = settings.seed {
-        parts.push(format!("--seed {s}"));
-    }
+    parts.push("--play-episodes 0".into());
     parts.join(" ")
 }
 
