@@ -408,4 +408,22 @@ fn maze_text() {
         small.contains("at 3 1 keys red\n# # # # # # #\n# . . @ . L #\n# T . . . E #\n"),
         "{small}"
     );
+    // The map draws `@` and `T` over the cells agents stand on: the line that places an
+    // agent says what it stands on, so one waiting on the exit does not hide it. Both walk
+    // east: agent 1 onto the exit, agent 0 (key in hand) far enough to see it.
+    let on_exit = |src: &str| {
+        let (mut app, acts) = self::app(src);
+        set_actions(&acts, &[2, 2]);
+        step(&mut app, 5);
+        app
+    };
+    let seen = text(&on_exit(&compact(&wide)), 1);
+    assert!(seen.contains("\nat 5 2 on E\n"), "{seen}");
+    assert!(seen.contains("\n? ? . . . @ #\n"), "{seen}");
+    let mate = text(&on_exit(&compact(&wide)), 0);
+    assert!(mate.contains("\nteammate 1 at 5 2 on E\n"), "{mate}");
+    let full = text(&on_exit(&wide), 1);
+    assert!(full.contains("\nyou at 5 2 on exit keys none\n"), "{full}");
+    let mate = text(&on_exit(&wide), 0);
+    assert!(mate.contains("\nteammate 1 at 5 2 on exit\n"), "{mate}");
 }

@@ -61,7 +61,15 @@ impl MazeText {
     /// The teammates and the words heard, a line each.
     fn teammates(&self, t: &TextInput<'_>, s: &mut String) {
         for o in &t.obs.others {
-            let _ = writeln!(s, "teammate {} at {} {}", o.slot, o.pos[0], o.pos[1]);
+            let _ = write!(s, "teammate {} at {} {}", o.slot, o.pos[0], o.pos[1]);
+            if let Some(c) = under(t.obs, o.pos) {
+                if t.compact() {
+                    let _ = write!(s, " on {}", view::char_of(c));
+                } else {
+                    let _ = write!(s, " on {}", name_of(c));
+                }
+            }
+            s.push('\n');
         }
         for h in t.senses.heard() {
             let word = self
@@ -88,6 +96,9 @@ impl FamilyText for MazeText {
         if t.compact() {
             let _ = writeln!(s, "{role} {team} step {}", obs.step);
             let _ = write!(s, "at {} {}", obs.pos[0], obs.pos[1]);
+            if let Some(c) = under(obs, obs.pos) {
+                let _ = write!(s, " on {}", view::char_of(c));
+            }
             if !keys.is_empty() {
                 let _ = write!(s, " keys {}", keys.join(" "));
             }
@@ -111,7 +122,11 @@ impl FamilyText for MazeText {
         } else {
             keys.join(" ")
         };
-        let _ = writeln!(s, "you at {} {} keys {keys}", obs.pos[0], obs.pos[1]);
+        let _ = write!(s, "you at {} {}", obs.pos[0], obs.pos[1]);
+        if let Some(c) = under(obs, obs.pos) {
+            let _ = write!(s, " on {}", name_of(c));
+        }
+        let _ = writeln!(s, " keys {keys}");
         s.push_str("map north is up\n");
         map_rows(s, obs);
         s.push_str(LEGEND);
@@ -123,6 +138,33 @@ impl FamilyText for MazeText {
         if !self.vocabulary.is_empty() {
             let _ = writeln!(s, "say {}", self.vocabulary.join(" "));
         }
+    }
+}
+
+/// The known cell under `pos` when it is anything but open ground: the map draws `@` and
+/// `T` over the cells agents stand on, so without this line an agent standing on the exit
+/// (or a teammate waiting there) would hide it.
+fn under(obs: &Observation, pos: [i32; 2]) -> Option<u8> {
+    let (w, h) = (i64::from(obs.map_width), i64::from(obs.map_height));
+    let (x, y) = (i64::from(pos[0]), i64::from(pos[1]));
+    if !(0..w).contains(&x) || !(0..h).contains(&y) {
+        return None;
+    }
+    let c = *obs.map.get(usize::try_from(y * w + x).ok()?)?;
+    (!matches!(view::kind(c), view::UNKNOWN | view::FLOOR)).then_some(c)
+}
+
+/// The legend's name of a cell's kind (the full style's words).
+fn name_of(code: u8) -> &'static str {
+    match view::kind(code) {
+        view::WALL => "wall",
+        view::PLATE => "plate",
+        view::DOOR_CLOSED => "shut door",
+        view::DOOR_OPEN => "open door",
+        view::KEY => "key",
+        view::LOCKED => "locked door",
+        view::EXIT => "exit",
+        _ => "unknown",
     }
 }
 
