@@ -18,8 +18,8 @@ use crate::envs::senses::{Senses, SensesQuery};
 
 pub use bots::{
     AlwaysCooperate, AlwaysDefect, Cleaner, FortBuilder, FreeRider, GreedyHarvester, GrimTrigger,
-    Hider, MazeExplorer, MazeFollower, MazePlanner, MazeTalker, RandomPolicy, Seeker,
-    SustainableHarvester, TitForTat,
+    Hider, MazeExplorer, MazeFollower, MazePlanner, MazeTalker, MazeWallFollower, RandomPolicy,
+    Seeker, SustainableHarvester, TitForTat,
 };
 pub use check::check_scene;
 
@@ -291,6 +291,13 @@ static CATALOGUE: &[PolicyInfo] = &[
         families: MAZE,
         oracle: false,
         make: |_| Box::new(MazeExplorer),
+    },
+    PolicyInfo {
+        name: "maze_wall_follower",
+        doc: "keeps a wall on its right hand (its heading is its last move), steps onto a neighbouring exit and stays; reads only the cells around it: the teacher a small learner with memory can clone; ignores talk",
+        families: MAZE,
+        oracle: false,
+        make: |_| Box::new(MazeWallFollower::default()),
     },
     PolicyInfo {
         name: "maze_talker",

@@ -25,6 +25,19 @@ pub struct MazeTalker;
 /// "here", and explores like [`MazeExplorer`] otherwise.
 pub struct MazeFollower;
 
+/// Keeps a wall on its right hand (the oldest rule for getting out of a maze): steps onto
+/// the exit when it is a neighbour and stays there; otherwise turns right if it can, else
+/// goes straight, else left, else back, its heading being its last move (north at the start
+/// of an episode). It reads only the four cells around it and its last move, so a learner
+/// that remembers one turn reads all it decides on: the teacher to clone where a
+/// planner's choices (a search over the whole known map) are more than a small model can
+/// copy. In a maze without loops it walks every corridor at most twice; ignores talk.
+#[derive(Default)]
+pub struct MazeWallFollower {
+    /// Each agent's heading (its last move), by (arena, slot); cleared at step 0.
+    heading: std::collections::HashMap<(u32, u16), u8>,
+}
+
 /// A map to search: width, height and codes.
 pub(super) struct Known<'a> {
     pub w: usize,
@@ -231,6 +244,56 @@ impl Policy for MazeExplorer {
     fn decide(&mut self, batch: &mut [Decision<'_>]) {
         for d in batch {
             d.action.0 = explore(d);
+        }
+    }
+}
+
+/// The move a quarter turn clockwise of `m` (north, east, south, west in turn).
+fn clockwise(m: u8) -> u8 {
+    match m {
+        act::NORTH => act::EAST,
+        act::EAST => act::SOUTH,
+        act::SOUTH => act::WEST,
+        _ => act::NORTH,
+    }
+}
+
+impl Policy for MazeWallFollower {
+    fn decide(&mut self, batch: &mut [Decision<'_>]) {
+        for d in batch {
+            let key = (d.agent.arena, d.agent.slot);
+            if d.obs.step == 0 {
+                self.heading.remove(&key);
+            }
+            let cell = |p: [i32; 2]| {
+                Known::of(d.obs)
+                    .and_then(|m| m.index(p).map(|i| view::kind(m.cells[i])))
+                    .unwrap_or(view::UNKNOWN)
+            };
+            let [x, y] = d.obs.pos;
+            if cell([x, y]) == view::EXIT {
+                d.action.0 = act::NOOP;
+                continue;
+            }
+            let exit = act::MOVES
+                .into_iter()
+                .find(|&(a, dx, dy)| d.mask.allows(a) && cell([x + dx, y + dy]) == view::EXIT)
+                .map(|(a, _, _)| a);
+            let h = self.heading.get(&key).copied().unwrap_or(act::NORTH);
+            let right = clockwise(h);
+            let back = clockwise(right);
+            let left = clockwise(back);
+            let a = exit
+                .or_else(|| {
+                    [right, h, left, back]
+                        .into_iter()
+                        .find(|&a| d.mask.allows(a))
+                })
+                .unwrap_or(act::NOOP);
+            if a != act::NOOP {
+                self.heading.insert(key, a);
+            }
+            d.action.0 = a;
         }
     }
 }

@@ -12,6 +12,6 @@ mod random;
 pub use grid::{Cleaner, FreeRider, GreedyHarvester, SustainableHarvester};
 pub use hide_and_seek::{FortBuilder, Hider, Seeker};
 pub use matrix::{AlwaysCooperate, AlwaysDefect, GrimTrigger, TitForTat};
-pub use maze::{MazeExplorer, MazeFollower, MazeTalker};
+pub use maze::{MazeExplorer, MazeFollower, MazeTalker, MazeWallFollower};
 pub use maze_planner::MazePlanner;
 pub use random::RandomPolicy;
