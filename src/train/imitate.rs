@@ -361,7 +361,9 @@ impl Policy for Demonstrator {
 }
 
 /// The seats the teacher plays: those the scene gives it, else those on `learner`, else those
-/// on any learning policy (`lm`, `mlp`, `gru`, a model folder of either).
+/// on any learning policy (`lm`, `mlp`, `gru`, a model folder of either), else those on
+/// `random` (the placeholder an experiment's arm scenes give the seats its learner takes,
+/// which `train` then trains: every team, when none is on the learner).
 pub fn cloned_seats(scene: &Scene, teacher: &str, learner: &str) -> Vec<u16> {
     let on = |pick: &dyn Fn(&str) -> bool| -> Vec<u16> {
         (0..scene.agents.len() as u16)
@@ -371,10 +373,15 @@ pub fn cloned_seats(scene: &Scene, teacher: &str, learner: &str) -> Vec<u16> {
     let learning = |p: &str| {
         matches!(p, "lm" | "mlp" | "gru") || p.starts_with("lm:") || p.starts_with("mlp:")
     };
-    [on(&|p| p == teacher), on(&|p| p == learner), on(&learning)]
-        .into_iter()
-        .find(|s| !s.is_empty())
-        .unwrap_or_default()
+    [
+        on(&|p| p == teacher),
+        on(&|p| p == learner),
+        on(&learning),
+        on(&|p| p == "random"),
+    ]
+    .into_iter()
+    .find(|s| !s.is_empty())
+    .unwrap_or_default()
 }
 
 /// The teacher's entry in the catalogue, checked against the scene: a scripted policy (not a
@@ -454,7 +461,7 @@ pub fn imitate(
         return Err(TrainError::Config(format!(
             "{}: no seat plays {} or a learning policy: the teacher plays the seats the \
              scene gives it (or, when none, those it gives the learner, or any `lm`, `mlp` or \
-             `gru`)",
+             `gru`, or `random`)",
             t.scene.path.display(),
             cfg.teacher
         )));

@@ -336,6 +336,18 @@ fn teachers_that_cannot_teach_and_used_folders_are_refused() {
         "{e}"
     );
     assert!(!out.exists(), "a refused run wrote {}", out.display());
+    // Seats on `random` (an experiment arm's placeholders for its learner) are the learner's
+    // when nothing else is; bots are never taken over.
+    let placeholders = emergence::load::parse_scene(
+        "(name: \"p\", family: Maze(generate: (width: 7, height: 7, plate_doors: 0, key_doors: 0)), \
+         teams: [(name: \"pair\", count: 2, policy: \"random\")])",
+        std::path::Path::new("p.scene.ron"),
+    )
+    .expect("scene");
+    let seats = emergence::train::imitate::cloned_seats;
+    assert_eq!(seats(&placeholders, "maze_wall_follower", "lm"), [0, 1]);
+    let bots = emergence::load::load_scene(&open).expect("open field");
+    assert!(seats(&bots, "fort_builder", "lm").is_empty());
     // A folder in use is never written into.
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("keep.txt"), "mine").unwrap();
