@@ -418,12 +418,12 @@ fn maze_text() {
         app
     };
     let seen = text(&on_exit(&compact(&wide)), 1);
-    assert!(seen.contains("\nat 5 2 on E\n"), "{seen}");
+    assert!(seen.contains("\nat 5 2 E\n"), "{seen}");
     assert!(seen.contains("\n? ? . . . @ #\n"), "{seen}");
     let mate = text(&on_exit(&compact(&wide)), 0);
-    assert!(mate.contains("\nteammate 1 at 5 2 on E\n"), "{mate}");
+    assert!(mate.contains("\nteammate 1 at 5 2 E\n"), "{mate}");
     let full = text(&on_exit(&wide), 1);
-    assert!(full.contains("\nyou at 5 2 on exit keys none\n"), "{full}");
+    assert!(full.contains("\nyou at 5 2 exit keys none\n"), "{full}");
     let mate = text(&on_exit(&wide), 0);
-    assert!(mate.contains("\nteammate 1 at 5 2 on exit\n"), "{mate}");
+    assert!(mate.contains("\nteammate 1 at 5 2 exit\n"), "{mate}");
 }

@@ -64,9 +64,9 @@ impl MazeText {
             let _ = write!(s, "teammate {} at {} {}", o.slot, o.pos[0], o.pos[1]);
             if let Some(c) = under(t.obs, o.pos) {
                 if t.compact() {
-                    let _ = write!(s, " on {}", view::char_of(c));
+                    let _ = write!(s, " {}", view::char_of(c));
                 } else {
-                    let _ = write!(s, " on {}", name_of(c));
+                    let _ = write!(s, " {}", name_of(c));
                 }
             }
             s.push('\n');
@@ -97,7 +97,7 @@ impl FamilyText for MazeText {
             let _ = writeln!(s, "{role} {team} step {}", obs.step);
             let _ = write!(s, "at {} {}", obs.pos[0], obs.pos[1]);
             if let Some(c) = under(obs, obs.pos) {
-                let _ = write!(s, " on {}", view::char_of(c));
+                let _ = write!(s, " {}", view::char_of(c));
             }
             if !keys.is_empty() {
                 let _ = write!(s, " keys {}", keys.join(" "));
@@ -124,7 +124,7 @@ impl FamilyText for MazeText {
         };
         let _ = write!(s, "you at {} {}", obs.pos[0], obs.pos[1]);
         if let Some(c) = under(obs, obs.pos) {
-            let _ = write!(s, " on {}", name_of(c));
+            let _ = write!(s, " {}", name_of(c));
         }
         let _ = writeln!(s, " keys {keys}");
         s.push_str("map north is up\n");
@@ -141,9 +141,10 @@ impl FamilyText for MazeText {
     }
 }
 
-/// The known cell under `pos` when it is anything but open ground: the map draws `@` and
-/// `T` over the cells agents stand on, so without this line an agent standing on the exit
-/// (or a teammate waiting there) would hide it.
+/// The known cell under `pos` when it is anything but open ground, written after the
+/// coordinates that place an agent (`at 5 2 E`, `teammate 1 at 5 2 exit`): the map draws
+/// `@` and `T` over the cells agents stand on, so without it an agent standing on the exit
+/// (or a teammate waiting there) would hide it. Words of the default tokenizer only.
 fn under(obs: &Observation, pos: [i32; 2]) -> Option<u8> {
     let (w, h) = (i64::from(obs.map_width), i64::from(obs.map_height));
     let (x, y) = (i64::from(pos[0]), i64::from(pos[1]));
