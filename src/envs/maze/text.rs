@@ -62,13 +62,7 @@ impl MazeText {
     fn teammates(&self, t: &TextInput<'_>, s: &mut String) {
         for o in &t.obs.others {
             let _ = write!(s, "teammate {} at {} {}", o.slot, o.pos[0], o.pos[1]);
-            if let Some(c) = under(t.obs, o.pos) {
-                if t.compact() {
-                    let _ = write!(s, " {}", view::char_of(c));
-                } else {
-                    let _ = write!(s, " {}", name_of(c));
-                }
-            }
+            write_under(s, t.obs, o.pos, t.compact());
             s.push('\n');
         }
         for h in t.senses.heard() {
@@ -96,9 +90,7 @@ impl FamilyText for MazeText {
         if t.compact() {
             let _ = writeln!(s, "{role} {team} step {}", obs.step);
             let _ = write!(s, "at {} {}", obs.pos[0], obs.pos[1]);
-            if let Some(c) = under(obs, obs.pos) {
-                let _ = write!(s, " {}", view::char_of(c));
-            }
+            write_under(s, obs, obs.pos, true);
             if !keys.is_empty() {
                 let _ = write!(s, " keys {}", keys.join(" "));
             }
@@ -123,9 +115,7 @@ impl FamilyText for MazeText {
             keys.join(" ")
         };
         let _ = write!(s, "you at {} {}", obs.pos[0], obs.pos[1]);
-        if let Some(c) = under(obs, obs.pos) {
-            let _ = write!(s, " {}", name_of(c));
-        }
+        write_under(s, obs, obs.pos, false);
         let _ = writeln!(s, " keys {keys}");
         s.push_str("map north is up\n");
         map_rows(s, obs);
@@ -141,18 +131,28 @@ impl FamilyText for MazeText {
     }
 }
 
-/// The known cell under `pos` when it is anything but open ground, written after the
+/// Writes the known cell under `pos` when it is anything but open ground, after the
 /// coordinates that place an agent (`at 5 2 E`, `teammate 1 at 5 2 exit`): the map draws
 /// `@` and `T` over the cells agents stand on, so without it an agent standing on the exit
-/// (or a teammate waiting there) would hide it. Words of the default tokenizer only.
-fn under(obs: &Observation, pos: [i32; 2]) -> Option<u8> {
+/// (or a teammate waiting there) would hide it. The compact style writes the cell's
+/// character, the full style its name; words of the default tokenizer only.
+fn write_under(s: &mut String, obs: &Observation, pos: [i32; 2], compact: bool) {
     let (w, h) = (i64::from(obs.map_width), i64::from(obs.map_height));
     let (x, y) = (i64::from(pos[0]), i64::from(pos[1]));
     if !(0..w).contains(&x) || !(0..h).contains(&y) {
-        return None;
+        return;
     }
-    let c = *obs.map.get(usize::try_from(y * w + x).ok()?)?;
-    (!matches!(view::kind(c), view::UNKNOWN | view::FLOOR)).then_some(c)
+    let Some(&c) = usize::try_from(y * w + x).ok().and_then(|i| obs.map.get(i)) else {
+        return;
+    };
+    if matches!(view::kind(c), view::UNKNOWN | view::FLOOR) {
+        return;
+    }
+    let _ = if compact {
+        write!(s, " {}", view::char_of(c))
+    } else {
+        write!(s, " {}", name_of(c))
+    };
 }
 
 /// The legend's name of a cell's kind (the full style's words).

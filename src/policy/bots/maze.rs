@@ -265,8 +265,10 @@ impl Policy for MazeWallFollower {
             if d.obs.step == 0 {
                 self.heading.remove(&key);
             }
+            let known = Known::of(d.obs);
             let cell = |p: [i32; 2]| {
-                Known::of(d.obs)
+                known
+                    .as_ref()
                     .and_then(|m| m.index(p).map(|i| view::kind(m.cells[i])))
                     .unwrap_or(view::UNKNOWN)
             };
