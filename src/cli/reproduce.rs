@@ -24,6 +24,8 @@ pub struct ReproduceArgs {
     #[arg(long)]
     pub quick: bool,
     /// Every run's iterations: a smoke test of the pipeline, not a result, 1 to 1,000,000.
+    /// A cloned arm's clone shrinks with it: the quick budget's episodes, at most this many
+    /// epochs.
     #[arg(long, value_parser = |s: &str| emergence::train::limits::parse_u32(s, emergence::train::limits::ITERATIONS))]
     pub iterations: Option<u32>,
     /// Threads for the whole experiment: that many runs side by side, one thread each

@@ -180,7 +180,10 @@ pub fn plan(exp: &Experiment, opts: &Options) -> Plan {
                     ..s.clone()
                 },
                 evaluated: !arm.skip_eval && !exp.partners.is_empty(),
-                clone: arm.clone.as_ref().map(|c| c.for_budget(opts.quick)),
+                clone: arm
+                    .clone
+                    .as_ref()
+                    .map(|c| c.for_budget(opts.quick, opts.iterations)),
             });
         }
     }

@@ -165,14 +165,20 @@ impl CloneSpec {
         10
     }
 
-    /// The clone a run of the budget makes: `quick_episodes` taken for `--quick`.
-    pub fn for_budget(&self, quick: bool) -> CloneSpec {
+    /// The clone a run of the budget makes: `quick_episodes` taken for `--quick` and for a
+    /// smoke test (`--iterations N`, `smoke: Some(N)`), whose clone also makes at most N passes
+    /// (and N DAgger rounds): a smoke test checks that the pipeline runs, and a full-size clone
+    /// would cost it more than all its iterations.
+    pub fn for_budget(&self, quick: bool, smoke: Option<u32>) -> CloneSpec {
+        let small = quick || smoke.is_some();
         CloneSpec {
-            episodes: match (quick, self.quick_episodes) {
-                (true, Some(n)) => n,
+            episodes: match (small, self.quick_episodes) {
+                (true, Some(n)) => n.min(self.episodes),
                 _ => self.episodes,
             },
             quick_episodes: None,
+            epochs: smoke.map_or(self.epochs, |n| self.epochs.min(n)),
+            dagger: smoke.map_or(self.dagger, |n| self.dagger.min(n)),
             ..self.clone()
         }
     }

@@ -487,9 +487,38 @@ fn the_documented_example_is_a_valid_experiment() {
     // The error shown in the doc is the one a misspelt arm gives.
     let bad = doc[start..end].replacen("self_play(adalign) >= 2.5", "self_play(adalgn) >= 2.5", 1);
     let msg = parse(&bad, &path).expect_err("bad").to_string();
-    assert!(msg.contains("ipd_study.experiment.ron:83:20: "), "{msg}");
+    assert!(msg.contains("ipd_study.experiment.ron:84:20: "), "{msg}");
     assert!(
         msg.contains("unknown arm \"adalgn\"; expected one of: naive, adalign, adalign_mlp"),
         "{msg}"
     );
+}
+
+#[test]
+fn a_clone_shrinks_with_the_budget() {
+    let c = CloneSpec {
+        from: "maze_wall_follower".into(),
+        episodes: 128,
+        quick_episodes: Some(32),
+        epochs: 8,
+        dagger: 3,
+        words: false,
+        lr: None,
+    };
+    let full = c.for_budget(false, None);
+    assert_eq!((full.episodes, full.epochs, full.dagger), (128, 8, 3));
+    let quick = c.for_budget(true, None);
+    assert_eq!((quick.episodes, quick.epochs, quick.dagger), (32, 8, 3));
+    // A smoke test (--iterations 2), with or without --quick: the quick episodes, two passes.
+    for q in [false, true] {
+        let smoke = c.for_budget(q, Some(2));
+        assert_eq!((smoke.episodes, smoke.epochs, smoke.dagger), (32, 2, 2));
+    }
+    // Larger smoke budgets never grow a clone; no quick_episodes keeps the episodes.
+    let plain = CloneSpec {
+        quick_episodes: None,
+        ..c.clone()
+    };
+    let big = plain.for_budget(false, Some(50));
+    assert_eq!((big.episodes, big.epochs, big.dagger), (128, 8, 3));
 }
